@@ -1,0 +1,35 @@
+"""`memfs` command line: one entry point, each command group registered by the module that owns it."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from memfs import __version__
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="memfs", description="Memory stores as a filesystem, and their store service.")
+    parser.add_argument("--version", action="version", version=f"memfs {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    # Each module adds its commands and sets `func` (args -> exit code) on its parsers.
+    from memfs.service import commands as service_commands
+
+    service_commands.register(sub)
+    from memfs.mount import commands as mount_commands  # imports pyfuse3 lazily
+
+    mount_commands.register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,116 @@
+"""Limits shared by the service and the mount (SPEC §4), and the memory path rules (SPEC §2.3).
+
+Both halves validate with the same functions so that the mount refuses locally (errno) exactly
+what the service would refuse remotely (400).
+"""
+
+from __future__ import annotations
+
+import unicodedata
+
+MAX_CONTENT_BYTES = 102_400
+MAX_PATH_BYTES = 1_024
+MAX_SEGMENTS = 20
+MAX_COMPONENT_BYTES = 255
+MAX_STORES_PER_SESSION = 8
+DEFAULT_MAX_FILES = 2_000
+DEFAULT_MAX_BYTES = 32 * 1024 * 1024
+DEFAULT_MAX_MEMORIES = 10_000
+DEFAULT_SYNC_INTERVAL = 15.0
+MIN_SYNC_INTERVAL = 5.0
+FLUSH_TIMEOUT = 30.0
+NOTICES_KEPT = 100
+MAX_REQUEST_BODY = 1024 * 1024
+
+# Names the mount reserves in every store root (SPEC §3.2).
+MARKER_NAME = ".anthropic-memory-store"
+NOTICES_NAME = ".sync-notices.log"
+RESERVED_NAMES = frozenset({MARKER_NAME, NOTICES_NAME})
+
+
+class PathError(ValueError):
+    """A path or name breaks a rule. `too_long` distinguishes ENAMETOOLONG from EINVAL."""
+
+    def __init__(self, message: str, *, too_long: bool = False):
+        super().__init__(message)
+        self.too_long = too_long
+
+
+def _bad_char(ch: str) -> bool:
+    if ch in ("\u2028", "\u2029", "\\"):
+        return True
+    cat = unicodedata.category(ch)
+    # Cc: control characters (NUL, newline, DEL...), Cf: format characters (ZWJ, BOM, RLO...).
+    return cat in ("Cc", "Cf")
+
+
+def check_component(name: str) -> None:
+    """Validate one path segment (a file or directory name)."""
+    if name in ("", ".", ".."):
+        raise PathError(f"path segment {name!r} is not allowed")
+    if len(name.encode("utf-8")) > MAX_COMPONENT_BYTES:
+        raise PathError(f"path segment is longer than {MAX_COMPONENT_BYTES} bytes", too_long=True)
+    for ch in name:
+        if _bad_char(ch):
+            raise PathError(f"path segment contains a forbidden character U+{ord(ch):04X}")
+    if unicodedata.normalize("NFC", name) != name:
+        raise PathError("path segment is not NFC-normalised")
+
+
+def check_component_bytes(raw: bytes) -> str:
+    """Validate a name as the kernel hands it to us (bytes); return it as str."""
+    try:
+        name = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise PathError("name is not valid UTF-8") from None
+    check_component(name)
+    return name
+
+
+def check_memory_path(path: object) -> str:
+    """Validate a memory path (SPEC §2.3). Returns it unchanged; raises PathError with a clear message."""
+    if not isinstance(path, str):
+        raise PathError("path must be a string")
+    if not path.startswith("/"):
+        raise PathError("path must start with '/'")
+    if len(path.encode("utf-8", errors="surrogatepass")) > MAX_PATH_BYTES:
+        raise PathError(f"path is longer than {MAX_PATH_BYTES} bytes", too_long=True)
+    try:
+        path.encode("utf-8")
+    except UnicodeEncodeError:
+        raise PathError("path is not valid UTF-8") from None
+    segments = path[1:].split("/")
+    if len(segments) > MAX_SEGMENTS:
+        raise PathError(f"path has more than {MAX_SEGMENTS} segments")
+    for seg in segments:
+        if seg == "":
+            raise PathError("path has an empty segment")
+        check_component(seg)
+    return path
+
+
+def check_content(content: object) -> bytes:
+    """Validate memory content; returns its UTF-8 bytes."""
+    if not isinstance(content, str):
+        raise PathError("content must be a string")
+    try:
+        data = content.encode("utf-8")
+    except UnicodeEncodeError:
+        raise PathError("content is not valid UTF-8") from None
+    if len(data) > MAX_CONTENT_BYTES:
+        raise PathError(f"content is {len(data)} bytes; the limit is {MAX_CONTENT_BYTES} bytes", too_long=True)
+    return data
+
+
+def slugify(name: str) -> str:
+    """mount_path slug (SPEC §2.6): lowercase, runs of non [a-z0-9] become one '-', trimmed."""
+    out: list[str] = []
+    dash = False
+    for ch in name.lower():
+        if "a" <= ch <= "z" or "0" <= ch <= "9":
+            out.append(ch)
+            dash = False
+        elif not dash:
+            out.append("-")
+            dash = True
+    return "".join(out).strip("-") or "store"

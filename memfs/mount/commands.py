@@ -1,0 +1,330 @@
+"""`memfs mount|sync|status|unmount|flush` (SPEC §1). pyfuse3 is imported only by the commands that mount."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from memfs import limits
+from memfs.client import sessions_token_from_secret
+from memfs.mount import control
+
+log = logging.getLogger("memfs")
+
+
+def parse_size(text: str) -> int:
+    m = re.fullmatch(r"\s*(\d+)\s*([KMG]i?B?|B)?\s*", text, re.IGNORECASE)
+    if not m:
+        raise argparse.ArgumentTypeError(f"not a size: {text!r} (examples: 2000000, 512KiB, 32MiB)")
+    n = int(m.group(1))
+    unit = (m.group(2) or "").upper().rstrip("B").rstrip("I")
+    return n * {"": 1, "K": 1024, "M": 1024**2, "G": 1024**3}[unit]
+
+
+def _float(text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+
+
+class JsonFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        out = {
+            "time": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created)) + f".{int(record.msecs):03d}Z",
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        if record.exc_info:
+            out["exception"] = self.formatException(record.exc_info)
+        return json.dumps(out)
+
+
+def setup_logging(fmt: str = "text", level: int = logging.INFO) -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    if fmt == "json":
+        handler.setFormatter(JsonFormatter())
+    else:
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level)
+    logging.getLogger("httpx").setLevel(logging.WARNING)
+
+
+def _fail(command: str, message: str, code: int = 1) -> int:
+    print(f"memfs {command}: error: {message}", file=sys.stderr)
+    return code
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("mount", help="mount the session's memory stores")
+    p.add_argument("--root", default="/mnt/memory")
+    p.add_argument("--session-id", default=None, help="default: $ANTHROPIC_SESSION_ID")
+    p.add_argument("--base-url", default=None, help="default: $ANTHROPIC_BASE_URL")
+    p.add_argument("--state-dir", default=None, help="default: /var/lib/memfs/<root>")
+    p.add_argument("--sync-interval", type=_float, default=limits.DEFAULT_SYNC_INTERVAL)
+    p.add_argument("--sync-deletions", choices=["enabled", "log_only", "disabled"], default="enabled")
+    p.add_argument("--max-files", type=int, default=limits.DEFAULT_MAX_FILES)
+    p.add_argument("--max-bytes", type=parse_size, default=limits.DEFAULT_MAX_BYTES)
+    p.add_argument("--uid", type=int, default=None)
+    p.add_argument("--gid", type=int, default=None)
+    p.add_argument("--allow-other", action="store_true")
+    p.add_argument("--log-format", choices=["text", "json"], default="text")
+    p.add_argument("--flush-timeout", type=_float, default=limits.FLUSH_TIMEOUT)
+    p.add_argument("--foreground", action="store_true")
+    p.add_argument("--ready-fd", type=int, default=None, help=argparse.SUPPRESS)
+    p.set_defaults(func=cmd_mount)
+
+    p = sub.add_parser("sync", help="run a sync tick now if one is due")
+    p.add_argument("--root", default="/mnt/memory")
+    p.add_argument("--force", action="store_true", help="run a tick even if the interval has not passed")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_sync)
+
+    p = sub.add_parser("status", help="show the state of each mounted store")
+    p.add_argument("--root", default="/mnt/memory")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_status)
+
+    p = sub.add_parser("unmount", help="final sync, then unmount")
+    p.add_argument("--root", default="/mnt/memory")
+    p.add_argument("--flush-timeout", type=_float, default=limits.FLUSH_TIMEOUT)
+    p.set_defaults(func=cmd_unmount)
+
+    p = sub.add_parser("flush", help="upload staged changes left in a state dir")
+    p.add_argument("--state-dir", required=True)
+    p.add_argument("--base-url", default=None, help="default: the one the mount used")
+    p.add_argument("--flush-timeout", type=_float, default=limits.FLUSH_TIMEOUT)
+    p.add_argument("--sync-deletions", choices=["enabled", "log_only", "disabled"], default="enabled")
+    p.add_argument("--log-format", choices=["text", "json"], default="text")
+    p.set_defaults(func=cmd_flush)
+
+
+def _token() -> str | None:
+    return sessions_token_from_secret(os.environ.get("ANTHROPIC_WORK_SECRET")) or os.environ.get("MEMFS_TOKEN") or None
+
+
+# -- mount --------------------------------------------------------------------------------------
+def cmd_mount(args: argparse.Namespace) -> int:
+    from memfs.mount.daemon import MountError, check_interval
+
+    session_id = args.session_id or os.environ.get("ANTHROPIC_SESSION_ID")
+    base_url = args.base_url or os.environ.get("ANTHROPIC_BASE_URL")
+    if not session_id:
+        return _fail("mount", "no session: pass --session-id or set ANTHROPIC_SESSION_ID", 2)
+    if not base_url:
+        return _fail("mount", "no store service: pass --base-url or set ANTHROPIC_BASE_URL", 2)
+    try:
+        check_interval(args.sync_interval)
+    except MountError as exc:
+        return _fail("mount", str(exc), 2)
+    if args.max_files < 1 or args.max_bytes < 1:
+        return _fail("mount", "--max-files and --max-bytes must be positive", 2)
+    root = os.path.abspath(args.root)
+    state_dir = Path(args.state_dir).resolve() if args.state_dir else control.default_state_dir(root)
+    if not args.foreground:
+        return _spawn_daemon(args, root, state_dir)
+    return _run_foreground(args, root, state_dir, session_id, base_url)
+
+
+def _spawn_daemon(args: argparse.Namespace, root: str, state_dir: Path) -> int:
+    """Start the daemon detached and return once it reports every store readable (or fails)."""
+    state_dir.mkdir(parents=True, exist_ok=True)
+    log_path = state_dir / "memfs.log"
+    read_fd, write_fd = os.pipe()
+    cmd = [sys.executable, "-m", "memfs", "mount", *_mount_argv(args, root, state_dir), "--foreground",
+           "--ready-fd", str(write_fd)]
+    with open(log_path, "ab") as logf:
+        proc = subprocess.Popen(
+            cmd,
+            stdin=subprocess.DEVNULL,
+            stdout=logf,
+            stderr=logf,
+            pass_fds=(write_fd,),
+            start_new_session=True,
+        )
+    os.close(write_fd)
+    with os.fdopen(read_fd, "r") as pipe:
+        report = pipe.read()
+    if report.startswith("ready"):
+        print(report[len("ready") :].strip() or f"memfs: mounted at {root}")
+        return 0
+    proc.wait(timeout=30)
+    message = report.strip() or f"the daemon exited with status {proc.returncode}; see {log_path}"
+    return _fail("mount", message.removeprefix("error: "))
+
+
+def _mount_argv(args: argparse.Namespace, root: str, state_dir: Path) -> list[str]:
+    """The parsed mount options as arguments again, for the detached daemon."""
+    argv = ["--root", root, "--state-dir", str(state_dir), "--sync-interval", repr(args.sync_interval),
+            "--sync-deletions", args.sync_deletions, "--max-files", str(args.max_files),
+            "--max-bytes", str(args.max_bytes), "--log-format", args.log_format,
+            "--flush-timeout", repr(args.flush_timeout)]
+    for flag in ("session_id", "base_url", "uid", "gid"):
+        if getattr(args, flag) is not None:
+            argv += ["--" + flag.replace("_", "-"), str(getattr(args, flag))]
+    if args.allow_other:
+        argv.append("--allow-other")
+    return argv
+
+
+def _run_foreground(args, root: str, state_dir: Path, session_id: str, base_url: str) -> int:
+    import trio
+
+    from memfs.mount.daemon import Daemon, MountError, MountOptions
+
+    setup_logging(args.log_format)
+    ready_file = os.fdopen(args.ready_fd, "w") if args.ready_fd is not None else None
+
+    def report(text: str) -> None:
+        nonlocal ready_file
+        if ready_file is not None:
+            ready_file.write(text)
+            ready_file.close()
+            ready_file = None
+
+    opts = MountOptions(
+        root=root,
+        session_id=session_id,
+        base_url=base_url,
+        token=_token(),
+        state_dir=state_dir,
+        sync_interval=args.sync_interval,
+        sync_deletions=args.sync_deletions,
+        max_files=args.max_files,
+        max_bytes=args.max_bytes,
+        uid=args.uid if args.uid is not None else os.getuid(),
+        gid=args.gid if args.gid is not None else os.getgid(),
+        allow_other=args.allow_other,
+        flush_timeout=args.flush_timeout,
+    )
+
+    def on_ready(stores) -> None:
+        lines = [f"memfs: mounted {len(stores)} store(s) at {root} (state dir {state_dir})"]
+        lines += [f"  {os.path.join(root, s.slug)}  {s.access}  {s.store_id}" for s in stores]
+        text = "\n".join(lines)
+        if ready_file is not None:
+            report("ready " + text + "\n")
+        else:
+            print(text, flush=True)
+
+    daemon = Daemon(opts)
+    try:
+        return trio.run(daemon.run, on_ready)
+    except MountError as exc:
+        log.error("%s", exc)
+        report(f"error: {exc}\n")
+        if ready_file is None and args.ready_fd is None:
+            print(f"memfs mount: error: {exc}", file=sys.stderr)
+        return 1
+    except BaseException as exc:
+        report(f"error: {type(exc).__name__}: {exc}\n")
+        raise
+
+
+# -- sync / status / unmount ---------------------------------------------------------------------
+def cmd_sync(args: argparse.Namespace) -> int:
+    state_dir = control.lookup_state_dir(args.root)
+    try:
+        answer = control.call(state_dir, {"op": "sync", "force": args.force}, timeout=120)
+    except control.NoDaemon as exc:
+        return _fail("sync", f"no memfs mount at {args.root}: {exc}")
+    if args.json:
+        print(json.dumps(answer, indent=2))
+    elif answer.get("ran"):
+        print(f"memfs sync: {answer.get('result', 'ok')}")
+    else:
+        print(f"memfs sync: not due (next in {answer.get('next_in', 0):.1f}s)")
+    if not answer.get("ok", False):
+        print(f"memfs sync: error: {answer.get('error')}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    state_dir = control.lookup_state_dir(args.root)
+    try:
+        answer: dict[str, Any] = control.call(state_dir, {"op": "status"}, timeout=10)
+        answer["live"] = True
+    except control.NoDaemon:
+        answer = _offline_status(state_dir)
+        if answer is None:
+            return _fail("status", f"no memfs mount at {args.root} and no state dir at {state_dir}")
+    if args.json:
+        print(json.dumps(answer, indent=2))
+        return 0
+    live = "live" if answer.get("live") else "NOT RUNNING"
+    print(f"memfs at {args.root}: {live}; state dir {state_dir}")
+    for s in answer.get("stores", []):
+        print(
+            f"  {s['mount_path']}  {s['access']}  id={s['store_id']}  counter={s.get('counter')}  "
+            f"last sync={s.get('last_sync_at') or '-'} ({s.get('last_result') or '-'})  staged={s.get('staged', 0)}  "
+            f"refused={s.get('refused', 0)}" + (f"  error: {s['last_error']}" if s.get("last_error") else "")
+        )
+    return 0
+
+
+def _offline_status(state_dir: Path) -> dict[str, Any] | None:
+    from memfs.sync.engine import offline_status
+
+    if not (state_dir / "state.db").exists():
+        return None
+    return {"live": False, **offline_status(state_dir)}
+
+
+def cmd_unmount(args: argparse.Namespace) -> int:
+    from memfs.mount.daemon import clear_stale_mount, fuse_mount_at, wait_until_unmounted
+
+    root = os.path.abspath(args.root)
+    state_dir = control.lookup_state_dir(root)
+    try:
+        answer = control.call(state_dir, {"op": "unmount", "flush_timeout": args.flush_timeout},
+                              timeout=args.flush_timeout + 30)
+    except control.NoDaemon:
+        if fuse_mount_at(root) is None:
+            return _fail("unmount", f"nothing is mounted at {root}")
+        clear_stale_mount(root)
+        return _fail("unmount", f"the memfs daemon for {root} was dead; cleared its mount. Staged changes, "
+                     f"if any, are kept in {state_dir}: upload them with `memfs flush --state-dir {state_dir}`")
+    if not wait_until_unmounted(root, 15):
+        return _fail("unmount", f"{root} is still mounted (busy?); try again or `fusermount3 -uz {root}`")
+    pending = int(answer.get("pending", 0))
+    if pending:
+        return _fail("unmount", f"{pending} staged change(s) could not be uploaded; they are kept in "
+                     f"{answer.get('state_dir')}: run `memfs flush --state-dir {answer.get('state_dir')}` "
+                     f"when the store service is reachable", 3)
+    print(f"memfs: unmounted {root}; every change is on the store service")
+    return 0
+
+
+def cmd_flush(args: argparse.Namespace) -> int:
+    import trio
+
+    from memfs.sync.engine import flush_state_dir
+
+    setup_logging(args.log_format)
+    state_dir = Path(args.state_dir)
+    if not (state_dir / "state.db").exists():
+        return _fail("flush", f"no memfs state in {state_dir}")
+    token = _token()
+    if not token:
+        return _fail("flush", "no sessions token: set ANTHROPIC_WORK_SECRET or MEMFS_TOKEN")
+    try:
+        result = trio.run(flush_state_dir, state_dir, args.base_url, token, args.flush_timeout, args.sync_deletions)
+    except Exception as exc:  # print one clear line, not a traceback
+        return _fail("flush", f"{type(exc).__name__}: {exc}")
+    if result["pending"]:
+        return _fail("flush", f"{result['pending']} staged change(s) still could not be uploaded: "
+                     f"{result.get('error') or 'see the log'}; they stay in {state_dir}", 3)
+    print(f"memfs flush: uploaded {result.get('pushed', 0)} change(s); nothing left staged in {state_dir}")
+    return 0

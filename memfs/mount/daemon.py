@@ -1,0 +1,319 @@
+"""The mount's lifecycle (SPEC §3.1): preflight, session, download, mount, serve, final sync, unmount.
+
+Everything here is orchestration; the filesystem semantics live in core.py and the sync in
+memfs/sync. The daemon is one trio program: the FUSE loop, the sync timer, the control socket and
+the signal watcher are tasks of one nursery.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import logging
+import math
+import os
+import signal
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from memfs import limits
+from memfs.client import ApiError, StoreClient, Unreachable
+from memfs.mount import control
+from memfs.mount.core import Filesystem, StoreInfo
+from memfs.mount.state import State, StateLocked
+
+log = logging.getLogger("memfs.mount")
+
+MOUNT_PARENT = "/mnt/memory"
+
+
+class MountError(Exception):
+    """A clear, user-facing reason the mount cannot start."""
+
+
+@dataclass
+class MountOptions:
+    root: str
+    session_id: str
+    base_url: str
+    token: str | None
+    state_dir: Path
+    sync_interval: float = limits.DEFAULT_SYNC_INTERVAL
+    sync_deletions: str = "enabled"
+    max_files: int = limits.DEFAULT_MAX_FILES
+    max_bytes: int = limits.DEFAULT_MAX_BYTES
+    uid: int = field(default_factory=os.getuid)
+    gid: int = field(default_factory=os.getgid)
+    allow_other: bool = False
+    flush_timeout: float = limits.FLUSH_TIMEOUT
+    request_timeout: float = 10.0
+
+
+def check_interval(value: float) -> float:
+    if math.isnan(value) or value < limits.MIN_SYNC_INTERVAL:
+        raise MountError(f"--sync-interval must be at least {limits.MIN_SYNC_INTERVAL:g} seconds (got {value})")
+    return value
+
+
+# -- preflight ----------------------------------------------------------------------------------
+def fuse_mount_at(path: str) -> str | None:
+    """The filesystem type of a FUSE mount at path ('fuse.memfs', ...) or None."""
+    real = os.path.realpath(path)
+    try:
+        with open("/proc/mounts") as f:
+            for line in f:
+                parts = line.split()
+                if len(parts) >= 3 and parts[1].replace("\\040", " ") == real and parts[2].startswith("fuse"):
+                    return parts[2]
+    except OSError:
+        pass
+    return None
+
+
+def clear_stale_mount(root: str) -> bool:
+    """Lazily unmount a dead memfs mount at root ("Transport endpoint is not connected")."""
+    kind = fuse_mount_at(root)
+    if kind is None:
+        return False
+    try:
+        os.stat(root)
+        alive = True
+    except OSError as exc:
+        alive = exc.errno != errno.ENOTCONN
+    if alive:
+        raise MountError(
+            f"{root} is already a mounted {kind} filesystem; run `memfs unmount --root {root}` first"
+        )
+    if kind not in ("fuse.memfs", "fuse"):
+        raise MountError(f"{root} holds a dead {kind} mount that is not memfs's; unmount it: fusermount3 -uz {root}")
+    subprocess.run(["fusermount3", "-uz", root], check=False, capture_output=True)
+    log.warning("cleared a dead memfs mount at %s", root)
+    return True
+
+
+def preflight_root(root: str) -> None:
+    clear_stale_mount(root)
+    if not os.path.exists(root):
+        raise MountError(f"the mount root does not exist: {root}; create it: mkdir -p {root}")
+    if not os.path.isdir(root):
+        raise MountError(f"something already exists at the memory mount root and is not a folder: {root}")
+    if not os.access(root, os.W_OK | os.X_OK):
+        raise MountError(
+            f"cannot use the memory mount root: {root}: not writable by uid {os.geteuid()}; "
+            "the worker host must make this mount path writable"
+        )
+    entries = os.listdir(root)
+    if entries:
+        shown = ", ".join(sorted(entries)[:5])
+        raise MountError(
+            f"something already exists at the memory store's path: {root} (holds {shown}); "
+            "memfs mounts only on an empty folder: empty it or choose another --root"
+        )
+
+
+# -- session ------------------------------------------------------------------------------------
+def stores_from_session(session: dict[str, Any], root: str) -> list[StoreInfo]:
+    resources = [r for r in session.get("resources", []) if r.get("type") == "memory_store"]
+    if not resources:
+        raise MountError(f"session {session.get('id')} has no memory stores attached: nothing to mount")
+    if len(resources) > limits.MAX_STORES_PER_SESSION:
+        raise MountError(
+            f"session {session.get('id')} attaches {len(resources)} memory stores; at most "
+            f"{limits.MAX_STORES_PER_SESSION} can be mounted"
+        )
+    stores: list[StoreInfo] = []
+    seen: set[str] = set()
+    for r in resources:
+        mount_path = r.get("mount_path") or ""
+        parent, _, slug = mount_path.rstrip("/").rpartition("/")
+        if parent != MOUNT_PARENT or not slug or slug in (".", ".."):
+            raise MountError(
+                f"memory store {r.get('memory_store_id')} has mount path {mount_path!r}, which is not a folder "
+                f"directly under {MOUNT_PARENT} (mapped to {root})"
+            )
+        if slug in seen:
+            raise MountError(f"two memory stores share the mount path {mount_path}")
+        seen.add(slug)
+        access = r.get("access", "read_write")
+        if access not in ("read_write", "read_only"):
+            raise MountError(f"memory store {r.get('memory_store_id')} has unknown access {access!r}")
+        stores.append(StoreInfo(store_id=r["memory_store_id"], name=r.get("name") or slug, slug=slug, access=access))
+    return stores
+
+
+# -- the daemon ---------------------------------------------------------------------------------
+class Daemon:
+    def __init__(self, opts: MountOptions):
+        self.opts = opts
+        self.stop_requested = trio.Event()
+        self.stop_reason = ""
+        self.final: dict[str, Any] | None = None
+        self.final_answered = trio.Event()  # the `memfs unmount` caller got the final result
+        self.fs: Filesystem | None = None
+        self.engine: Any = None
+
+    async def run(self, on_ready) -> int:
+        """Mount, call on_ready(), serve until asked to stop; returns the exit status."""
+        opts = self.opts
+        preflight_root(opts.root)
+        if not opts.token:
+            raise MountError(
+                "the session has memory stores attached but no sessions token was given: set "
+                "ANTHROPIC_WORK_SECRET (a work secret carrying sessions_token) or MEMFS_TOKEN"
+            )
+        state = State(opts.state_dir)
+        try:
+            state.lock(opts.root)
+        except StateLocked as exc:
+            raise MountError(f"the state dir {opts.state_dir} is in use by a live mount: {exc}") from exc
+        try:
+            return await self._run_locked(state, on_ready)
+        finally:
+            state.close()
+
+    async def _run_locked(self, state: State, on_ready) -> int:
+        from memfs.mount.runner import run_mount
+        from memfs.sync.engine import SyncEngine
+
+        opts = self.opts
+        async with StoreClient(opts.base_url, opts.token or "", timeout=opts.request_timeout) as client:
+            try:
+                session = await client.get_session(opts.session_id)
+            except ApiError as exc:
+                raise MountError(f"cannot read session {opts.session_id} from {opts.base_url}: {exc}") from exc
+            except Unreachable as exc:
+                raise MountError(f"the store service at {opts.base_url} is unreachable: {exc}") from exc
+            stores = stores_from_session(session, opts.root)
+            state.set_meta("session_id", opts.session_id)
+            state.set_meta("base_url", opts.base_url)
+            state.set_meta("root", os.path.realpath(opts.root))
+            fs = Filesystem(
+                state, stores, max_files=opts.max_files, max_bytes=opts.max_bytes, uid=opts.uid, gid=opts.gid
+            )
+            self.fs = fs
+            engine = SyncEngine(
+                client,
+                state,
+                fs,
+                stores,
+                interval=opts.sync_interval,
+                deletions=opts.sync_deletions,
+                max_files=opts.max_files,
+                max_bytes=opts.max_bytes,
+            )
+            self.engine = engine
+            try:
+                await engine.initial()
+            except (ApiError, Unreachable) as exc:
+                raise MountError(f"cannot download the memory stores from {opts.base_url}: {exc}") from exc
+
+            async with trio.open_nursery() as nursery:
+                await nursery.start(run_mount, fs, opts.root, opts.allow_other)
+                control.register(opts.root, opts.state_dir, os.getpid())
+                try:
+                    await nursery.start(self._control_server)
+                    nursery.start_soon(self._signals)
+                    nursery.start_soon(engine.timer)
+                    log.info("mounted %d store(s) at %s", len(stores), opts.root)
+                    on_ready(stores)
+                    await self.stop_requested.wait()
+                    log.info("stopping (%s): final sync", self.stop_reason)
+                    fs.stop_writes()
+                    self.final = await engine.final_sync(opts.flush_timeout)
+                    if self.stop_reason == "unmount requested":
+                        with trio.move_on_after(2):
+                            await self.final_answered.wait()
+                finally:
+                    control.unregister(opts.root)
+                    nursery.cancel_scope.cancel()
+        pending = self.final["pending"] if self.final else -1
+        if pending:
+            log.error(
+                "%d staged change(s) could not be uploaded; they are kept in %s (run `memfs flush --state-dir %s`)",
+                pending,
+                opts.state_dir,
+                opts.state_dir,
+            )
+            return 3
+        return 0
+
+    def request_stop(self, reason: str) -> None:
+        if not self.stop_requested.is_set():
+            self.stop_reason = reason
+            self.stop_requested.set()
+
+    async def _signals(self) -> None:
+        with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+            async for signum in signals:
+                self.request_stop(signal.Signals(signum).name)
+
+    async def _control_server(self, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        sock_path = self.opts.state_dir / control.SOCKET_NAME
+        try:
+            sock_path.unlink()
+        except FileNotFoundError:
+            pass
+        listener_sock = trio.socket.socket(trio.socket.AF_UNIX, trio.socket.SOCK_STREAM)
+        await listener_sock.bind(str(sock_path))
+        os.chmod(sock_path, 0o600)
+        listener_sock.listen(16)
+        listener = trio.SocketListener(listener_sock)
+        task_status.started()
+        try:
+            await trio.serve_listeners(self._handle_control, [listener])
+        finally:
+            try:
+                sock_path.unlink()
+            except FileNotFoundError:
+                pass
+
+    async def _handle_control(self, stream: trio.SocketStream) -> None:
+        async with stream:
+            buf = b""
+            while not buf.endswith(b"\n"):
+                chunk = await stream.receive_some(65536)
+                if not chunk:
+                    return
+                buf += chunk
+            request: dict[str, Any] = {}
+            try:
+                request = json.loads(buf)
+                answer = await self._answer(request)
+            except Exception as exc:  # a bad request must never take the daemon down
+                log.exception("control request failed")
+                answer = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
+            try:
+                await stream.send_all(json.dumps(answer).encode() + b"\n")
+            except trio.BrokenResourceError:
+                pass
+            if request.get("op") == "unmount":
+                self.final_answered.set()
+
+    async def _answer(self, request: dict[str, Any]) -> dict[str, Any]:
+        op = request.get("op")
+        if op == "sync":
+            return await self.engine.sync_now(force=bool(request.get("force")))
+        if op == "status":
+            return {"ok": True, "pid": os.getpid(), "root": self.opts.root, **self.engine.status()}
+        if op == "unmount":
+            if request.get("flush_timeout") is not None:
+                self.opts.flush_timeout = float(request["flush_timeout"])
+            self.request_stop("unmount requested")
+            while self.final is None:
+                await trio.sleep(0.05)
+            return {"ok": True, "state_dir": str(self.opts.state_dir), **self.final}
+        return {"ok": False, "error": f"unknown request {op!r}"}
+
+
+def wait_until_unmounted(root: str, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if fuse_mount_at(root) is None:
+            return True
+        time.sleep(0.05)
+    return False

@@ -1,0 +1,57 @@
+# Shared by scripts/run and scripts/test: make this machine able to build and run memfs.
+# Idempotent: a second run only checks. Sourced, not executed.
+set -euo pipefail
+REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+VENV="${MEMFS_VENV:-$REPO/.venv}"
+
+ensure_debian_packages() {
+    # pyfuse3 builds from source against libfuse3; the mount needs fusermount3 at run time.
+    local missing=()
+    command -v fusermount3 >/dev/null 2>&1 || missing+=(fuse3)
+    pkg-config --exists fuse3 2>/dev/null || missing+=(libfuse3-dev)
+    command -v pkg-config >/dev/null 2>&1 || missing+=(pkg-config)
+    command -v setfattr >/dev/null 2>&1 || missing+=(attr)
+    command -v curl >/dev/null 2>&1 || missing+=(curl)
+    if [ ${#missing[@]} -gt 0 ]; then
+        if [ "$(id -u)" != 0 ]; then
+            echo "memfs: missing Debian packages: ${missing[*]} (run as root, or: sudo apt-get install ${missing[*]})" >&2
+            exit 1
+        fi
+        echo "memfs: installing Debian packages: ${missing[*]}" >&2
+        export DEBIAN_FRONTEND=noninteractive
+        apt-get update -q >/dev/null
+        apt-get install -y -q "${missing[@]}" >/dev/null
+    fi
+}
+
+ensure_python() {
+    local py
+    py="$(command -v python3 || true)"
+    if [ -z "$py" ] || ! "$py" -c 'import sys; sys.exit(sys.version_info < (3, 11))'; then
+        echo "memfs: needs Python >= 3.11 as python3" >&2
+        exit 1
+    fi
+    if [ ! -x "$VENV/bin/python" ]; then
+        echo "memfs: creating virtualenv $VENV" >&2
+        "$py" -m venv "$VENV"
+    fi
+    # Reinstall only when the project's dependencies changed since the last install.
+    local stamp="$VENV/.memfs-installed" want
+    want="$(sha256sum "$REPO/pyproject.toml" | cut -d' ' -f1)"
+    if [ "$(cat "$stamp" 2>/dev/null || true)" != "$want" ]; then
+        echo "memfs: installing memfs and its dependencies into $VENV" >&2
+        "$VENV/bin/pip" install -q --disable-pip-version-check -e "$REPO[test]" 2>&1 \
+            | grep -v "^WARNING: Location" >&2 || true
+        "$VENV/bin/python" -c 'import memfs, pyfuse3, trio, httpx, starlette, hypercorn' \
+            || { echo "memfs: the install failed" >&2; exit 1; }
+        echo "$want" >"$stamp"
+    fi
+    export PATH="$VENV/bin:$PATH"
+}
+
+ensure_fuse_device() {
+    if [ ! -e /dev/fuse ]; then
+        echo "memfs: /dev/fuse is missing: this machine (or container) cannot mount FUSE filesystems" >&2
+        exit 1
+    fi
+}
