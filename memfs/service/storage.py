@@ -243,7 +243,9 @@ class Storage(Protocol):
         expected_sha256: str | None,
         actor: Actor,
     ) -> MemoryRecord: ...
-    def delete_memory(self, store_id: str, memory_id: str, *, expected_sha256: str | None, actor: Actor) -> None: ...
+    def delete_memory(
+        self, store_id: str, memory_id: str, *, expected_sha256: str | None, actor: Actor
+    ) -> None: ...
 
     # versions
     def list_versions(
@@ -259,7 +261,12 @@ class Storage(Protocol):
 
     # sessions
     def create_session(
-        self, resources: Sequence[ResourceSpec], *, token_hash: str, title: str | None, metadata: dict[str, str]
+        self,
+        resources: Sequence[ResourceSpec],
+        *,
+        token_hash: str,
+        title: str | None,
+        metadata: dict[str, str],
     ) -> SessionRecord: ...
     def get_session(self, session_id: str) -> SessionRecord: ...
     def session_for_token(self, token_hash: str) -> SessionRecord | None: ...

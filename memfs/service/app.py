@@ -1,0 +1,530 @@
+"""The store service as an ASGI app: routes, auth, beta header, error envelope, size limit, metrics.
+
+`create_app(storage, admin_key, …)` returns the app. Storage calls are blocking and run in worker
+threads; the event loop only parses, checks and serialises.
+"""
+
+from __future__ import annotations
+
+import base64
+import functools
+import json
+import logging
+import secrets
+import time
+
+import anyio.to_thread
+from starlette.applications import Starlette
+from starlette.background import BackgroundTask
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from memfs.limits import DEFAULT_MAX_MEMORIES, MAX_STORES_PER_SESSION
+from memfs.service import params, wire
+from memfs.service.auth import (
+    Principal,
+    admin_key_id,
+    check_memory_beta,
+    check_sessions_beta,
+    hash_token,
+    is_admin_key,
+    presented_credential,
+    unauthenticated,
+)
+from memfs.service.errors import ApiError, envelope, from_storage, invalid, not_found
+from memfs.service.metrics import CONTENT_TYPE, Metrics
+from memfs.service.storage import Actor, ResourceSpec, Storage, StorageError, VersionFilter
+
+log = logging.getLogger("memfs.service")
+access_log = logging.getLogger("memfs.service.access")
+
+COUNTER_HEADER = "memfs-store-counter"
+MAX_COUNTER_IDS = 100
+_SNAPSHOT_BATCH = 100
+
+
+def _json(body: object, status: int = 200, headers: dict | None = None) -> JSONResponse:
+    return JSONResponse(body, status_code=status, headers=headers)
+
+
+class _Service:
+    def __init__(self, storage: Storage, admin_key: str, max_memories: int, metrics: Metrics):
+        if not admin_key:
+            raise ValueError("admin_key must not be empty")
+        self.storage = storage
+        self.max_memories = max_memories
+        self.metrics = metrics
+        self._admin_key = admin_key
+        self._admin_actor = Actor("api_actor", admin_key_id(admin_key))
+
+    async def call(self, fn, *args, **kwargs):
+        try:
+            return await anyio.to_thread.run_sync(functools.partial(fn, *args, **kwargs))
+        except StorageError as e:
+            raise from_storage(e) from None
+
+    async def principal(self, request: Request, *, sessions_api: bool = False) -> Principal:
+        if sessions_api:
+            check_sessions_beta(request)
+        else:
+            check_memory_beta(request)
+        cred = presented_credential(request)
+        if cred is None:
+            raise unauthenticated("no credentials: send x-api-key: KEY or Authorization: Bearer KEY")
+        if is_admin_key(cred, self._admin_key):
+            return Principal(self._admin_actor)
+        session = await self.call(self.storage.session_for_token, hash_token(cred))
+        if session is None:
+            raise unauthenticated("invalid API key or session token")
+        return Principal(Actor("session_actor", session.id), session)
+
+    # --- memory stores -------------------------------------------------------------------------
+
+    async def create_store(self, request: Request) -> Response:
+        p = await self.principal(request)
+        p.require_admin("creating a memory store")
+        body = await params.json_object(request, ("name", "description", "metadata"))
+        if "name" not in body:
+            raise invalid("name: is required")
+        name = params.store_name(body["name"])
+        desc = body.get("description")
+        desc = "" if desc is None else params.store_description(desc)
+        meta = body.get("metadata")
+        meta = {} if meta is None else params.metadata(meta, patch=False)
+        return _json(wire.store(await self.call(self.storage.create_store, name, desc, meta)))
+
+    async def list_stores(self, request: Request) -> Response:
+        p = await self.principal(request)
+        page = await self.call(
+            self.storage.list_stores,
+            limit=params.q_int(request, "limit", 20, 1, 100),
+            page=request.query_params.get("page") or None,
+            include_archived=params.q_bool(request, "include_archived", False),
+            created_gte=params.q_time(request, "created_at[gte]"),
+            created_lte=params.q_time(request, "created_at[lte]"),
+            only_ids=p.store_ids(),  # a session lists only its own stores
+        )
+        return _json({"data": [wire.store(s) for s in page.items], "next_page": page.next_page})
+
+    async def get_store(self, request: Request) -> Response:
+        sid = request.path_params["store_id"]
+        (await self.principal(request)).require_store(sid)
+        return _json(wire.store(await self.call(self.storage.get_store, sid)))
+
+    async def update_store(self, request: Request) -> Response:
+        sid = request.path_params["store_id"]
+        p = await self.principal(request)
+        p.require_store(sid)
+        p.require_admin("updating a memory store")
+        body = await params.json_object(request, ("name", "description", "metadata"))
+        name = None if body.get("name") is None else params.store_name(body["name"])
+        desc = None if body.get("description") is None else params.store_description(body["description"])
+        meta = None if body.get("metadata") is None else params.metadata(body["metadata"], patch=True)
+        store = await self.call(
+            self.storage.update_store, sid, name=name, description=desc, metadata_patch=meta
+        )
+        return _json(wire.store(store))
+
+    async def archive_store(self, request: Request) -> Response:
+        sid = request.path_params["store_id"]
+        p = await self.principal(request)
+        p.require_store(sid)
+        p.require_admin("archiving a memory store")
+        return _json(wire.store(await self.call(self.storage.archive_store, sid)))
+
+    async def delete_store(self, request: Request) -> Response:
+        sid = request.path_params["store_id"]
+        p = await self.principal(request)
+        p.require_store(sid)
+        p.require_admin("deleting a memory store")
+        await self.call(self.storage.delete_store, sid)
+        return _json({"id": sid, "type": "memory_store_deleted"})
+
+    # --- memories ------------------------------------------------------------------------------
+
+    async def create_memory(self, request: Request) -> Response:
+        sid = request.path_params["store_id"]
+        p = await self.principal(request)
+        p.require_store(sid, write=True)
+        full = params.q_view(request, "basic")
+        body = await params.json_object(request, ("path", "content"))
+        for field in ("path", "content"):
+            if field not in body:
+                raise invalid(f"{field}: is required")
+        path = params.memory_path(body["path"])
+        content = params.memory_content(body["content"])
+        mem = await self.call(
+            self.storage.create_memory, sid, path, content, p.actor, max_memories=self.max_memories
+        )
+        return _json(wire.memory(mem, full))
+
+    async def list_memories(self, request: Request) -> Response:
+        sid = request.path_params["store_id"]
+        (await self.principal(request)).require_store(sid)
+        full = params.q_view(request, "basic")
+        depth = request.query_params.get("depth", "0")
+        if depth not in ("0", "1"):
+            raise invalid(f"depth: must be 0 (whole subtree) or 1 (direct children) (got {depth!r})")
+        page = await self.call(
+            self.storage.list_memories,
+            sid,
+            path_prefix=params.q_path_prefix(request),
+            depth=int(depth),
+            limit=params.q_limit(request, full),
+            page=request.query_params.get("page") or None,
+            with_content=full,
+        )
+        return _json(
+            {"data": [wire.list_item(i, full) for i in page.items], "next_page": page.next_page},
+            headers={COUNTER_HEADER: str(page.counter)},
+        )
+
+    async def get_memory(self, request: Request) -> Response:
+        sid, mid = request.path_params["store_id"], request.path_params["memory_id"]
+        (await self.principal(request)).require_store(sid)
+        full = params.q_view(request, "full")
+        return _json(wire.memory(await self.call(self.storage.get_memory, sid, mid), full))
+
+    async def update_memory(self, request: Request) -> Response:
+        sid, mid = request.path_params["store_id"], request.path_params["memory_id"]
+        p = await self.principal(request)
+        p.require_store(sid, write=True)
+        full = params.q_view(request, "basic")
+        body = await params.json_object(request, ("content", "path", "precondition"))
+        # null is treated like an omitted field (the client types make both Optional).
+        content = None if body.get("content") is None else params.memory_content(body["content"])
+        path = None if body.get("path") is None else params.memory_path(body["path"])
+        expected = params.precondition(body.get("precondition"))
+        mem = await self.call(
+            self.storage.update_memory,
+            sid,
+            mid,
+            content=content,
+            path=path,
+            expected_sha256=expected,
+            actor=p.actor,
+        )
+        return _json(wire.memory(mem, full))
+
+    async def delete_memory(self, request: Request) -> Response:
+        sid, mid = request.path_params["store_id"], request.path_params["memory_id"]
+        p = await self.principal(request)
+        p.require_store(sid, write=True)
+        raw = request.query_params.get("expected_content_sha256")
+        expected = None if raw is None else params.sha256(raw, "expected_content_sha256")
+        await self.call(self.storage.delete_memory, sid, mid, expected_sha256=expected, actor=p.actor)
+        return _json({"id": mid, "type": "memory_deleted"})
+
+    # --- versions ------------------------------------------------------------------------------
+
+    async def list_versions(self, request: Request) -> Response:
+        sid = request.path_params["store_id"]
+        (await self.principal(request)).require_store(sid)
+        full = params.q_view(request, "basic")
+        filters = VersionFilter(
+            memory_id=params.q_str(request, "memory_id"),
+            session_id=params.q_str(request, "session_id"),
+            api_key_id=params.q_str(request, "api_key_id"),
+            operation=params.q_choice(request, "operation", ("created", "modified", "deleted"), None),
+            created_gte=params.q_time(request, "created_at[gte]"),
+            created_lte=params.q_time(request, "created_at[lte]"),
+        )
+        limit = params.q_limit(request, full)
+        if request.query_params.get("service_account_id") is not None:
+            # This service has no service accounts: nothing was written by one.
+            return _json({"data": [], "next_page": None})
+        page = await self.call(
+            self.storage.list_versions,
+            sid,
+            filters=filters,
+            limit=limit,
+            page=request.query_params.get("page") or None,
+            with_content=full,
+        )
+        return _json({"data": [wire.version(v, full) for v in page.items], "next_page": page.next_page})
+
+    async def get_version(self, request: Request) -> Response:
+        sid, vid = request.path_params["store_id"], request.path_params["version_id"]
+        (await self.principal(request)).require_store(sid)
+        full = params.q_view(request, "full")
+        return _json(wire.version(await self.call(self.storage.get_version, sid, vid), full))
+
+    async def redact_version(self, request: Request) -> Response:
+        sid, vid = request.path_params["store_id"], request.path_params["version_id"]
+        p = await self.principal(request)
+        p.require_store(sid)
+        p.require_admin("redacting a memory version")
+        return _json(wire.version(await self.call(self.storage.redact_version, sid, vid, p.actor), True))
+
+    # --- counter extension ---------------------------------------------------------------------
+
+    async def get_counter(self, request: Request) -> Response:
+        sid = request.path_params["store_id"]
+        (await self.principal(request)).require_store(sid)
+        counters = await self.call(self.storage.get_counters, [sid])
+        self.metrics.counter_reads(1)
+        return _json(wire.counter(sid, counters[sid]))
+
+    async def get_counters(self, request: Request) -> Response:
+        p = await self.principal(request)
+        ids: list[str] = []
+        for raw in request.query_params.getlist("ids"):
+            for sid in raw.split(","):
+                sid = sid.strip()
+                if sid and sid not in ids:
+                    ids.append(sid)
+        if not ids:
+            raise invalid("ids: give one or more memory store ids, comma-separated")
+        if len(ids) > MAX_COUNTER_IDS:
+            raise invalid(f"ids: at most {MAX_COUNTER_IDS} memory store ids per request (got {len(ids)})")
+        for sid in ids:
+            p.require_store(sid)
+        counters = await self.call(self.storage.get_counters, ids)
+        self.metrics.counter_reads(len(ids))
+        return _json({"type": "list", "data": [wire.counter(sid, counters[sid]) for sid in ids]})
+
+    async def get_changes(self, request: Request) -> Response:
+        sid = request.path_params["store_id"]
+        (await self.principal(request)).require_store(sid)
+        if request.query_params.get("since") is None:
+            raise invalid("since: is required (a counter value this client has applied)")
+        since = params.q_int(request, "since", None, 0, None)
+        ch = await self.call(self.storage.changes_since, sid, since)
+        self.metrics.counter_reads(1)
+        return _json(
+            {
+                "type": "memory_store_changes",
+                "memory_store_id": sid,
+                "since": ch.since,
+                "counter": ch.counter,
+                "status": "too_old" if ch.too_old else "ok",
+                "changes": [wire.change(c) for c in ch.changes],
+            },
+            headers={COUNTER_HEADER: str(ch.counter)},
+        )
+
+    async def get_snapshot(self, request: Request) -> Response:
+        sid = request.path_params["store_id"]
+        (await self.principal(request)).require_store(sid)
+        reader = await self.call(self.storage.open_snapshot, sid)
+        self.metrics.counter_reads(1)
+
+        def line(obj: object) -> bytes:
+            return (json.dumps(obj, ensure_ascii=False, separators=(",", ":")) + "\n").encode()
+
+        async def body():
+            # Every batch comes from the reader's one read transaction: the stream is the store at
+            # `reader.counter`, whatever writers do meanwhile.
+            try:
+                yield line(
+                    {"type": "memory_store_snapshot", "memory_store_id": sid, "counter": reader.counter}
+                )
+                count = 0
+                while batch := await anyio.to_thread.run_sync(reader.read, _SNAPSHOT_BATCH):
+                    count += len(batch)
+                    yield b"".join(line(wire.memory(m, True)) for m in batch)
+                yield line({"type": "snapshot_end", "count": count})
+            finally:
+                reader.close()
+
+        return StreamingResponse(
+            body(),
+            media_type="application/x-ndjson",
+            headers={COUNTER_HEADER: str(reader.counter)},
+            background=BackgroundTask(reader.close),  # also closes it when the body never started
+        )
+
+    # --- sessions ------------------------------------------------------------------------------
+
+    async def create_session(self, request: Request) -> Response:
+        p = await self.principal(request, sessions_api=True)
+        p.require_admin("creating a session")
+        body = await params.json_object(request, ("resources", "title", "metadata"))
+        resources = body.get("resources", [])
+        if not isinstance(resources, list):
+            raise invalid("resources: must be an array")
+        specs: list[ResourceSpec] = []
+        for i, res in enumerate(resources):
+            specs.append(self._resource_spec(i, res))
+        stores = [s.memory_store_id for s in specs]
+        if len(stores) > MAX_STORES_PER_SESSION:
+            raise invalid(
+                f"resources: at most {MAX_STORES_PER_SESSION} memory stores per session (got {len(stores)})"
+            )
+        if len(set(stores)) != len(stores):
+            raise invalid("resources: the same memory store is attached more than once")
+        title = None if body.get("title") is None else params.text(body["title"], "title", max_chars=512)
+        meta = {} if body.get("metadata") is None else params.metadata(body["metadata"], patch=False)
+        token = "memfs_sess_" + secrets.token_urlsafe(32)
+        session = await self.call(
+            self.storage.create_session, specs, token_hash=hash_token(token), title=title, metadata=meta
+        )
+        secret = base64.urlsafe_b64encode(json.dumps({"sessions_token": token}).encode()).decode()
+        return _json({**wire.session(session), "work_secret": secret})
+
+    @staticmethod
+    def _resource_spec(i: int, res: object) -> ResourceSpec:
+        where = f"resources[{i}]"
+        if not isinstance(res, dict):
+            raise invalid(f"{where}: must be an object")
+        unknown = sorted(set(res) - {"type", "memory_store_id", "access", "instructions"})
+        if unknown:
+            raise invalid(f"{where}: unknown field {unknown[0]!r}")
+        if res.get("type") != "memory_store":
+            raise invalid(f"{where}.type: only 'memory_store' resources are supported")
+        store_id = params.text(
+            res.get("memory_store_id"), f"{where}.memory_store_id", min_chars=1, max_chars=128
+        )
+        access = res.get("access") or "read_write"
+        if access not in ("read_write", "read_only"):
+            raise invalid(f"{where}.access: must be read_write or read_only")
+        instr = res.get("instructions")
+        if instr is not None:
+            instr = params.text(instr, f"{where}.instructions", max_chars=4096)
+        return ResourceSpec(store_id, access, instr)
+
+    def _own_session(self, p: Principal, session_id: str) -> None:
+        if not p.is_admin and p.session.id != session_id:
+            raise not_found(f"session {session_id} not found")
+
+    async def get_session(self, request: Request) -> Response:
+        sid = request.path_params["session_id"]
+        self._own_session(await self.principal(request, sessions_api=True), sid)
+        return _json(wire.session(await self.call(self.storage.get_session, sid)))
+
+    async def archive_session(self, request: Request) -> Response:
+        sid = request.path_params["session_id"]
+        self._own_session(await self.principal(request, sessions_api=True), sid)
+        return _json(wire.session(await self.call(self.storage.archive_session, sid)))
+
+    # --- metrics -------------------------------------------------------------------------------
+
+    async def get_metrics(self, request: Request) -> Response:
+        return Response(self.metrics.render(), media_type=CONTENT_TYPE)
+
+    def routes(self) -> list[Route]:
+        s = "/v1/memory_stores/{store_id}"
+        m = s + "/memories/{memory_id}"
+        v = s + "/memory_versions/{version_id}"
+        table = [
+            ("/v1/memory_stores", "POST", self.create_store),
+            ("/v1/memory_stores", "GET", self.list_stores),
+            ("/v1/memory_store_counters", "GET", self.get_counters),
+            (s, "GET", self.get_store),
+            (s, "POST", self.update_store),
+            (s, "DELETE", self.delete_store),
+            (s + "/archive", "POST", self.archive_store),
+            (s + "/counter", "GET", self.get_counter),
+            (s + "/changes", "GET", self.get_changes),
+            (s + "/snapshot", "GET", self.get_snapshot),
+            (s + "/memories", "POST", self.create_memory),
+            (s + "/memories", "GET", self.list_memories),
+            (m, "GET", self.get_memory),
+            (m, "POST", self.update_memory),
+            (m, "DELETE", self.delete_memory),
+            (s + "/memory_versions", "GET", self.list_versions),
+            (v, "GET", self.get_version),
+            (v + "/redact", "POST", self.redact_version),
+            ("/v1/sessions", "POST", self.create_session),
+            ("/v1/sessions/{session_id}", "GET", self.get_session),
+            ("/v1/sessions/{session_id}/archive", "POST", self.archive_session),
+            ("/metrics", "GET", self.get_metrics),
+        ]
+        return [Route(path, fn, methods=[method]) for path, method, fn in table]
+
+
+def _request_id(request: Request) -> str:
+    return request.scope.get("state", {}).get("request_id", "")
+
+
+def _error_response(err: ApiError, request_id: str) -> JSONResponse:
+    # The official client retries 409s by default; ours are answers about state, not lock
+    # timeouts, so tell it (and any client honouring the header) not to retry 4xx errors.
+    headers = {"x-should-retry": "false"} if 400 <= err.status < 500 and err.status != 429 else None
+    return _json(envelope(err, request_id), status=err.status, headers=headers)
+
+
+async def _on_api_error(request: Request, exc: Exception) -> Response:
+    err = exc if isinstance(exc, ApiError) else from_storage(exc)  # type: ignore[arg-type]
+    return _error_response(err, _request_id(request))
+
+
+async def _on_http_exception(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, HTTPException)
+    if exc.status_code == 404:
+        err = not_found(f"no such endpoint: {request.method} {request.url.path}")
+    elif exc.status_code == 405:
+        err = ApiError(
+            405, "invalid_request_error", f"method {request.method} is not allowed on {request.url.path}"
+        )
+    else:
+        err = ApiError(exc.status_code, "invalid_request_error", str(exc.detail))
+    return _error_response(err, _request_id(request))
+
+
+async def _on_unexpected(request: Request, exc: Exception) -> Response:
+    return _error_response(ApiError(500, "api_error", "internal server error"), _request_id(request))
+
+
+class _RequestFrame:
+    """Outermost layer: request id on every response, one access-log line, metrics, last-resort 500."""
+
+    def __init__(self, app, metrics: Metrics):
+        self.app = app
+        self.metrics = metrics
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        request_id = "req_" + secrets.token_hex(12)
+        scope.setdefault("state", {})["request_id"] = request_id
+        started = time.perf_counter()
+        status: list[int] = []
+
+        async def send_with_id(message) -> None:
+            if message["type"] == "http.response.start":
+                status.append(message["status"])
+                headers = [*message.get("headers", []), (b"request-id", request_id.encode())]
+                message = {**message, "headers": headers}
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_with_id)
+        except Exception:
+            # Starlette already answered with the envelope (handler for Exception) and re-raised.
+            log.exception("unhandled error in %s %s", scope["method"], scope["path"])
+            if not status:
+                resp = _error_response(ApiError(500, "api_error", "internal server error"), request_id)
+                await resp(scope, receive, send_with_id)
+        finally:
+            seconds = time.perf_counter() - started
+            route = getattr(scope.get("route"), "path", "unmatched")
+            code = status[0] if status else 500
+            self.metrics.observe(scope["method"], route, code, seconds)
+            # Path only: no query string (it can hold path prefixes), never headers (credentials).
+            access_log.info("%s %s %d %.1fms", scope["method"], scope["path"], code, seconds * 1000)
+
+
+def create_app(
+    storage: Storage,
+    admin_key: str,
+    max_memories: int = DEFAULT_MAX_MEMORIES,
+    *,
+    metrics: Metrics | None = None,
+):
+    """The ASGI app serving `storage`. `admin_key` can do everything; sessions get scoped tokens."""
+    metrics = metrics or Metrics()
+    service = _Service(storage, admin_key, max_memories, metrics)
+    app = Starlette(
+        routes=service.routes(),
+        exception_handlers={
+            ApiError: _on_api_error,
+            StorageError: _on_api_error,
+            HTTPException: _on_http_exception,
+            Exception: _on_unexpected,
+        },
+    )
+    return _RequestFrame(app, metrics)

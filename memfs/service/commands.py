@@ -1,0 +1,169 @@
+"""The service's commands: `memfs serve`, and the admin helpers `memfs store …`, `memfs session …`.
+
+The helpers talk HTTP to a running service with the admin key, like any other client would.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+from memfs.limits import DEFAULT_MAX_MEMORIES, MAX_STORES_PER_SESSION
+
+DEFAULT_BASE_URL = "http://127.0.0.1:8470"
+_MEMORY_BETA = "agent-memory-2026-07-22"
+_SESSIONS_BETA = "managed-agents-2026-04-01"
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("serve", help="run the reference store service")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=8470, help="TCP port (0 picks a free one)")
+    p.add_argument("--db", default="./memfs-data/store.db", help="SQLite database file (created if missing)")
+    p.add_argument("--admin-key", help="admin key (default: $MEMFS_ADMIN_KEY, else generated and printed)")
+    p.add_argument("--max-memories", type=int, default=DEFAULT_MAX_MEMORIES, help="memories per store")
+    p.set_defaults(func=_serve)
+
+    store = sub.add_parser("store", help="manage memory stores (admin, over HTTP)")
+    store_sub = store.add_subparsers(dest="store_command", required=True, metavar="COMMAND")
+    c = store_sub.add_parser("create", help="create a memory store")
+    c.add_argument("name")
+    c.add_argument("--description", default=None)
+    _client_args(c)
+    c.set_defaults(func=_store_create)
+    ls = store_sub.add_parser("list", help="list memory stores")
+    ls.add_argument("--include-archived", action="store_true")
+    _client_args(ls)
+    ls.set_defaults(func=_store_list)
+
+    session = sub.add_parser("session", help="manage sessions (admin, over HTTP)")
+    session_sub = session.add_subparsers(dest="session_command", required=True, metavar="COMMAND")
+    sc = session_sub.add_parser("create", help="create a session attaching memory stores")
+    sc.add_argument(
+        "--store",
+        action="append",
+        default=[],
+        metavar="ID[:read_only]",
+        help=f"attach a store (repeat, up to {MAX_STORES_PER_SESSION}); ':read_only' or ':read_write' sets access",
+    )
+    _client_args(sc)
+    sc.set_defaults(func=_session_create)
+
+
+def _client_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--base-url",
+        default=None,
+        help=f"service URL (default: $ANTHROPIC_BASE_URL, else {DEFAULT_BASE_URL})",
+    )
+    p.add_argument("--admin-key", default=None, help="admin key (default: $MEMFS_ADMIN_KEY)")
+    p.add_argument("--json", action="store_true", help="print the JSON response")
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from memfs.service.server import run  # imports hypercorn/trio only for this command
+
+    if args.max_memories < 1:
+        print("memfs serve: --max-memories must be at least 1", file=sys.stderr)
+        return 2
+    return run(args.host, args.port, args.db, args.admin_key, args.max_memories)
+
+
+class _Failed(Exception):
+    pass
+
+
+def _request(args: argparse.Namespace, method: str, path: str, beta: str, body: dict | None = None) -> dict:
+    import httpx
+
+    base = (args.base_url or os.environ.get("ANTHROPIC_BASE_URL") or DEFAULT_BASE_URL).rstrip("/")
+    key = args.admin_key or os.environ.get("MEMFS_ADMIN_KEY")
+    if not key:
+        raise _Failed("no admin key: pass --admin-key or set MEMFS_ADMIN_KEY")
+    headers = {"x-api-key": key, "anthropic-beta": beta}
+    try:
+        resp = httpx.request(method, base + path, json=body, headers=headers, timeout=30.0)
+    except httpx.HTTPError as e:
+        raise _Failed(f"cannot reach the memfs service at {base}: {e}") from None
+    try:
+        data = resp.json()
+    except ValueError:
+        data = None
+    if resp.status_code >= 400:
+        msg = (data or {}).get("error", {}).get("message") if isinstance(data, dict) else None
+        raise _Failed(f"{method} {path} failed: HTTP {resp.status_code}: {msg or resp.text.strip()[:200]}")
+    if not isinstance(data, dict):
+        raise _Failed(f"{method} {path}: the service answered something that is not a JSON object")
+    return data
+
+
+def _run(fn) -> int:
+    try:
+        return fn()
+    except _Failed as e:
+        print(f"memfs: {e}", file=sys.stderr)
+        return 1
+
+
+def _store_create(args: argparse.Namespace) -> int:
+    def go() -> int:
+        body: dict = {"name": args.name}
+        if args.description is not None:
+            body["description"] = args.description
+        store = _request(args, "POST", "/v1/memory_stores", _MEMORY_BETA, body)
+        print(json.dumps(store, indent=2) if args.json else store["id"])
+        return 0
+
+    return _run(go)
+
+
+def _store_list(args: argparse.Namespace) -> int:
+    def go() -> int:
+        stores: list[dict] = []
+        page = None
+        while True:
+            q = "?limit=100" + ("&include_archived=true" if args.include_archived else "")
+            if page:
+                q += f"&page={page}"
+            data = _request(args, "GET", "/v1/memory_stores" + q, _MEMORY_BETA)
+            stores += data.get("data", [])
+            page = data.get("next_page")
+            if not page:
+                break
+        if args.json:
+            print(json.dumps(stores, indent=2))
+        else:
+            for s in stores:
+                flag = "  (archived)" if s.get("archived_at") else ""
+                print(f"{s['id']}  {s['name']}{flag}")
+        return 0
+
+    return _run(go)
+
+
+def _parse_store_arg(value: str) -> dict:
+    store_id, _, access = value.partition(":")
+    access = access or "read_write"
+    if not store_id or access not in ("read_write", "read_only"):
+        raise _Failed(f"--store {value!r}: expected ID, ID:read_only or ID:read_write")
+    return {"type": "memory_store", "memory_store_id": store_id, "access": access}
+
+
+def _session_create(args: argparse.Namespace) -> int:
+    def go() -> int:
+        if len(args.store) > MAX_STORES_PER_SESSION:
+            raise _Failed(f"at most {MAX_STORES_PER_SESSION} --store options")
+        resources = [_parse_store_arg(v) for v in args.store]
+        session = _request(args, "POST", "/v1/sessions", _SESSIONS_BETA, {"resources": resources})
+        if args.json:
+            print(json.dumps(session, indent=2))
+        else:
+            print(f"session_id: {session['id']}")
+            print(f"work_secret: {session['work_secret']}")
+            for r in session.get("resources", []):
+                print(f"  {r['mount_path']}  {r['memory_store_id']}  {r['access']}")
+        return 0
+
+    return _run(go)

@@ -1,0 +1,56 @@
+"""API errors and the error envelope (SPEC §2.1)."""
+
+from __future__ import annotations
+
+from memfs.service import storage as st
+
+
+class ApiError(Exception):
+    """An error answered to the client: HTTP status, error type, message, extra `error` fields."""
+
+    def __init__(self, status: int, type_: str, message: str, **extra: object):
+        super().__init__(message)
+        self.status = status
+        self.type = type_
+        self.message = message
+        self.extra = extra
+
+
+def invalid(message: str) -> ApiError:
+    return ApiError(400, "invalid_request_error", message)
+
+
+def not_found(message: str) -> ApiError:
+    return ApiError(404, "not_found_error", message)
+
+
+def permission(message: str) -> ApiError:
+    return ApiError(403, "permission_error", message)
+
+
+def from_storage(exc: st.StorageError) -> ApiError:
+    if isinstance(exc, st.NotFound):
+        return not_found(str(exc))
+    if isinstance(exc, st.Invalid):
+        return invalid(str(exc))
+    if isinstance(exc, st.PathConflict):
+        return ApiError(
+            409,
+            "memory_path_conflict_error",
+            str(exc),
+            conflicting_memory_id=exc.conflicting_memory_id,
+            conflicting_path=exc.conflicting_path,
+        )
+    if isinstance(exc, st.PreconditionFailed):
+        return ApiError(409, "memory_precondition_failed_error", str(exc))
+    if isinstance(exc, st.Conflict):
+        return ApiError(409, "conflict_error", str(exc))
+    return ApiError(500, "api_error", "internal error")
+
+
+def envelope(err: ApiError, request_id: str) -> dict:
+    return {
+        "type": "error",
+        "error": {"type": err.type, "message": err.message, **err.extra},
+        "request_id": request_id,
+    }
