@@ -1,0 +1,155 @@
+"""`memfs serve` as a process (start line, keys, signals, restart, schema, logs, metrics) and the admin CLI."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import re
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+
+import httpx
+
+MEMORY = {"anthropic-beta": "agent-memory-2026-07-22"}
+
+
+def memfs(*args: str, env: dict | None = None, timeout: float = 30) -> subprocess.CompletedProcess:
+    full_env = {k: v for k, v in os.environ.items() if k not in ("MEMFS_ADMIN_KEY", "ANTHROPIC_BASE_URL")}
+    full_env.update(env or {})
+    return subprocess.run(
+        [sys.executable, "-m", "memfs", *args], capture_output=True, text=True, env=full_env, timeout=timeout
+    )
+
+
+def test_sigterm_restart_schema_and_request_log(service):
+    store = service.create_store("persist")["id"]
+    session = service.create_session([(store, "read_write")])
+    token = json.loads(base64.urlsafe_b64decode(session["work_secret"]))["sessions_token"]
+    with httpx.Client(base_url=service.base_url, headers={"x-api-key": token, **MEMORY}) as agent:
+        assert (
+            agent.post(f"/v1/memory_stores/{store}/memories", json={"path": "/x", "content": "y"}).status_code
+            == 200
+        )
+    assert service.stop() == 0  # SIGTERM: clean exit
+    log = service.stderr()
+    assert re.search(r"POST /v1/memory_stores/\S+/memories 200 [\d.]+ms", log)
+    assert service.admin_key not in log and token not in log  # never a credential in the log
+    service.start()
+    with service.admin_client() as c:
+        assert c.get(f"/v1/memory_stores/{store}/counter").json()["counter"] == 1
+    with sqlite3.connect(service.db_path) as db:
+        assert db.execute("PRAGMA user_version").fetchone()[0] == 1
+        assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+        assert db.execute("SELECT key, value FROM store_kv WHERE store_id = ?", (store,)).fetchall() == [
+            ("counter", 1)
+        ]
+        # tokens are stored hashed
+        hashes = [r[0] for r in db.execute("SELECT token_hash FROM sessions")]
+        assert token not in hashes and len(hashes[0]) == 64
+
+
+def test_generated_and_env_admin_keys(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "MEMFS_ADMIN_KEY"}
+    for mode in ("generated", "env"):
+        err_path = tmp_path / f"{mode}.stderr"
+        out_path = tmp_path / f"{mode}.stdout"
+        run_env = {**env, **({"MEMFS_ADMIN_KEY": "from-env-key"} if mode == "env" else {})}
+        cmd = [
+            sys.executable,
+            "-m",
+            "memfs",
+            "serve",
+            "--port",
+            "0",
+            "--db",
+            str(tmp_path / mode / "nested" / "s.db"),
+        ]
+        with open(out_path, "w") as out, open(err_path, "w") as err:
+            proc = subprocess.Popen(cmd, stdout=out, stderr=err, env=run_env, cwd=tmp_path)
+        try:
+            deadline = time.monotonic() + 20
+            while "listening on" not in out_path.read_text() and time.monotonic() < deadline:
+                assert proc.poll() is None, err_path.read_text()
+                time.sleep(0.05)
+            url = re.search(r"listening on (http://\S+)", out_path.read_text()).group(1)
+            generated = re.findall(r"generated admin key.*: (\S+)", err_path.read_text())
+            if mode == "generated":
+                assert len(generated) == 1
+                key = generated[0]
+            else:
+                assert generated == []
+                key = "from-env-key"
+            with httpx.Client(base_url=url, headers=MEMORY) as c:
+                assert c.get("/v1/memory_stores", headers={"x-api-key": key}).status_code == 200
+                assert c.get("/v1/memory_stores", headers={"x-api-key": key + "x"}).status_code == 401
+        finally:
+            proc.send_signal(signal.SIGINT)
+            assert proc.wait(10) == 0
+        assert (tmp_path / mode / "nested" / "s.db").exists()
+
+
+def test_metrics(service):
+    store = service.create_store("m")["id"]
+    with service.admin_client() as c:
+        c.get(f"/v1/memory_stores/{store}/counter")
+        c.get("/v1/memory_store_counters", params={"ids": store})
+        c.get("/v1/memory_stores/memstore_nope")
+        r = httpx.get(service.base_url + "/metrics")  # no credentials needed
+    assert r.status_code == 200 and r.headers["content-type"].startswith("text/plain")
+    text = r.text
+    assert 'memfs_http_requests_total{method="POST",route="/v1/memory_stores",status="200"} 1' in text
+    assert (
+        'memfs_http_requests_total{method="GET",route="/v1/memory_stores/{store_id}",status="404"} 1' in text
+    )
+    assert re.search(
+        r'memfs_http_request_duration_seconds_count\{method="GET",route="/v1/memory_stores/\{store_id\}/counter"\} 1',
+        text,
+    )
+    assert "memfs_counter_reads_total 2" in text
+    assert "# TYPE memfs_http_requests_total counter" in text
+
+
+def test_admin_cli(service):
+    env = {"MEMFS_ADMIN_KEY": service.admin_key, "ANTHROPIC_BASE_URL": service.base_url}
+    r = memfs("store", "create", "Team Notes", "--description", "shared", "--json", env=env)
+    assert r.returncode == 0, r.stderr
+    store = json.loads(r.stdout)
+    assert (store["name"], store["description"]) == ("Team Notes", "shared")
+    r = memfs("store", "create", "Other", "--base-url", service.base_url, "--admin-key", service.admin_key)
+    assert r.returncode == 0 and r.stdout.strip().startswith("memstore_")
+    other = r.stdout.strip()
+
+    r = memfs("store", "list", "--json", env=env)
+    assert r.returncode == 0 and {s["id"] for s in json.loads(r.stdout)} == {store["id"], other}
+    r = memfs("store", "list", env=env)
+    assert store["id"] in r.stdout and "Team Notes" in r.stdout
+
+    r = memfs("session", "create", "--store", store["id"], "--store", f"{other}:read_only", "--json", env=env)
+    assert r.returncode == 0, r.stderr
+    session = json.loads(r.stdout)
+    assert [x["access"] for x in session["resources"]] == ["read_write", "read_only"]
+    token = json.loads(base64.urlsafe_b64decode(session["work_secret"]))["sessions_token"]
+    with httpx.Client(base_url=service.base_url, headers={"x-api-key": token, **MEMORY}) as agent:
+        assert (
+            agent.post(f"/v1/memory_stores/{other}/memories", json={"path": "/x", "content": "y"}).status_code
+            == 403
+        )
+    r = memfs("session", "create", "--store", store["id"], env=env)
+    assert r.returncode == 0
+    assert re.search(r"session_id: sesn_\w+", r.stdout) and re.search(r"work_secret: \S+", r.stdout)
+
+    # clear one-line failures, non-zero exit
+    r = memfs("session", "create", "--store", f"{store['id']}:admin", env=env)
+    assert r.returncode != 0 and "read_only" in r.stderr
+    r = memfs("session", "create", "--store", "memstore_nope", env=env)
+    assert r.returncode != 0 and "404" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    r = memfs("store", "list", env={"MEMFS_ADMIN_KEY": "wrong", "ANTHROPIC_BASE_URL": service.base_url})
+    assert r.returncode != 0 and "401" in r.stderr
+    r = memfs("store", "list", env={"ANTHROPIC_BASE_URL": service.base_url})
+    assert r.returncode != 0 and "admin key" in r.stderr
+    r = memfs("store", "list", "--base-url", "http://127.0.0.1:1", "--admin-key", "k")
+    assert r.returncode != 0 and "cannot reach" in r.stderr and len(r.stderr.strip().splitlines()) == 1

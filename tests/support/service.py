@@ -1,0 +1,126 @@
+"""A real `memfs serve` subprocess for tests: free loopback port, temp db, known admin key."""
+
+from __future__ import annotations
+
+import atexit
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+MEMORY_BETA = "agent-memory-2026-07-22"
+SESSIONS_BETA = "managed-agents-2026-04-01"
+_LISTENING = re.compile(r"listening on (http://\S+)")
+_live: set[ServiceProcess] = set()
+
+
+@atexit.register
+def _kill_leftovers() -> None:  # a crashed test run must not leave servers behind
+    for svc in list(_live):
+        svc.kill()
+
+
+class ServiceProcess:
+    def __init__(
+        self,
+        workdir: Path,
+        *,
+        admin_key: str = "test-admin-key-0123456789",
+        db_path: Path | None = None,
+        max_memories: int | None = None,
+        port: int = 0,
+        start: bool = True,
+    ):
+        self.workdir = Path(workdir)
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.admin_key = admin_key
+        self.db_path = Path(db_path) if db_path else self.workdir / "data" / "store.db"
+        self.max_memories = max_memories
+        self.port = port
+        self.base_url = ""
+        self.proc: subprocess.Popen | None = None
+        self._starts = 0
+        self.stderr_path = self.workdir / "serve.stderr"
+        if start:
+            self.start()
+
+    def start(self, timeout: float = 20.0) -> None:
+        self._starts += 1
+        out_path = self.workdir / f"serve-{self._starts}.stdout"
+        self.stderr_path = self.workdir / f"serve-{self._starts}.stderr"
+        cmd = [sys.executable, "-m", "memfs", "serve", "--host", "127.0.0.1", "--port", str(self.port)]
+        cmd += ["--db", str(self.db_path), "--admin-key", self.admin_key]
+        if self.max_memories is not None:
+            cmd += ["--max-memories", str(self.max_memories)]
+        env = {k: v for k, v in os.environ.items() if k != "MEMFS_ADMIN_KEY"}
+        with open(out_path, "wb") as out, open(self.stderr_path, "wb") as err:
+            self.proc = subprocess.Popen(cmd, stdout=out, stderr=err, cwd=self.workdir, env=env)
+        _live.add(self)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            m = _LISTENING.search(out_path.read_text(errors="replace"))
+            if m:
+                self.base_url = m.group(1)
+                self.port = int(self.base_url.rsplit(":", 1)[1])  # restarts reuse the port
+                return
+            if self.proc.poll() is not None:
+                break
+            time.sleep(0.05)
+        self.kill()
+        raise RuntimeError(f"memfs serve did not start (exit {self.proc.returncode}):\n{self.stderr()}")
+
+    def stderr(self) -> str:
+        return self.stderr_path.read_text(errors="replace") if self.stderr_path.exists() else ""
+
+    @property
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def stop(self, timeout: float = 10.0) -> int | None:
+        """SIGTERM and wait (SIGKILL if it hangs). Returns the exit status."""
+        if self.proc is None:
+            return None
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        _live.discard(self)
+        return self.proc.returncode
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait()
+        _live.discard(self)
+
+    def restart(self) -> None:
+        self.stop()
+        self.start()
+
+    # --- admin helpers ---------------------------------------------------------------------------
+
+    def admin_client(self, beta: str = MEMORY_BETA) -> httpx.Client:
+        return httpx.Client(
+            base_url=self.base_url, headers={"x-api-key": self.admin_key, "anthropic-beta": beta}, timeout=30
+        )
+
+    def create_store(self, name: str, **fields) -> dict:
+        with self.admin_client() as c:
+            r = c.post("/v1/memory_stores", json={"name": name, **fields})
+        assert r.status_code == 200, r.text
+        return r.json()
+
+    def create_session(self, stores: list[tuple[str, str]]) -> dict:
+        resources = [{"type": "memory_store", "memory_store_id": s, "access": a} for s, a in stores]
+        with self.admin_client(SESSIONS_BETA) as c:
+            r = c.post("/v1/sessions", json={"resources": resources})
+        assert r.status_code == 200, r.text
+        return r.json()
