@@ -1,0 +1,1203 @@
+"""Kernel-free filesystem core (DESIGN.md "Filesystem core").
+
+Every FUSE operation is a method taking and returning plain Python values and raising
+`FsError(errno)`; `fuse_ops.py` only converts types. No pyfuse3 here, so every semantic can be
+tested without a kernel.
+
+Model: every node (root, store dirs, directories, files, the two reserved files) has an inode
+number that never changes while the mount lives and is never reused. Directories keep their
+children in insertion order with a per-directory sequence number that serves as the readdir
+cursor. A file's committed content is a blob (by sha) in the State; while a handle has written and
+not flushed, the inode holds a bytearray buffer that every reader sees. `flush`/`fsync` stage
+(blob, then the `files` row in one commit). Namespace changes stage at once. Read paths never
+touch SQLite: the view lives in memory, content comes from the State's LRU or the blob file.
+"""
+
+from __future__ import annotations
+
+import bisect
+import errno
+import logging
+import os
+import stat
+import time
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+import trio
+
+from memfs.limits import (
+    DEFAULT_MAX_BYTES,
+    DEFAULT_MAX_FILES,
+    MARKER_NAME,
+    MAX_COMPONENT_BYTES,
+    MAX_CONTENT_BYTES,
+    MAX_PATH_BYTES,
+    MAX_SEGMENTS,
+    NOTICES_KEPT,
+    NOTICES_NAME,
+    RESERVED_NAMES,
+    PathError,
+    check_component_bytes,
+    check_memory_path,
+)
+from memfs.mount.state import EMPTY_SHA, FLAG_BAD_UTF8, State
+
+log = logging.getLogger("memfs.mount.core")
+
+ROOT_INO = 1
+RENAME_NOREPLACE = 1  # linux/fs.h values (what pyfuse3 passes through)
+RENAME_EXCHANGE = 2
+BLOCK_SIZE = 4096
+
+_ROOT, _STORE, _DIR, _FILE, _MARKER, _NOTICES = range(6)
+_DIR_KINDS = (_ROOT, _STORE, _DIR)
+_VIRTUAL = (_MARKER, _NOTICES)
+
+
+class FsError(OSError):
+    """An operation fails with this errno (the adapter turns it into FUSEError)."""
+
+    def __init__(self, err: int, message: str = ""):
+        super().__init__(err, message or os.strerror(err))
+
+
+@dataclass(frozen=True, slots=True)
+class StoreInfo:
+    store_id: str
+    name: str
+    slug: str
+    access: str  # "read_write" | "read_only"
+
+    @property
+    def read_only(self) -> bool:
+        return self.access == "read_only"
+
+
+@dataclass(slots=True)
+class Attr:
+    ino: int
+    mode: int
+    nlink: int
+    size: int
+    uid: int
+    gid: int
+    atime_ns: int
+    mtime_ns: int
+    ctime_ns: int
+
+    @property
+    def blocks(self) -> int:
+        return (self.size + 511) // 512
+
+
+@dataclass(frozen=True, slots=True)
+class DirEntry:
+    name: bytes
+    attr: Attr
+    cursor: int  # pass back as `start` to continue after this entry
+    is_dot: bool  # "." / "..": the kernel's lookup count must not be bumped for these
+
+
+@dataclass(frozen=True, slots=True)
+class OpenReply:
+    fh: int
+    keep_cache: bool
+    direct_io: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class LocalFile:
+    path: str
+    memory_id: str | None
+    sha: str
+    size: int
+    bad_utf8: bool
+
+
+@dataclass(frozen=True, slots=True)
+class StatFs:
+    bsize: int
+    blocks: int
+    bfree: int
+    files: int
+    ffree: int
+    namemax: int
+
+
+class _Node:
+    __slots__ = (
+        "ino", "kind", "store", "parent", "name", "path", "seq", "children", "next_seq", "linked",
+        "lookups", "open_count", "memory_id", "sha", "size", "buf", "bad_utf8", "bad_noticed",
+        "mode", "mtime_ns", "ctime_ns", "atime_ns",
+    )  # fmt: skip
+
+    def __init__(self, ino: int, kind: int, store: _Store | None, mode: int, now: int):
+        self.ino = ino
+        self.kind = kind
+        self.store = store
+        self.parent: _Node | None = None
+        self.name = ""
+        self.path = ""  # memory path ("/a/b"); "" for a store root and the mount root
+        self.seq = 0
+        self.children: dict[str, _Node] | None = {} if kind in _DIR_KINDS else None
+        self.next_seq = 3  # 1 and 2 are "." and ".."
+        self.linked = False
+        self.lookups = 0
+        self.open_count = 0
+        self.memory_id: str | None = None
+        self.sha = EMPTY_SHA
+        self.size = 0
+        self.buf: bytearray | None = None  # unflushed content (dirty) or data of an unlinked open file
+        self.bad_utf8 = False
+        self.bad_noticed: str | None = None
+        self.mode = mode
+        self.mtime_ns = self.ctime_ns = self.atime_ns = now
+
+
+class _Store:
+    __slots__ = (
+        "info",
+        "root",
+        "paths",
+        "files",
+        "bytes",
+        "notices",
+        "notices_blob",
+        "marker",
+        "notices_node",
+    )
+
+    def __init__(self, info: StoreInfo):
+        self.info = info
+        self.root: _Node = None  # type: ignore[assignment]
+        self.paths: dict[str, _Node] = {}  # memory path -> linked file/dir node
+        self.files = 0
+        self.bytes = 0
+        self.notices: deque[str] = deque(maxlen=NOTICES_KEPT)
+        self.notices_blob = b""
+        self.marker = f"version 1\n{info.store_id}".encode()
+        self.notices_node: _Node = None  # type: ignore[assignment]
+
+
+class _Handle:
+    __slots__ = ("fh", "node", "writable", "wrote")
+
+    def __init__(self, fh: int, node: _Node, writable: bool):
+        self.fh, self.node, self.writable, self.wrote = fh, node, writable, False
+
+
+class _DirHandle:
+    __slots__ = ("fh", "node", "snapshot", "seqs")
+
+    def __init__(self, fh: int, node: _Node):
+        self.fh, self.node = fh, node
+        self.snapshot: list[tuple[int, str, _Node]] = []
+        self.seqs: list[int] = []
+
+
+def _utf8_ok(data: bytes | bytearray) -> bool:
+    try:
+        bytes(data).decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+def rfc3339_now() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+class Filesystem:
+    """The mount's view of its stores. See the module docstring and DESIGN.md."""
+
+    def __init__(
+        self,
+        state: State,
+        stores: Iterable[StoreInfo],
+        *,
+        max_files: int = DEFAULT_MAX_FILES,
+        max_bytes: int = DEFAULT_MAX_BYTES,
+        uid: int | None = None,
+        gid: int | None = None,
+        now: Callable[[], int] = time.time_ns,
+    ):
+        self.state = state
+        self.max_files = max_files
+        self.max_bytes = max_bytes
+        self.uid = os.getuid() if uid is None else uid
+        self.gid = os.getgid() if gid is None else gid
+        self.now = now
+        self.frozen = False
+        # Kernel invalidations requested by the sync-facing API; fuse_ops drains them outside
+        # handlers. Items: ("entry", parent_ino, name_bytes) | ("inode", ino, attr_only).
+        self.invalidations: deque[tuple] = deque()
+        self.on_invalidate: Callable[[], None] | None = None  # set by the adapter while mounted
+        self._inval_pushed = 0
+        self._inval_done = 0
+        self._inval_event: trio.Event | None = None
+        self._nodes: dict[int, _Node] = {}
+        self._next_ino = ROOT_INO
+        self._handles: dict[int, _Handle] = {}
+        self._dir_handles: dict[int, _DirHandle] = {}
+        self._next_fh = 1
+        self._stores: dict[str, _Store] = {}
+        self.state.put_blob(b"")  # every new file starts as the empty blob
+        t = self.now()
+        self.root = self._new_node(_ROOT, None, 0o555, t)
+        self.root.linked = True
+        for info in stores:
+            self._load_store(info, t)
+
+    # ---- construction ----------------------------------------------------------------------
+
+    def _new_node(self, kind: int, store: _Store | None, mode: int, now: int) -> _Node:
+        ino = self._next_ino
+        self._next_ino += 1
+        node = _Node(ino, kind, store, mode, now)
+        self._nodes[ino] = node
+        return node
+
+    def _load_store(self, info: StoreInfo, t: int) -> None:
+        if info.store_id in self._stores:
+            raise ValueError(f"store {info.store_id} given twice")
+        if info.slug in self.root.children:  # type: ignore[operator]
+            raise ValueError(f"two stores share the directory name {info.slug!r}")
+        check_component_bytes(info.slug.encode())
+        st = _Store(info)
+        self._stores[info.store_id] = st
+        st.root = self._new_node(_STORE, st, 0o755, t)
+        self._attach(self.root, st.root, info.slug)
+        st.paths[""] = st.root
+        marker = self._new_node(_MARKER, st, 0o444, t)
+        self._attach(st.root, marker, MARKER_NAME)
+        st.notices.extend(self.state.notices(info.store_id))
+        st.notices_blob = self._render_notices(st)
+        st.notices_node = self._new_node(_NOTICES, st, 0o444, t)
+        self._attach(st.root, st.notices_node, NOTICES_NAME)
+        sid = info.store_id
+        for row in self.state.load_dirs(sid).values():
+            try:
+                d = self._ensure_dirs(st, row.path, t)
+            except FsError:
+                log.warning("store %s: directory %s clashes with a file; not shown", sid, row.path)
+                continue
+            d.mtime_ns, d.mode = row.mtime_ns, row.mode & 0o7777
+        for row in self.state.load_files(sid).values():
+            parent_path, _, name = row.path.rpartition("/")
+            if parent_path == "" and name in RESERVED_NAMES:
+                log.warning("store %s: a file at reserved path %s is not shown", sid, row.path)
+                continue
+            try:
+                parent = self._ensure_dirs(st, parent_path, t)
+            except FsError:
+                log.warning("store %s: file %s clashes with a file on its path; not shown", sid, row.path)
+                continue
+            if name in parent.children:  # type: ignore[operator]
+                log.warning("store %s: file %s clashes with a directory; not shown", sid, row.path)
+                continue
+            node = self._new_node(_FILE, st, row.mode & 0o7777, row.mtime_ns)
+            node.memory_id, node.sha, node.size = row.memory_id, row.sha, row.size
+            node.bad_utf8 = bool(row.flags & FLAG_BAD_UTF8)
+            node.bad_noticed = row.sha if node.bad_utf8 else None
+            self._attach(parent, node, name)
+            st.files += 1
+            st.bytes += row.size
+
+    def _ensure_dirs(self, st: _Store, path: str, t: int, created: list[_Node] | None = None) -> _Node:
+        """The directory node at `path`, creating missing ones (in memory only)."""
+        node = st.paths.get(path)
+        if node is not None:
+            if node.kind == _FILE:
+                raise FsError(errno.ENOTDIR)
+            return node
+        parent_path, _, name = path.rpartition("/")
+        parent = self._ensure_dirs(st, parent_path, t, created)
+        if parent is st.root and name in RESERVED_NAMES:
+            raise FsError(errno.EPERM)
+        d = self._new_node(_DIR, st, 0o755, t)
+        self._attach(parent, d, name)
+        if created is not None:
+            created.append(d)
+        return d
+
+    # ---- tree helpers ----------------------------------------------------------------------
+
+    def _attach(self, parent: _Node, node: _Node, name: str) -> None:
+        node.parent, node.name, node.linked = parent, name, True
+        node.seq = parent.next_seq
+        parent.next_seq += 1
+        parent.children[name] = node  # type: ignore[index]
+        if node.kind in (_FILE, _DIR):
+            self._set_path(node, f"{parent.path}/{name}")
+
+    def _set_path(self, node: _Node, path: str) -> None:
+        st = node.store
+        if node.path and st.paths.get(node.path) is node:  # type: ignore[union-attr]
+            del st.paths[node.path]  # type: ignore[union-attr]
+        node.path = path
+        st.paths[path] = node  # type: ignore[union-attr]
+        if node.kind == _DIR:
+            for name, child in node.children.items():  # type: ignore[union-attr]
+                self._set_path(child, f"{path}/{name}")
+
+    def _detach(self, node: _Node) -> None:
+        """Take a node out of its directory (and a directory's subtree out of the path map)."""
+        parent = node.parent
+        if parent is not None and parent.children.get(node.name) is node:  # type: ignore[union-attr]
+            del parent.children[node.name]  # type: ignore[union-attr]
+        if node.kind in (_FILE, _DIR) and node.store.paths.get(node.path) is node:  # type: ignore[union-attr]
+            del node.store.paths[node.path]  # type: ignore[union-attr]
+
+    def _unlink_node(self, node: _Node) -> None:
+        """Remove a node from the view for good (file or directory subtree)."""
+        self._detach(node)
+        node.linked = False
+        st = node.store
+        if node.kind == _FILE:
+            st.files -= 1  # type: ignore[union-attr]
+            st.bytes -= self._cur_size(node)  # type: ignore[union-attr]
+            if node.open_count and node.buf is None:
+                # Open handles keep reading this data after the blob may be collected.
+                node.buf = bytearray(self._committed(node))
+        elif node.kind == _DIR:
+            for child in list(node.children.values()):  # type: ignore[union-attr]
+                self._unlink_node(child)
+        self._maybe_free(node)
+
+    def _maybe_free(self, node: _Node) -> None:
+        if not node.linked and node.lookups <= 0 and node.open_count <= 0:
+            self._nodes.pop(node.ino, None)
+            node.buf = None
+
+    def _node(self, ino: int) -> _Node:
+        node = self._nodes.get(ino)
+        if node is None:
+            raise FsError(errno.ENOENT)
+        return node
+
+    def _dir(self, ino: int) -> _Node:
+        node = self._node(ino)
+        if node.kind not in _DIR_KINDS:
+            raise FsError(errno.ENOTDIR)
+        return node
+
+    def _check_writable_dir(self, d: _Node) -> None:
+        """EROFS for the root, read_only stores and after stop_writes()."""
+        if self.frozen or d.kind == _ROOT or d.store.info.read_only:  # type: ignore[union-attr]
+            raise FsError(errno.EROFS)
+        if not d.linked:
+            raise FsError(errno.ENOENT)
+
+    def _check_writable_node(self, node: _Node) -> None:
+        if self.frozen or node.kind in (_ROOT, _STORE) or node.store.info.read_only:  # type: ignore[union-attr]
+            raise FsError(errno.EROFS)
+        if node.kind in _VIRTUAL:
+            raise FsError(errno.EPERM)
+
+    def _new_name(self, parent: _Node, raw: bytes, *, depth_below: int = 0, longest_below: int = 0) -> str:
+        """Validate a name for a new entry in `parent`; return it decoded.
+
+        `depth_below`/`longest_below`: for a directory being moved, how many segments and bytes its
+        deepest/longest descendant adds, so a move can't push a descendant past the path limits."""
+        try:
+            name = check_component_bytes(raw)
+        except PathError as e:
+            raise FsError(errno.ENAMETOOLONG if e.too_long else errno.EINVAL) from None
+        if parent.kind == _STORE and name in RESERVED_NAMES:
+            raise FsError(errno.EPERM)
+        path = f"{parent.path}/{name}"
+        # A path deeper than the store allows is "too long" too (see SEMANTICS.md).
+        if (
+            len(path.encode()) + longest_below > MAX_PATH_BYTES
+            or path.count("/") + depth_below > MAX_SEGMENTS
+        ):
+            raise FsError(errno.ENAMETOOLONG)
+        return name
+
+    @staticmethod
+    def _child(parent: _Node, raw: bytes) -> _Node:
+        try:
+            name = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            raise FsError(errno.ENOENT) from None
+        node = parent.children.get(name)  # type: ignore[union-attr]
+        if node is None:
+            raise FsError(errno.ENOENT)
+        return node
+
+    def _cur_size(self, node: _Node) -> int:
+        if node.kind == _FILE:
+            return len(node.buf) if node.buf is not None else node.size
+        if node.kind == _MARKER:
+            return len(node.store.marker)  # type: ignore[union-attr]
+        if node.kind == _NOTICES:
+            return len(node.store.notices_blob)  # type: ignore[union-attr]
+        return 0
+
+    def _committed(self, node: _Node) -> bytes:
+        try:
+            return self.state.get_blob(node.sha)
+        except FileNotFoundError:
+            log.error("blob %s of %s is missing from the state dir", node.sha, node.path)
+            raise FsError(errno.EIO) from None
+
+    def _content(self, node: _Node) -> bytes | bytearray:
+        if node.kind == _FILE:
+            return node.buf if node.buf is not None else self._committed(node)
+        if node.kind == _MARKER:
+            return node.store.marker  # type: ignore[union-attr]
+        if node.kind == _NOTICES:
+            return node.store.notices_blob  # type: ignore[union-attr]
+        raise FsError(errno.EISDIR)
+
+    def _attr(self, node: _Node) -> Attr:
+        kind = node.kind
+        ro = kind == _ROOT or (node.store is not None and node.store.info.read_only)
+        if kind in _DIR_KINDS:
+            mode = stat.S_IFDIR | (0o555 if ro else node.mode)
+            nlink = 2
+        else:
+            mode = stat.S_IFREG | (0o444 if ro or kind in _VIRTUAL else node.mode)
+            nlink = 1 if node.linked else 0
+        return Attr(
+            node.ino,
+            mode,
+            nlink,
+            self._cur_size(node),
+            self.uid,
+            self.gid,
+            node.atime_ns,
+            node.mtime_ns,
+            node.ctime_ns,
+        )
+
+    def _wake(self) -> None:
+        if self.on_invalidate is not None:
+            self.on_invalidate()
+
+    def _inval_entry(self, parent: _Node, name: str) -> None:
+        self.invalidations.append(("entry", parent.ino, name.encode()))
+        self._inval_pushed += 1
+
+    def _inval_inode(self, node: _Node) -> None:
+        # Open files get attributes only (FIELD-NOTES); mtime/size changes then drop their pages.
+        self.invalidations.append(("inode", node.ino, node.open_count > 0))
+        self._inval_pushed += 1
+
+    def invalidations_done(self, n: int) -> None:
+        """The adapter reports that `n` queued invalidations reached the kernel."""
+        self._inval_done += n
+        if self._inval_event is not None:
+            self._inval_event.set()
+            self._inval_event = None
+
+    async def wait_invalidated(self, timeout: float = 5.0) -> bool:
+        """Wait until every invalidation queued so far reached the kernel (call this before telling
+        anyone that remote changes are visible). True when done; immediately True when nothing is
+        mounted (no adapter drains the queue)."""
+        target = self._inval_pushed
+        with trio.move_on_after(timeout):
+            while self._inval_done < target and self.on_invalidate is not None:
+                if self._inval_event is None:
+                    self._inval_event = trio.Event()
+                await self._inval_event.wait()
+        return self._inval_done >= target or self.on_invalidate is None
+
+    # ---- lookup / attributes -----------------------------------------------------------------
+
+    def lookup(self, parent_ino: int, name: bytes) -> Attr:
+        """Counts one kernel lookup of the returned inode."""
+        parent = self._dir(parent_ino)
+        if name == b".":
+            node = parent
+        elif name == b"..":
+            node = parent.parent or parent
+        else:
+            if len(name) > MAX_COMPONENT_BYTES:
+                raise FsError(errno.ENAMETOOLONG)
+            node = self._child(parent, name)
+        node.lookups += 1
+        return self._attr(node)
+
+    def count_lookup(self, entry: DirEntry) -> None:
+        """The adapter calls this for every readdir entry the kernel accepted (readdirplus)."""
+        if not entry.is_dot:
+            node = self._nodes.get(entry.attr.ino)
+            if node is not None:
+                node.lookups += 1
+
+    def forget(self, items: Iterable[tuple[int, int]]) -> None:
+        for ino, n in items:
+            node = self._nodes.get(ino)
+            if node is None or node.kind == _ROOT:
+                continue
+            node.lookups = max(0, node.lookups - n)
+            self._maybe_free(node)
+
+    def lookup_count(self, ino: int) -> int:
+        node = self._nodes.get(ino)
+        return node.lookups if node else 0
+
+    def has_inode(self, ino: int) -> bool:
+        return ino in self._nodes
+
+    def getattr(self, ino: int) -> Attr:
+        return self._attr(self._node(ino))
+
+    def setattr(
+        self,
+        ino: int,
+        *,
+        size: int | None = None,
+        mode: int | None = None,
+        uid: int | None = None,
+        gid: int | None = None,
+        atime_ns: int | None = None,
+        mtime_ns: int | None = None,
+        fh: int | None = None,
+    ) -> Attr:
+        node = self._node(ino)
+        self._check_writable_node(node)
+        if (uid is not None and uid != self.uid) or (gid is not None and gid != self.gid):
+            raise FsError(errno.EPERM)
+        t = self.now()
+        if size is not None:
+            if node.kind != _FILE:
+                raise FsError(errno.EISDIR)
+            self._truncate(node, size, t)
+        if mode is not None:
+            node.mode = mode & 0o7777
+        if atime_ns is not None:
+            node.atime_ns = atime_ns
+        if mtime_ns is not None:
+            node.mtime_ns = mtime_ns
+        node.ctime_ns = t
+        return self._attr(node)
+
+    def _truncate(self, node: _Node, size: int, t: int) -> None:
+        if size < 0:
+            raise FsError(errno.EINVAL)
+        if size > MAX_CONTENT_BYTES:
+            raise FsError(errno.EFBIG)
+        cur = self._cur_size(node)
+        if size > cur and node.linked and node.store.bytes + size - cur > self.max_bytes:  # type: ignore[union-attr]
+            raise FsError(errno.ENOSPC)
+        if node.buf is not None:
+            # Someone has unflushed writes: resize their buffer; their flush stages it.
+            if size < cur:
+                del node.buf[size:]
+            else:
+                node.buf.extend(bytes(size - cur))
+        else:
+            data = self._committed(node)
+            data = data[:size] if size <= cur else data + bytes(size - cur)
+            if node.linked:
+                node.mtime_ns = t
+                try:
+                    self._stage(node, data)  # truncate(1) stages at once
+                except FsError as e:
+                    # Cutting into a multi-byte character is a legal truncate: the file is
+                    # flagged and noticed like any non-UTF-8 content; close/fsync report it.
+                    if e.errno != errno.EILSEQ:
+                        raise
+        if node.linked:
+            node.store.bytes += size - cur  # type: ignore[union-attr]
+        node.mtime_ns = t
+
+    # ---- directories -------------------------------------------------------------------------
+
+    def opendir(self, ino: int) -> int:
+        node = self._dir(ino)
+        fh = self._next_fh
+        self._next_fh += 1
+        self._dir_handles[fh] = _DirHandle(fh, node)
+        return fh
+
+    def readdir(self, fh: int, start: int) -> Iterator[DirEntry]:
+        """Entries after cursor `start` (0 = from the beginning), lazily.
+
+        Cursors are per-directory insertion sequence numbers, so concurrent creates and deletes
+        never make an entry repeat or get skipped. The listing is a snapshot taken when a read
+        starts at 0; entries removed since are left out."""
+        h = self._dir_handles.get(fh)
+        if h is None:
+            raise FsError(errno.EBADF)
+        d = h.node
+        if start == 0 or not h.snapshot:
+            h.snapshot = [(n.seq, name, n) for name, n in d.children.items()]  # type: ignore[union-attr]
+            h.seqs = [s for s, _, _ in h.snapshot]
+        return self._readdir_iter(h, d, start)
+
+    def _readdir_iter(self, h: _DirHandle, d: _Node, start: int) -> Iterator[DirEntry]:
+        if start < 1:
+            yield DirEntry(b".", self._attr(d), 1, True)
+        if start < 2:
+            yield DirEntry(b"..", self._attr(d.parent or d), 2, True)
+        i = bisect.bisect_right(h.seqs, start)
+        snap = h.snapshot
+        children = d.children
+        for j in range(i, len(snap)):
+            seq, name, node = snap[j]
+            if children.get(name) is not node or node.seq != seq:  # type: ignore[union-attr]
+                continue  # removed or replaced since the snapshot
+            yield DirEntry(name.encode(), self._attr(node), seq, False)
+
+    def releasedir(self, fh: int) -> None:
+        self._dir_handles.pop(fh, None)
+
+    def mkdir(self, parent_ino: int, name: bytes, mode: int = 0o755) -> Attr:
+        parent = self._dir(parent_ino)
+        self._check_writable_dir(parent)
+        sname = self._new_name(parent, name)
+        if sname in parent.children:  # type: ignore[operator]
+            raise FsError(errno.EEXIST)
+        t = self.now()
+        node = self._new_node(_DIR, parent.store, (mode & 0o7777) or 0o755, t)
+        self._attach(parent, node, sname)
+        self.state.upsert_dir(node.store.info.store_id, node.path, t, node.mode)  # type: ignore[union-attr]
+        parent.mtime_ns = parent.ctime_ns = t
+        node.lookups += 1
+        return self._attr(node)
+
+    def rmdir(self, parent_ino: int, name: bytes) -> None:
+        parent = self._dir(parent_ino)
+        self._check_writable_dir(parent)
+        node = self._child(parent, name)
+        if node.kind in _VIRTUAL:
+            raise FsError(errno.EPERM)
+        if node.kind != _DIR:
+            raise FsError(errno.ENOTDIR)
+        if node.children:
+            raise FsError(errno.ENOTEMPTY)
+        self.state.delete_dir(node.store.info.store_id, node.path)  # type: ignore[union-attr]
+        self._unlink_node(node)
+        parent.mtime_ns = parent.ctime_ns = self.now()
+
+    # ---- files -------------------------------------------------------------------------------
+
+    def _new_handle(self, node: _Node, writable: bool) -> _Handle:
+        fh = self._next_fh
+        self._next_fh += 1
+        h = _Handle(fh, node, writable)
+        self._handles[fh] = h
+        node.open_count += 1
+        return h
+
+    def open(self, ino: int, flags: int) -> OpenReply:
+        node = self._node(ino)
+        if node.kind in _DIR_KINDS:
+            raise FsError(errno.EISDIR)
+        writable = (flags & os.O_ACCMODE) in (os.O_WRONLY, os.O_RDWR)
+        if writable or flags & os.O_TRUNC:
+            if self.frozen or node.store.info.read_only:  # type: ignore[union-attr]
+                raise FsError(errno.EROFS)
+            if node.kind in _VIRTUAL:
+                raise FsError(errno.EACCES)  # what a non-root user gets from 0444 (SEMANTICS.md)
+        h = self._new_handle(node, writable)
+        if flags & os.O_TRUNC and writable and self._cur_size(node) > 0:
+            # O_TRUNC empties the file; staged with the writer's close (no empty state staged first).
+            node.store.bytes -= self._cur_size(node)  # type: ignore[union-attr]
+            node.buf = bytearray()
+            node.mtime_ns = node.ctime_ns = self.now()
+            h.wrote = True
+        # Content is tied to mtime (auto_inval_data) and remote changes invalidate the inode, so
+        # the kernel may keep its page cache across opens; not while a buffer is dirty.
+        return OpenReply(h.fh, keep_cache=node.buf is None)
+
+    def create(
+        self, parent_ino: int, name: bytes, mode: int = 0o644, flags: int = os.O_RDWR
+    ) -> tuple[OpenReply, Attr]:
+        """Create and open a new file (counts one lookup)."""
+        parent = self._dir(parent_ino)
+        self._check_writable_dir(parent)
+        sname = self._new_name(parent, name)
+        existing = parent.children.get(sname)  # type: ignore[union-attr]
+        if existing is not None:
+            if flags & os.O_EXCL or existing.kind != _FILE:
+                raise FsError(errno.EEXIST)
+            reply = self.open(existing.ino, flags)
+            existing.lookups += 1
+            return reply, self._attr(existing)
+        st = parent.store
+        if st.files >= self.max_files:  # type: ignore[union-attr]
+            raise FsError(errno.ENOSPC)
+        t = self.now()
+        node = self._new_node(_FILE, st, (mode & 0o7777) or 0o644, t)
+        self._attach(parent, node, sname)
+        st.files += 1  # type: ignore[union-attr]
+        # The file exists durably at once (empty); its content is staged at close.
+        self.state.upsert_file(st.info.store_id, node.path, None, EMPTY_SHA, 0, t, node.mode, 0)  # type: ignore[union-attr]
+        parent.mtime_ns = parent.ctime_ns = t
+        h = self._new_handle(node, True)
+        node.buf = bytearray()
+        h.wrote = True
+        node.lookups += 1
+        return OpenReply(h.fh, keep_cache=False), self._attr(node)
+
+    def _handle(self, fh: int) -> _Handle:
+        h = self._handles.get(fh)
+        if h is None:
+            raise FsError(errno.EBADF)
+        return h
+
+    def read(self, fh: int, off: int, size: int) -> bytes:
+        node = self._handle(fh).node
+        data = self._content(node)
+        return bytes(data[off : off + size])
+
+    def write(self, fh: int, off: int, data: bytes) -> int:
+        h = self._handle(fh)
+        node = h.node
+        if self.frozen or node.store.info.read_only:  # type: ignore[union-attr]
+            raise FsError(errno.EROFS)
+        if not h.writable:
+            raise FsError(errno.EBADF)
+        end = off + len(data)
+        if end > MAX_CONTENT_BYTES:
+            raise FsError(errno.EFBIG)
+        cur = self._cur_size(node)
+        grow = max(0, end - cur)
+        if grow and node.linked and node.store.bytes + grow > self.max_bytes:  # type: ignore[union-attr]
+            raise FsError(errno.ENOSPC)
+        if node.buf is None:
+            node.buf = bytearray(self._committed(node))
+        buf = node.buf
+        if off > len(buf):
+            buf.extend(bytes(off - len(buf)))
+        buf[off:end] = data
+        if node.linked:
+            node.store.bytes += grow  # type: ignore[union-attr]
+        node.mtime_ns = node.ctime_ns = self.now()
+        h.wrote = True
+        return len(data)
+
+    def _stage(self, node: _Node, data: bytes | bytearray) -> None:
+        """Commit `data` as the file's content: blob first, then the files row (one commit).
+
+        Content that is not UTF-8 is staged too (it stays in the view) but flagged so it is never
+        pushed; the caller's close/fsync then fails with EILSEQ and one notice is written."""
+        st = node.store
+        data = bytes(data)
+        sha = self.state.put_blob(data)
+        bad = not _utf8_ok(data)
+        self.state.upsert_file(
+            st.info.store_id,
+            node.path,
+            node.memory_id,
+            sha,
+            len(data),  # type: ignore[union-attr]
+            node.mtime_ns,
+            node.mode,
+            FLAG_BAD_UTF8 if bad else 0,
+        )
+        node.sha, node.size, node.bad_utf8 = sha, len(data), bad
+        node.buf = None
+        if bad:
+            if node.bad_noticed != sha:
+                node.bad_noticed = sha
+                self.add_notice(
+                    st.info.store_id,
+                    "upload-refused",
+                    node.path,  # type: ignore[union-attr]
+                    "content is not valid UTF-8; kept in this mount only until it is fixed",
+                )
+            raise FsError(errno.EILSEQ)
+
+    def flush(self, fh: int) -> None:
+        """close(): stage what this handle wrote (EILSEQ if it is not UTF-8)."""
+        h = self._handle(fh)
+        node = h.node
+        if not h.wrote:
+            return
+        h.wrote = False
+        if node.buf is not None and node.linked:
+            self._stage(node, node.buf)
+
+    def fsync(self, fh: int, datasync: bool = False) -> None:
+        h = self._handle(fh)
+        node = h.node
+        if node.kind != _FILE or not node.linked:
+            return
+        h.wrote = False
+        try:
+            if node.buf is not None:
+                self._stage(node, node.buf)
+        finally:
+            self.state.sync_blob(node.sha)
+            self.state.durable()
+
+    def release(self, fh: int) -> None:
+        h = self._handles.pop(fh, None)
+        if h is None:
+            return
+        node = h.node
+        node.open_count -= 1
+        if h.wrote and node.buf is not None and node.linked:
+            try:  # no close() reported this handle's writes (flush normally did)
+                self._stage(node, node.buf)
+            except FsError:
+                pass
+        self._maybe_free(node)
+
+    def unlink(self, parent_ino: int, name: bytes) -> None:
+        parent = self._dir(parent_ino)
+        self._check_writable_dir(parent)
+        node = self._child(parent, name)
+        if node.kind in _VIRTUAL:
+            raise FsError(errno.EPERM)
+        if node.kind != _FILE:
+            raise FsError(errno.EISDIR)
+        self.state.delete_file(node.store.info.store_id, node.path)  # type: ignore[union-attr]
+        self._unlink_node(node)
+        parent.mtime_ns = parent.ctime_ns = self.now()
+
+    @staticmethod
+    def _subtree_extent(node: _Node) -> tuple[int, int]:
+        """(segments, bytes) the deepest/longest descendant adds below `node`."""
+        if node.kind != _DIR:
+            return 0, 0
+        depth = longest = 0
+        base = len(node.path.encode())
+        stack = list(node.children.values())  # type: ignore[union-attr]
+        while stack:
+            n = stack.pop()
+            depth = max(depth, n.path.count("/") - node.path.count("/"))
+            longest = max(longest, len(n.path.encode()) - base)
+            if n.kind == _DIR:
+                stack.extend(n.children.values())  # type: ignore[union-attr]
+        return depth, longest
+
+    def rename(
+        self, parent_old: int, name_old: bytes, parent_new: int, name_new: bytes, flags: int = 0
+    ) -> None:
+        pold, pnew = self._dir(parent_old), self._dir(parent_new)
+        self._check_writable_dir(pold)
+        self._check_writable_dir(pnew)
+        src = self._child(pold, name_old)
+        if src.kind in _VIRTUAL:
+            raise FsError(errno.EPERM)
+        if pold.store is not pnew.store:
+            raise FsError(errno.EXDEV)  # mv falls back to copy + delete
+        if flags & RENAME_EXCHANGE:
+            raise FsError(errno.EINVAL)
+        depth, longest = self._subtree_extent(src)
+        sname = self._new_name(pnew, name_new, depth_below=depth, longest_below=longest)
+        dst = pnew.children.get(sname)  # type: ignore[union-attr]
+        if dst is src:
+            return
+        if dst is not None and flags & RENAME_NOREPLACE:
+            raise FsError(errno.EEXIST)
+        if src.kind == _DIR:
+            p: _Node | None = pnew
+            while p is not None:
+                if p is src:
+                    raise FsError(errno.EINVAL)  # into its own subtree
+                p = p.parent
+            if dst is not None:
+                if dst.kind != _DIR:
+                    raise FsError(errno.ENOTDIR)
+                if dst.children:
+                    raise FsError(errno.ENOTEMPTY)
+        elif dst is not None and dst.kind == _DIR:
+            raise FsError(errno.EISDIR)
+        sid = src.store.info.store_id  # type: ignore[union-attr]
+        old_path = src.path
+        new_path = f"{pnew.path}/{sname}"
+        t = self.now()
+        with self.state.transaction():
+            if dst is not None:
+                if dst.kind == _FILE:
+                    # Editor save: the new file continues the memory it replaces.
+                    if src.kind == _FILE and src.memory_id is None and dst.memory_id is not None:
+                        src.memory_id = dst.memory_id
+                    self.state.delete_file(sid, dst.path)
+                else:
+                    self.state.delete_dir(sid, dst.path)
+            self.state.rename_prefix(sid, old_path, new_path)
+            if src.kind == _FILE and src.memory_id is not None:
+                self.state.set_file_memory_id(sid, new_path, src.memory_id)
+        if dst is not None:
+            self._unlink_node(dst)
+        self._detach(src)
+        self._attach(pnew, src, sname)
+        src.ctime_ns = t
+        pold.mtime_ns = pold.ctime_ns = pnew.mtime_ns = pnew.ctime_ns = t
+
+    # ---- things memory files cannot be -------------------------------------------------------
+
+    def _refuse_special(self, parent_ino: int) -> None:
+        parent = self._dir(parent_ino)
+        self._check_writable_dir(parent)
+        raise FsError(errno.EPERM)
+
+    def symlink(self, parent_ino: int, name: bytes, target: bytes) -> Attr:
+        self._refuse_special(parent_ino)
+        raise AssertionError
+
+    def mknod(self, parent_ino: int, name: bytes, mode: int, rdev: int = 0) -> Attr:
+        self._refuse_special(parent_ino)
+        raise AssertionError
+
+    def link(self, ino: int, parent_ino: int, name: bytes) -> Attr:
+        self._refuse_special(parent_ino)
+        raise AssertionError
+
+    def readlink(self, ino: int) -> bytes:
+        self._node(ino)
+        raise FsError(errno.EINVAL)
+
+    def setxattr(self, ino: int, name: bytes, value: bytes) -> None:
+        node = self._node(ino)
+        if self.frozen or node.kind == _ROOT or node.store.info.read_only:  # type: ignore[union-attr]
+            raise FsError(errno.EROFS)
+        raise FsError(errno.ENOTSUP)
+
+    def removexattr(self, ino: int, name: bytes) -> None:
+        self.setxattr(ino, name, b"")
+
+    def getxattr(self, ino: int, name: bytes) -> bytes:
+        self._node(ino)
+        raise FsError(errno.ENODATA)
+
+    def listxattr(self, ino: int) -> list[bytes]:
+        self._node(ino)
+        return []
+
+    def statfs(self) -> StatFs:
+        n = max(1, len(self._stores))
+        used_bytes = sum(s.bytes for s in self._stores.values())
+        used_files = sum(s.files for s in self._stores.values())
+        blocks = n * self.max_bytes // BLOCK_SIZE
+        bfree = max(0, blocks - (used_bytes + BLOCK_SIZE - 1) // BLOCK_SIZE)
+        files = n * self.max_files
+        return StatFs(BLOCK_SIZE, blocks, bfree, files, max(0, files - used_files), MAX_COMPONENT_BYTES)
+
+    # ---- lifecycle ---------------------------------------------------------------------------
+
+    def stop_writes(self) -> None:
+        """Every later mutation by the agent fails with EROFS (unmount). Dirty buffers still
+        stage at close, and the sync-facing API keeps working (final sync)."""
+        self.frozen = True
+
+    @property
+    def write_lock(self) -> bool:
+        return self.frozen
+
+    # ---- sync-facing API (engine, on the trio thread, never from a handler) -----------------
+
+    def store_ids(self) -> list[str]:
+        return list(self._stores)
+
+    def store_info(self, store_id: str) -> StoreInfo:
+        return self._store(store_id).info
+
+    def _store(self, store_id: str) -> _Store:
+        st = self._stores.get(store_id)
+        if st is None:
+            raise KeyError(store_id)
+        return st
+
+    def local_view(self, store_id: str) -> dict[str, LocalFile]:
+        """path -> the committed state (last close/fsync) of every file in the view."""
+        st = self._store(store_id)
+        return {
+            p: LocalFile(p, n.memory_id, n.sha, n.size, n.bad_utf8)
+            for p, n in st.paths.items()
+            if n.kind == _FILE
+        }
+
+    def dirty_paths(self, store_id: str) -> set[str]:
+        """Files with writes not yet staged by a close/fsync: not to be pushed in this tick."""
+        st = self._store(store_id)
+        return {p for p, n in st.paths.items() if n.kind == _FILE and n.buf is not None}
+
+    def dir_paths(self, store_id: str) -> set[str]:
+        """Every directory of the store's view (not the store root)."""
+        st = self._store(store_id)
+        return {p for p, n in st.paths.items() if n.kind == _DIR}
+
+    def totals(self, store_id: str) -> tuple[int, int]:
+        """(files, bytes) the store's view holds now."""
+        st = self._store(store_id)
+        return st.files, st.bytes
+
+    def _parse_path(self, st: _Store, path: str) -> tuple[str, str]:
+        check_memory_path(path)
+        parent_path, _, name = path.rpartition("/")
+        if parent_path == "" and name in RESERVED_NAMES:
+            raise FsError(errno.EPERM, f"{path} is reserved in a store root")
+        return parent_path, name
+
+    def apply_remote(
+        self, store_id: str, path: str, memory_id: str | None, sha: str, content: bytes, mtime_ns: int | None
+    ) -> None:
+        """Put the store's content at `path` (the engine has settled conflicts already).
+
+        Creates parent directories; replaces a file there keeping its inode; drops any dirty
+        buffer for it. Limits are not checked (Decision 4 is the engine's). `mtime_ns` is the
+        memory's updated_at; None means now."""
+        st = self._store(store_id)
+        if mtime_ns is None:
+            mtime_ns = self.now()
+        parent_path, name = self._parse_path(st, path)
+        content = bytes(content)
+        got = self.state.put_blob(content)
+        if got != sha:
+            raise ValueError(f"content of {path} has sha {got}, not {sha}")
+        created: list[_Node] = []
+        with self.state.transaction():
+            parent = self._ensure_dirs(st, parent_path, mtime_ns, created)
+            node = parent.children.get(name)  # type: ignore[union-attr]
+            if node is not None and node.kind != _FILE:
+                raise FsError(errno.EISDIR, f"{path} is a directory here")
+            for d in created:
+                self.state.upsert_dir(store_id, d.path, d.mtime_ns, d.mode)
+            bad = not _utf8_ok(content)
+            mode = node.mode if node is not None else 0o644
+            self.state.upsert_file(
+                store_id, path, memory_id, sha, len(content), mtime_ns, mode, FLAG_BAD_UTF8 if bad else 0
+            )
+        if created:
+            self._inval_entry(created[0].parent, created[0].name)  # type: ignore[arg-type]
+        if node is None:
+            node = self._new_node(_FILE, st, 0o644, mtime_ns)
+            self._attach(parent, node, name)
+            st.files += 1
+            st.bytes += len(content)
+            if not created:
+                self._inval_entry(parent, name)  # a negative dentry may be cached
+        else:
+            st.bytes += len(content) - self._cur_size(node)
+            node.buf = None
+            self._inval_inode(node)
+        node.memory_id, node.sha, node.size, node.bad_utf8 = memory_id, sha, len(content), bad
+        node.mtime_ns = node.ctime_ns = mtime_ns
+        for h in self._handles.values():
+            if h.node is node:
+                h.wrote = False  # their unflushed writes were dropped
+        self._wake()
+
+    def move_path(self, store_id: str, old: str, new: str) -> None:
+        """A rename made on the store, applied here (keeps the inode; replaces a file at `new`)."""
+        st = self._store(store_id)
+        self._parse_path(st, old)
+        new_parent_path, new_name = self._parse_path(st, new)
+        node = st.paths.get(old)
+        if node is None:
+            raise FsError(errno.ENOENT, f"{old} is not in the view")
+        if old == new:
+            return
+        created: list[_Node] = []
+        t = self.now()
+        old_parent = node.parent
+        with self.state.transaction():
+            parent = self._ensure_dirs(st, new_parent_path, t, created)
+            p: _Node | None = parent
+            while p is not None:
+                if p is node:
+                    raise FsError(errno.EINVAL, f"cannot move {old} into itself")
+                p = p.parent
+            dst = parent.children.get(new_name)  # type: ignore[union-attr]
+            if dst is not None and (dst.kind != _FILE or node.kind != _FILE):
+                raise FsError(errno.EEXIST, f"{new} is occupied by a directory")
+            for d in created:
+                self.state.upsert_dir(store_id, d.path, d.mtime_ns, d.mode)
+            if dst is not None:
+                self.state.delete_file(store_id, dst.path)
+            self.state.rename_prefix(store_id, old, new)
+            if dst is not None:
+                self._unlink_node(dst)
+            self._inval_entry(old_parent, node.name)  # type: ignore[arg-type]
+            self._detach(node)
+            self._attach(parent, node, new_name)
+            self._prune(st, old_parent)  # type: ignore[arg-type]
+        if created:
+            self._inval_entry(created[0].parent, created[0].name)  # type: ignore[arg-type]
+        else:
+            self._inval_entry(parent, new_name)
+        self._wake()
+
+    def remove_path(self, store_id: str, path: str) -> None:
+        """A delete made on the store: gone from the view; directories it leaves empty go too."""
+        st = self._store(store_id)
+        self._parse_path(st, path)
+        node = st.paths.get(path)
+        if node is None:
+            return
+        parent = node.parent
+        sid = store_id
+        with self.state.transaction():
+            if node.kind == _FILE:
+                self.state.delete_file(sid, path)
+            else:
+                for p, n in list(st.paths.items()):
+                    if p == path or p.startswith(path + "/"):
+                        (self.state.delete_file if n.kind == _FILE else self.state.delete_dir)(sid, p)
+            self._inval_entry(parent, node.name)  # type: ignore[arg-type]
+            self._unlink_node(node)
+            self._prune(st, parent)  # type: ignore[arg-type]
+        self._wake()
+
+    def _prune(self, st: _Store, d: _Node) -> None:
+        """Remove `d` and its ancestors while they are empty (not the store root)."""
+        while d.kind == _DIR and not d.children:
+            parent = d.parent
+            self.state.delete_dir(st.info.store_id, d.path)
+            self._inval_entry(parent, d.name)  # type: ignore[arg-type]
+            self._unlink_node(d)
+            d = parent  # type: ignore[assignment]
+
+    def set_memory_id(self, store_id: str, path: str, memory_id: str | None) -> None:
+        st = self._store(store_id)
+        node = st.paths.get(path)
+        if node is None or node.kind != _FILE:
+            raise FsError(errno.ENOENT, f"{path} is not a file in the view")
+        self.state.set_file_memory_id(store_id, path, memory_id)
+        node.memory_id = memory_id
+
+    def add_notice(self, store_id: str, kind: str, path: str, details: str = "") -> str:
+        """Append a line to the store's .sync-notices.log (last 100 kept); returns the line."""
+        st = self._store(store_id)
+        line = f"{rfc3339_now()} {kind} {path} {details}".rstrip()
+        line = line.replace("\n", " ")
+        self.state.add_notice(store_id, line)
+        st.notices.append(line)
+        st.notices_blob = self._render_notices(st)
+        node = st.notices_node
+        node.mtime_ns = node.ctime_ns = max(self.now(), node.mtime_ns + 1)
+        self._inval_inode(node)
+        self._wake()
+        return line
+
+    @staticmethod
+    def _render_notices(st: _Store) -> bytes:
+        return "".join(line + "\n" for line in st.notices).encode()
+
+    def notices(self, store_id: str) -> list[str]:
+        return list(self._store(store_id).notices)
+
+    def path_inode(self, store_id: str, path: str) -> int | None:
+        """The inode at a memory path ("" = the store's directory), or None."""
+        node = self._store(store_id).paths.get(path)
+        return node.ino if node else None
+
+    def content(self, store_id: str, path: str) -> bytes:
+        """What a reader sees at `path` now (buffer if dirty)."""
+        node = self._store(store_id).paths.get(path)
+        if node is None or node.kind != _FILE:
+            raise FsError(errno.ENOENT)
+        return bytes(self._content(node))
+
+    def committed_content(self, store_id: str, path: str) -> bytes:
+        """The staged content at `path` (what a push would send)."""
+        node = self._store(store_id).paths.get(path)
+        if node is None or node.kind != _FILE:
+            raise FsError(errno.ENOENT)
+        return self._committed(node)
+
+    def live_shas(self) -> set[str]:
+        """Shas in use by the view (for State.gc_blobs(keep=…))."""
+        return {n.sha for n in self._nodes.values() if n.kind == _FILE}
