@@ -1,0 +1,260 @@
+"""Thin pyfuse3 adapter over `core.Filesystem`: type conversion, error mapping, invalidations.
+
+Every handler is wrapped so that an unexpected exception is logged and becomes EIO: an exception
+other than FUSEError escaping a handler would end pyfuse3.main() and kill the mount. Handlers are
+synchronous underneath (the core never blocks on the network), so each runs to completion on the
+trio thread.
+"""
+
+from __future__ import annotations
+
+import errno
+import functools
+import logging
+from collections.abc import Callable
+
+import pyfuse3
+import trio
+
+from memfs.mount import core
+from memfs.mount.core import Attr, Filesystem, FsError
+
+log = logging.getLogger("memfs.mount.fuse")
+
+TIMEOUT = 1.0  # entry/attr cache lifetime in the kernel (SPEC §3.5)
+
+
+def _handler(fn: Callable) -> Callable:
+    @functools.wraps(fn)
+    async def wrapper(self: FuseOps, *args):
+        try:
+            return fn(self, *args)
+        except FsError as e:
+            raise pyfuse3.FUSEError(e.errno) from None
+        except pyfuse3.FUSEError:
+            raise
+        except Exception:
+            log.exception("%s%r failed unexpectedly; answering EIO", fn.__name__, args[:-1] if args else ())
+            raise pyfuse3.FUSEError(errno.EIO) from None
+
+    return wrapper
+
+
+class FuseOps(pyfuse3.Operations):
+    enable_writeback_cache = False  # the kernel would own size/mtime and ignore remote changes
+    supports_dot_lookup = True
+
+    def __init__(self, fs: Filesystem, *, timeout: float = TIMEOUT):
+        super().__init__()
+        self.fs = fs
+        self.timeout = timeout
+        self._wakeup = trio.Event()
+        fs.on_invalidate = self._wake
+
+    def _wake(self) -> None:
+        self._wakeup.set()
+
+    # ---- conversion ------------------------------------------------------------------------
+
+    def _entry(self, a: Attr) -> pyfuse3.EntryAttributes:
+        e = pyfuse3.EntryAttributes()
+        e.st_ino = a.ino
+        e.generation = 0
+        e.entry_timeout = self.timeout
+        e.attr_timeout = self.timeout
+        e.st_mode = a.mode
+        e.st_nlink = a.nlink
+        e.st_uid = a.uid
+        e.st_gid = a.gid
+        e.st_rdev = 0
+        e.st_size = a.size
+        e.st_blksize = core.BLOCK_SIZE
+        e.st_blocks = a.blocks
+        e.st_atime_ns = a.atime_ns
+        e.st_mtime_ns = a.mtime_ns
+        e.st_ctime_ns = a.ctime_ns
+        return e
+
+    @staticmethod
+    def _info(reply: core.OpenReply) -> pyfuse3.FileInfo:
+        return pyfuse3.FileInfo(
+            fh=reply.fh, direct_io=reply.direct_io, keep_cache=reply.keep_cache, nonseekable=False
+        )
+
+    # ---- handlers --------------------------------------------------------------------------
+
+    @_handler
+    def lookup(self, parent_inode, name, ctx):
+        return self._entry(self.fs.lookup(parent_inode, name))
+
+    async def forget(self, inode_list):
+        try:  # must not raise: there is no request to answer
+            self.fs.forget(inode_list)
+        except Exception:
+            log.exception("forget failed")
+
+    @_handler
+    def getattr(self, inode, ctx):
+        return self._entry(self.fs.getattr(inode))
+
+    @_handler
+    def setattr(self, inode, attr, fields, fh, ctx):
+        return self._entry(
+            self.fs.setattr(
+                inode,
+                size=attr.st_size if fields.update_size else None,
+                mode=attr.st_mode if fields.update_mode else None,
+                uid=attr.st_uid if fields.update_uid else None,
+                gid=attr.st_gid if fields.update_gid else None,
+                atime_ns=attr.st_atime_ns if fields.update_atime else None,
+                mtime_ns=attr.st_mtime_ns if fields.update_mtime else None,
+                fh=fh,
+            )
+        )
+
+    @_handler
+    def readlink(self, inode, ctx):
+        return self.fs.readlink(inode)
+
+    @_handler
+    def mknod(self, parent_inode, name, mode, rdev, ctx):
+        return self._entry(self.fs.mknod(parent_inode, name, mode, rdev))
+
+    @_handler
+    def mkdir(self, parent_inode, name, mode, ctx):
+        return self._entry(self.fs.mkdir(parent_inode, name, mode))
+
+    @_handler
+    def unlink(self, parent_inode, name, ctx):
+        self.fs.unlink(parent_inode, name)
+
+    @_handler
+    def rmdir(self, parent_inode, name, ctx):
+        self.fs.rmdir(parent_inode, name)
+
+    @_handler
+    def symlink(self, parent_inode, name, target, ctx):
+        return self._entry(self.fs.symlink(parent_inode, name, target))
+
+    @_handler
+    def rename(self, parent_inode_old, name_old, parent_inode_new, name_new, flags, ctx):
+        f = 0
+        if flags & pyfuse3.RENAME_NOREPLACE:
+            f |= core.RENAME_NOREPLACE
+        if flags & pyfuse3.RENAME_EXCHANGE:
+            f |= core.RENAME_EXCHANGE
+        self.fs.rename(parent_inode_old, name_old, parent_inode_new, name_new, f)
+
+    @_handler
+    def link(self, inode, new_parent_inode, new_name, ctx):
+        return self._entry(self.fs.link(inode, new_parent_inode, new_name))
+
+    @_handler
+    def open(self, inode, flags, ctx):
+        return self._info(self.fs.open(inode, flags))
+
+    @_handler
+    def read(self, fh, off, size):
+        return self.fs.read(fh, off, size)
+
+    @_handler
+    def write(self, fh, off, buf):
+        return self.fs.write(fh, off, buf)
+
+    @_handler
+    def flush(self, fh):
+        self.fs.flush(fh)
+
+    @_handler
+    def release(self, fh):
+        self.fs.release(fh)
+
+    @_handler
+    def fsync(self, fh, datasync):
+        self.fs.fsync(fh, datasync)
+
+    @_handler
+    def opendir(self, inode, ctx):
+        return self.fs.opendir(inode)
+
+    @_handler
+    def readdir(self, fh, start_id, token):
+        for entry in self.fs.readdir(fh, start_id):
+            if not pyfuse3.readdir_reply(token, entry.name, self._entry(entry.attr), entry.cursor):
+                break  # the kernel's buffer is full: this entry was not taken, don't count it
+            self.fs.count_lookup(entry)
+
+    @_handler
+    def releasedir(self, fh):
+        self.fs.releasedir(fh)
+
+    @_handler
+    def fsyncdir(self, fh, datasync):
+        self.fs.state.durable()
+
+    @_handler
+    def statfs(self, ctx):
+        s = self.fs.statfs()
+        d = pyfuse3.StatvfsData()
+        d.f_bsize = d.f_frsize = s.bsize
+        d.f_blocks = s.blocks
+        d.f_bfree = d.f_bavail = s.bfree
+        d.f_files = s.files
+        d.f_ffree = d.f_favail = s.ffree
+        d.f_namemax = s.namemax
+        return d
+
+    @_handler
+    def setxattr(self, inode, name, value, ctx):
+        self.fs.setxattr(inode, name, value)
+
+    @_handler
+    def getxattr(self, inode, name, ctx):
+        return self.fs.getxattr(inode, name)
+
+    @_handler
+    def listxattr(self, inode, ctx):
+        return self.fs.listxattr(inode)
+
+    @_handler
+    def removexattr(self, inode, name, ctx):
+        self.fs.removexattr(inode, name)
+
+    @_handler
+    def create(self, parent_inode, name, mode, flags, ctx):
+        reply, attr = self.fs.create(parent_inode, name, mode, flags)
+        return self._info(reply), self._entry(attr)
+
+    # ---- kernel cache invalidation -----------------------------------------------------------
+
+    async def invalidator(self) -> None:
+        """Drain the core's invalidation queue, outside every handler (never deadlocks them).
+
+        The kernel calls may block until a related request finishes, so they run in a worker
+        thread while the trio thread keeps serving requests."""
+        q = self.fs.invalidations
+        while True:
+            if not q:
+                await self._wakeup.wait()
+                self._wakeup = trio.Event()
+                continue
+            batch = []
+            while q:
+                batch.append(q.popleft())
+            await trio.to_thread.run_sync(_invalidate_batch, batch, abandon_on_cancel=True)
+            self.fs.invalidations_done(len(batch))
+
+
+def _invalidate_batch(batch: list[tuple]) -> None:
+    for item in batch:
+        try:
+            if item[0] == "entry":
+                pyfuse3.invalidate_entry(item[1], item[2])
+            else:
+                pyfuse3.invalidate_inode(item[1], attr_only=item[2])
+        except (FileNotFoundError, OSError) as e:
+            # ENOENT: the kernel never saw that name/inode; anything else: not worth dying for.
+            if getattr(e, "errno", None) != errno.ENOENT:
+                log.debug("invalidation %r failed: %s", item, e)
+        except Exception:
+            log.exception("invalidation %r failed", item)

@@ -1,0 +1,59 @@
+"""Run a `Filesystem` as a FUSE mount (pyfuse3 on trio)."""
+
+from __future__ import annotations
+
+import logging
+
+import pyfuse3
+import trio
+
+from memfs.mount.core import Filesystem
+from memfs.mount.fuse_ops import FuseOps
+
+log = logging.getLogger("memfs.mount.runner")
+
+
+def mount_options(*, allow_other: bool = False, debug: bool = False) -> set[str]:
+    opts = set(pyfuse3.default_options)  # default_permissions: the kernel checks modes
+    opts |= {"fsname=memfs", "subtype=memfs"}
+    if allow_other:
+        opts.add("allow_other")
+    if debug:
+        opts.add("debug")
+    return opts
+
+
+async def run_mount(
+    fs: Filesystem,
+    root: str,
+    *,
+    allow_other: bool = False,
+    debug: bool = False,
+    task_status=trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Mount `fs` at `root` and serve it until cancelled (or unmounted from outside).
+
+    Reports started once the kernel mount exists and the request loop runs. On cancellation the
+    mount is unmounted (pyfuse3.close(unmount=True)). Callers must not do blocking I/O on the
+    mount from this trio thread: it serves the requests."""
+    ops = FuseOps(fs)
+    pyfuse3.init(ops, root, mount_options(allow_other=allow_other, debug=debug))
+    log.info("mounted %s", root)
+    try:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(ops.invalidator, name="memfs-invalidator")
+
+            async def serve() -> None:
+                await pyfuse3.main()
+                log.info("FUSE session for %s ended", root)
+                nursery.cancel_scope.cancel()  # unmounted from outside: stop the invalidator
+
+            nursery.start_soon(serve, name="memfs-fuse-main")
+            await trio.sleep(0)  # let main() start reading requests before anyone is told
+            task_status.started()
+    finally:
+        fs.on_invalidate = None
+        fs.invalidations_done(len(fs.invalidations))  # nobody waits on a gone kernel
+        fs.invalidations.clear()
+        pyfuse3.close(unmount=True)
+        log.info("unmounted %s", root)
