@@ -1,0 +1,288 @@
+"""The state dir: lock, tables, blobs, kept copies, crash safety."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from memfs.mount.state import EMPTY_SHA, SCHEMA_VERSION, State, StateError, StateLocked
+
+pytestmark = pytest.mark.timeout(60)
+
+
+@pytest.fixture
+def st(tmp_path):
+    s = State(tmp_path / "state")
+    yield s
+    s.close()
+
+
+def test_layout_and_wal(st):
+    assert (st.path / "blobs").is_dir() and (st.path / "kept").is_dir() and st.db_path.exists()
+    db = sqlite3.connect(st.db_path)
+    assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+    assert {
+        "meta",
+        "stores",
+        "baseline",
+        "files",
+        "dirs",
+        "refused",
+        "skipped",
+        "deletes_held",
+        "notices",
+    } <= tables
+    assert db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()[0] == str(
+        SCHEMA_VERSION
+    )
+    db.close()
+
+
+def test_lock_refuses_a_second_owner(tmp_path):
+    a = State(tmp_path / "s")
+    a.lock("/mnt/memory")
+    owner = json.loads((tmp_path / "s" / "lock").read_text())
+    assert owner["pid"] == os.getpid() and owner["root"] == "/mnt/memory" and owner["started_at"]
+    b = State(tmp_path / "s")
+    with pytest.raises(StateLocked) as exc:
+        b.lock("/elsewhere")
+    assert exc.value.pid == os.getpid() and exc.value.root == "/mnt/memory"
+    assert str(os.getpid()) in str(exc.value) and "/mnt/memory" in str(exc.value)
+    # another process is refused too
+    code = textwrap.dedent(f"""
+        import sys
+        from memfs.mount.state import State, StateLocked
+        try:
+            State({str(tmp_path / "s")!r}).lock("/x")
+        except StateLocked as e:
+            print("locked", e.pid); sys.exit(0)
+        sys.exit(1)
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["locked", str(os.getpid())]
+    a.close()  # releases
+    b.lock("/elsewhere")
+    b.close()
+
+
+def test_lock_is_released_when_the_owner_dies(tmp_path):
+    code = f"from memfs.mount.state import State; import time; State({str(tmp_path / 's')!r}).lock('/r'); print('ok', flush=True); time.sleep(60)"
+    p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        assert p.stdout.readline().strip() == "ok"
+        with pytest.raises(StateLocked):
+            State(tmp_path / "s").lock("/r2")
+        p.send_signal(signal.SIGKILL)
+        p.wait(10)
+        s = State(tmp_path / "s")
+        s.lock("/r2")
+        s.close()
+    finally:
+        p.kill()
+        p.wait()
+
+
+def test_newer_schema_is_refused(tmp_path):
+    s = State(tmp_path / "s")
+    s.set_meta("schema_version", str(SCHEMA_VERSION + 1))
+    s.close()
+    with pytest.raises(StateError, match="newer"):
+        State(tmp_path / "s")
+
+
+def test_blobs(st, tmp_path):
+    data = b"hello blob"
+    sha = st.put_blob(data)
+    assert sha == hashlib.sha256(data).hexdigest()
+    assert (st.path / "blobs" / sha[:2] / sha).read_bytes() == data
+    assert st.has_blob(sha) and st.get_blob(sha) == data
+    assert st.put_blob(data) == sha  # idempotent
+    st.sync_blob(sha)
+    assert not st.has_blob("0" * 64)
+    with pytest.raises(FileNotFoundError):
+        st.get_blob("0" * 64)
+    # a fresh State (empty cache) reads from disk
+    s2 = State(st.path)
+    assert s2.get_blob(sha) == data
+    s2.close()
+    assert not [p for p in (st.path / "blobs").rglob(".tmp-*")]
+
+
+def test_blob_cache_is_bounded(tmp_path):
+    s = State(tmp_path / "s", cache_bytes=1000)
+    shas = [s.put_blob(bytes([i]) * 300) for i in range(10)]
+    assert s._cache.currsize <= 1000
+    assert all(s.get_blob(h) == bytes([i]) * 300 for i, h in enumerate(shas))
+    big = s.put_blob(b"x" * 5000)  # larger than the cache: stored, not cached
+    assert s.get_blob(big) == b"x" * 5000
+    s.close()
+
+
+def test_gc_blobs_keeps_referenced(st):
+    keep_f = st.put_blob(b"file")
+    keep_b = st.put_blob(b"base")
+    keep_x = st.put_blob(b"extra")
+    gone = st.put_blob(b"garbage")
+    st.upsert_file("s", "/f", None, keep_f, 4, 1)
+    st.set_baseline("s", "mem_1", "/b", keep_b, 4, "2025-01-01T00:00:00Z")
+    assert st.gc_blobs(keep={keep_x}) == 1
+    assert (
+        st.has_blob(keep_f)
+        and st.has_blob(keep_b)
+        and st.has_blob(keep_x)
+        and st.has_blob(EMPTY_SHA) is not None
+    )
+    assert not st.has_blob(gone)
+
+
+def test_keep_copy(st):
+    p1 = st.keep_copy("memstore_1", "/notes/a.md", b"lost content")
+    p2 = st.keep_copy("memstore_1", "/notes/a.md", b"lost again")
+    assert p1 != p2 and p1.read_bytes() == b"lost content" and p2.read_bytes() == b"lost again"
+    assert p1.is_relative_to(st.path / "kept" / "memstore_1") and p1.name == "a.md"
+    assert p1.parent.parent.name == "notes" or p1.parent.name == "notes"
+
+
+def test_files_dirs_and_rename_prefix(st):
+    st.upsert_file("s", "/a/x.md", "m1", "sha1", 1, 10)
+    st.upsert_file("s", "/a/sub/y.md", None, "sha2", 2, 20, 0o600, 1)
+    st.upsert_file("s", "/ab/z.md", None, "sha3", 3, 30)  # same prefix, different segment
+    st.upsert_file("t", "/a/x.md", "m9", "sha9", 9, 90)  # other store
+    st.upsert_dir("s", "/a", 1)
+    st.upsert_dir("s", "/a/sub", 1)
+    st.upsert_dir("s", "/a/emptydir", 1)
+    st.rename_prefix("s", "/a", "/b/c")
+    assert set(st.load_files("s")) == {"/b/c/x.md", "/b/c/sub/y.md", "/ab/z.md"}
+    assert set(st.load_dirs("s")) == {"/b/c", "/b/c/sub", "/b/c/emptydir"}
+    assert set(st.load_files("t")) == {"/a/x.md"}
+    row = st.load_files("s")["/b/c/sub/y.md"]
+    assert (row.memory_id, row.sha, row.size, row.mtime_ns, row.mode, row.bad_utf8) == (
+        None,
+        "sha2",
+        2,
+        20,
+        0o600,
+        True,
+    )
+    st.set_file_memory_id("s", "/b/c/sub/y.md", "m2")
+    assert st.load_files("s")["/b/c/sub/y.md"].memory_id == "m2"
+    st.delete_file("s", "/b/c/x.md")
+    st.delete_dir("s", "/b/c/emptydir")
+    assert "/b/c/x.md" not in st.load_files("s") and "/b/c/emptydir" not in st.load_dirs("s")
+
+
+def test_transaction_rolls_back(st):
+    with pytest.raises(RuntimeError):
+        with st.transaction():
+            st.upsert_file("s", "/a", None, "x", 1, 1)
+            raise RuntimeError
+    assert st.load_files("s") == {}
+
+
+def test_stores_baseline_and_side_tables(st):
+    st.set_store("s1", "Work", "work", "read_write")
+    st.set_store("s2", "Hand", "hand", "read_only")
+    st.update_store("s1", counter=7, last_sync_at="t", last_result="ok", last_error=None)
+    st.set_store("s1", "Work 2", "work-2", "read_write")  # keeps counter
+    rows = {r.store_id: r for r in st.stores()}
+    assert rows["s1"].counter == 7 and rows["s1"].name == "Work 2" and rows["s2"].access == "read_only"
+    assert st.store("nope") is None
+    with pytest.raises(ValueError):
+        st.set_store("s3", "x", "x", "write")
+    with pytest.raises(KeyError):
+        st.update_store("nope", counter=1)
+    st.set_baseline("s1", "m1", "/a", "sha", 3, "2025-01-01T00:00:00Z")
+    st.set_baseline("s1", "m2", "/a", "sha2", 4)  # another memory now at /a replaces the row
+    assert {p: r.memory_id for p, r in st.baseline("s1").items()} == {"/a": "m2"}
+    st.set_baseline("s1", "m2", "/b", "sha2", 4)  # rename
+    assert set(st.baseline("s1")) == {"/b"}
+    st.drop_baseline("s1", "m2")
+    assert st.baseline("s1") == {}
+    st.set_refused("s1", "/r", "sha", "413")
+    assert st.refused("s1")["/r"].reason == "413"
+    st.clear_refused("s1", "/r")
+    st.set_skipped("s1", "m5", "/x\\y", "sha", 3, "backslash")
+    assert st.skipped("s1")["m5"].path == "/x\\y"
+    st.clear_skipped("s1", "m5")
+    st.add_delete_held("s1", "m6")
+    st.add_delete_held("s1", "m6")
+    assert st.deletes_held("s1") == {"m6"}
+    st.clear_delete_held("s1", "m6")
+    assert st.refused("s1") == {} and st.skipped("s1") == {} and st.deletes_held("s1") == set()
+    st.delete_store("s1")
+    assert [r.store_id for r in st.stores()] == ["s2"]
+
+
+def test_notices_keep_last_100_per_store(st):
+    for i in range(130):
+        st.add_notice("s", f"line {i}")
+    st.add_notice("t", "other")
+    lines = st.notices("s")
+    assert len(lines) == 100 and lines[0] == "line 30" and lines[-1] == "line 129"
+    assert st.notices("t") == ["other"]
+
+
+CHILD = textwrap.dedent("""
+    import os, sys, time
+    from memfs.mount.core import Filesystem, StoreInfo
+    from memfs.mount.state import State
+    st = State(sys.argv[1]); st.lock("/x")
+    fs = Filesystem(st, [StoreInfo("s", "s", "s", "read_write")])
+    store = fs.lookup(1, b"s").ino
+    i = 0
+    while True:
+        reply, attr = fs.create(store, f"f{i}".encode(), 0o644, os.O_WRONLY)
+        fs.write(reply.fh, 0, f"content {i}\\n".encode() * 50)
+        fs.flush(reply.fh)   # close() returned here
+        fs.release(reply.fh)
+        print(i, flush=True)
+        i += 1
+""")
+
+
+def test_sigkill_after_close_loses_nothing(tmp_path):
+    d = tmp_path / "state"
+    p = subprocess.Popen([sys.executable, "-c", CHILD, str(d)], stdout=subprocess.PIPE, text=True)
+    try:
+        last = -1
+        deadline = time.monotonic() + 20
+        while last < 200 and time.monotonic() < deadline:
+            last = int(p.stdout.readline())
+        os.kill(p.pid, signal.SIGKILL)  # right after a close returned
+        p.wait(10)
+    finally:
+        p.kill()
+        p.wait()
+    assert last >= 200
+    st = State(d)
+    st.lock("/y")  # the dead owner's lock is gone
+    rows = st.load_files("s")
+    for i in range(last + 1):
+        row = rows[f"/f{i}"]
+        assert st.get_blob(row.sha) == f"content {i}\n".encode() * 50
+    st.close()
+
+
+def test_counter_accessors_and_aliases(st):
+    st.set_store("s", "S", "s", "read_write")
+    assert st.store_counter("s") is None and st.store_counter("unknown") is None
+    st.set_store_counter("s", 12)
+    assert st.store_counter("s") == 12
+    st.add_refused("s", "/p", "sha", "400")
+    st.drop_refused("s", "/p")
+    st.set_skipped("s", "m", "/p", None, None, "clash")
+    st.drop_skipped("s", "m")
+    st.add_delete_held("s", "m")
+    st.drop_delete_held("s", "m")
+    assert st.refused("s") == {} and st.skipped("s") == {} and st.deletes_held("s") == set()
