@@ -1,0 +1,739 @@
+"""Sync decisions for one store (SPEC §5.3): a pure function from (base, local, remote) to a Plan.
+
+No I/O here. The engine gathers `Inputs`, fetches the content every `Materialise` names, applies
+`plan.view`, then `plan.bookkeeping`, then `plan.notices` as one unit (all or nothing: a base entry
+must never claim content the view did not get), and then runs `plan.push` in list order: holds and
+deletes, then updates (renames ordered so that none lands on a path still in use), then creates.
+Each group's order is a valid sequential order; `plan.push_stages` groups pushes that may run
+concurrently. After every successful push the engine records the store's answer as the base entry
+(creates also give the local file its memory id). Every choice is explained in docs/SEMANTICS.md.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from memfs.limits import DEFAULT_MAX_BYTES, DEFAULT_MAX_FILES, RESERVED_NAMES, PathError, check_memory_path
+
+# A rename cycle (a swap) goes through a temporary path, on the store and in the view. Seeing it
+# again later (an interrupted swap) means "our own move", never a remote/local rename.
+TEMP_PREFIX = "/.memfs-tmp-"
+
+
+# ---- inputs -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class BaseEntry:
+    """What the store held at the last sync for one materialised memory."""
+
+    memory_id: str
+    path: str
+    sha: str
+    size: int
+
+
+@dataclass(frozen=True)
+class LocalEntry:
+    """A file of the view as of its last close/fsync. `memory_id`: the memory it continues."""
+
+    path: str
+    memory_id: str | None
+    sha: str
+    size: int
+    bad_utf8: bool = False
+
+
+@dataclass(frozen=True)
+class RemoteEntry:
+    """What the store holds now for one memory."""
+
+    memory_id: str
+    path: str
+    sha: str
+    size: int
+
+
+@dataclass(frozen=True)
+class SkippedEntry:
+    """A remote memory already noticed as not materialisable here."""
+
+    path: str
+    sha: str | None
+    size: int | None = None
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class Inputs:
+    """Everything one decision needs. Values are read by attribute, so the engine's own row types
+    (baseline, local file, refused, skipped rows) can be passed as they are; `base` and `local` may
+    be keyed any way (they are re-keyed by memory id / path), `refused` maps path -> sha or a row
+    with `.sha`. `dirty` is informative only: `local` is the committed state, and the engine defers
+    a plan whose view actions touch a dirty path."""
+
+    base: Mapping[str, Any]
+    local: Mapping[str, Any]
+    remote: Mapping[str, Any]
+    remote_order: Sequence[str] = ()
+    dirty: frozenset[str] = frozenset()
+    refused: Mapping[str, Any] = field(default_factory=dict)
+    skipped: Mapping[str, Any] = field(default_factory=dict)
+    deletes_held: frozenset[str] = frozenset()
+    access: str = "read_write"  # | "read_only"
+    deletions: str = "enabled"  # | "log_only" | "disabled"
+    max_files: int = DEFAULT_MAX_FILES
+    max_bytes: int = DEFAULT_MAX_BYTES
+    remote_changed: bool = True
+
+
+PlanInputs = Inputs
+
+
+# ---- actions ----------------------------------------------------------------------------------
+# view
+
+
+@dataclass(frozen=True)
+class KeepLocal:
+    """Save the agent's content (blob `sha`, at `path` now) to the state dir before it is overridden."""
+
+    path: str
+    sha: str
+
+
+@dataclass(frozen=True)
+class RemoveLocal:
+    path: str
+
+
+@dataclass(frozen=True)
+class MoveLocal:
+    """Apply a rename in the view, keeping the inode; a Materialise at new_path may follow."""
+
+    old_path: str
+    new_path: str
+
+
+@dataclass(frozen=True)
+class Materialise:
+    """Write the store's content (`sha`) at `path`, as memory `memory_id`."""
+
+    memory_id: str
+    path: str
+    sha: str
+    size: int
+
+
+# push (HoldDelete sends nothing: the engine records it in deletes_held and logs it once)
+
+
+@dataclass(frozen=True)
+class PushDelete:
+    memory_id: str
+    path: str
+    expected_sha: str
+
+
+@dataclass(frozen=True)
+class HoldDelete:
+    memory_id: str
+    path: str
+    reason: str  # the --sync-deletions mode: "log_only" | "disabled"
+
+
+@dataclass(frozen=True)
+class PushUpdate:
+    """Update memory_id, now at `path` with `expected_sha` (the precondition), to new_path and/or
+    new_sha (None: unchanged)."""
+
+    memory_id: str
+    path: str
+    expected_sha: str
+    new_path: str | None = None
+    new_sha: str | None = None
+    new_size: int | None = None
+
+    @property
+    def local_path(self) -> str:
+        """Where the view holds what is sent (the key to record a refusal under)."""
+        return self.new_path or self.path
+
+    @property
+    def local_sha(self) -> str:
+        return self.new_sha or self.expected_sha
+
+
+@dataclass(frozen=True)
+class PushCreate:
+    path: str
+    sha: str
+    size: int
+
+
+# bookkeeping
+
+
+@dataclass(frozen=True)
+class SetBase:
+    entry: BaseEntry
+
+
+@dataclass(frozen=True)
+class DropBase:
+    memory_id: str
+
+
+@dataclass(frozen=True)
+class SetLocalMemoryId:
+    """The file at `path` (after the view actions) continues `memory_id` (None: a new file)."""
+
+    path: str
+    memory_id: str | None
+
+
+@dataclass(frozen=True)
+class Skip:
+    memory_id: str
+    path: str
+    sha: str
+    size: int
+    reason: str
+
+
+@dataclass(frozen=True)
+class Unskip:
+    memory_id: str
+
+
+@dataclass(frozen=True)
+class ClearHeld:
+    memory_id: str
+
+
+@dataclass(frozen=True)
+class ClearRefused:
+    path: str
+
+
+@dataclass(frozen=True)
+class Notice:
+    """One line of .sync-notices.log. `kept`: the KeepLocal of this same path saved the agent's
+    version; the engine adds where. `details` is prose and is left out of equality."""
+
+    kind: str
+    path: str
+    details: str = field(default="", compare=False)
+    kept: bool = False
+
+
+ViewAction = KeepLocal | RemoveLocal | MoveLocal | Materialise
+PushAction = PushDelete | HoldDelete | PushUpdate | PushCreate
+BookAction = SetBase | DropBase | SetLocalMemoryId | Skip | Unskip | ClearHeld | ClearRefused
+
+
+@dataclass(frozen=True)
+class Plan:
+    """view: KeepLocal*, RemoveLocal*, MoveLocal* (dependency order), Materialise*.
+    bookkeeping: DropBase*, SetBase*, SetLocalMemoryId*, Skip*, Unskip*, ClearHeld*, ClearRefused*.
+    push_stages: [HoldDelete* + PushDelete*], [PushUpdate*] (one stage per rename wave), [PushCreate*]."""
+
+    view: tuple[ViewAction, ...] = ()
+    bookkeeping: tuple[BookAction, ...] = ()
+    notices: tuple[Notice, ...] = ()
+    push_stages: tuple[tuple[PushAction, ...], ...] = ()
+
+    @property
+    def push(self) -> tuple[PushAction, ...]:
+        return tuple(a for stage in self.push_stages for a in stage)
+
+    @property
+    def actions(self) -> tuple[Any, ...]:
+        return self.view + self.bookkeeping + self.notices + self.push
+
+    @property
+    def empty(self) -> bool:
+        return not self.actions
+
+    @property
+    def fetch(self) -> tuple[tuple[str, str], ...]:
+        """(memory_id, sha) of every content the view actions need."""
+        return tuple(sorted({(a.memory_id, a.sha) for a in self.view if isinstance(a, Materialise)}))
+
+
+# ---- helpers ----------------------------------------------------------------------------------
+
+
+def _ancestors(path: str) -> list[str]:
+    parts = path.split("/")
+    return ["/".join(parts[:i]) for i in range(2, len(parts))]
+
+
+def _nested(a: str, b: str) -> bool:
+    return a.startswith(b + "/") or b.startswith(a + "/")
+
+
+def unviewable(path: str) -> str | None:
+    """Why a store path cannot be a file in the view (None: it can)."""
+    try:
+        check_memory_path(path)
+    except PathError as exc:
+        return f"the path cannot exist as a file here: {exc}"
+    if path.count("/") == 1 and path[1:] in RESERVED_NAMES:
+        return f"{path[1:]} is reserved in the store root"
+    return None
+
+
+def temp_path(memory_id: str) -> str:
+    return TEMP_PREFIX + (re.sub(r"[^A-Za-z0-9_-]", "_", memory_id)[:200] or "x")
+
+
+class _Tree:
+    """Files in use (path -> owners), answering "who is at or around path P" (same path, an
+    ancestor that is a file, or files below P). Two owners may claim one path while a decision
+    is still open (a local rename onto a path the store now uses)."""
+
+    def __init__(self, items: Iterable[tuple[str, str]] = ()):
+        self.files: dict[str, set[str]] = {}
+        self.under: dict[str, set[str]] = {}
+        for path, owner in items:
+            self.add(path, owner)
+
+    def add(self, path: str, owner: str) -> None:
+        self.files.setdefault(path, set()).add(owner)
+        for a in _ancestors(path):
+            self.under.setdefault(a, set()).add(owner)
+
+    def discard(self, path: str, owner: str) -> None:
+        self.files.get(path, set()).discard(owner)
+        for a in _ancestors(path):
+            self.under.get(a, set()).discard(owner)
+
+    def blockers(self, path: str, me: str | None) -> set[str]:
+        found = set(self.under.get(path, ()))
+        for p in [path, *_ancestors(path)]:
+            found |= self.files.get(p, set())
+        found.discard(me)
+        return found
+
+    def free_temp(self, owner: str) -> str:
+        base = temp_path(owner)
+        path, n = base, 1
+        while self.blockers(path, None):
+            n += 1
+            path = f"{base}-{n}"
+        return path
+
+
+def _schedule(moves: list[tuple[str, str, str]], tree: _Tree) -> list[list[tuple[str, str, str]]]:
+    """Order renames (owner, src, dst) into waves of independent moves: a move waits until nothing
+    is at or around its destination. A cycle (a swap), or a move into its own subtree, first goes
+    through a temporary path. `tree` holds every path in use and is updated as moves happen."""
+    pending = sorted(moves)
+    hopped: set[str] = set()
+    waves: list[list[tuple[str, str, str]]] = []
+    while pending:
+        ready = [mv for mv in pending if not _nested(mv[1], mv[2]) and not tree.blockers(mv[2], mv[0])]
+        if ready:
+            pending = [mv for mv in pending if mv not in ready]
+        else:
+            i = next((i for i, mv in enumerate(pending) if mv[0] not in hopped), None)
+            if i is None:  # blocked by something that never moves: cannot happen by construction
+                waves.append(pending)
+                break
+            owner, src, dst = pending[i]
+            tmp = tree.free_temp(owner)
+            hopped.add(owner)
+            pending[i] = (owner, tmp, dst)
+            ready = [(owner, src, tmp)]
+        for owner, src, dst in ready:
+            tree.discard(src, owner)
+            tree.add(dst, owner)
+        waves.append(ready)
+    return waves
+
+
+def _rekey(rows: Iterable[Any], cls: type, key: str) -> dict:
+    names = list(cls.__dataclass_fields__)
+    out: dict = {}
+    for row in rows:
+        entry = row if type(row) is cls else cls(**{n: getattr(row, n) for n in names if hasattr(row, n)})
+        out[getattr(entry, key)] = entry
+    return out
+
+
+# ---- the decision -----------------------------------------------------------------------------
+
+
+@dataclass(eq=False)
+class _Mem:
+    """One memory's fate, worked out in phases."""
+
+    m: str
+    b: BaseEntry | None
+    r: RemoteEntry | None
+    l: LocalEntry | None  # noqa: E741
+    set_id: bool = False  # l is a file without this id that now continues the memory
+    view: tuple[str, str, int] | None = None  # (path, sha, size) the view shows afterwards
+    push: str | None = None  # "update" | "delete" | "hold"
+    suppressed: bool = False  # the local state is not sent (bad UTF-8, refused with this sha)
+    keep: bool = False  # the agent's content at l.path is saved before the view changes
+    notes: list[Notice] = field(default_factory=list)
+    skip: tuple[str, str] | None = None  # (notice kind, reason): not materialised here
+
+    @property
+    def store_path(self) -> str | None:
+        """Where the store will hold this memory once the plan's pushes are done."""
+        if self.r is None or self.push == "delete":
+            return None
+        if self.push == "update" and not self.suppressed and self.view is not None:
+            return self.view[0]
+        return self.r.path
+
+
+def plan_store(inputs: Inputs) -> Plan:
+    return _Planner(inputs).run()
+
+
+class _Planner:
+    def __init__(self, inp: Inputs):
+        self.inp = inp
+        self.ro = inp.access == "read_only"
+        self.base: dict[str, BaseEntry] = _rekey(inp.base.values(), BaseEntry, "memory_id")
+        self.remote: dict[str, RemoteEntry] = _rekey(inp.remote.values(), RemoteEntry, "memory_id")
+        self.local: dict[str, LocalEntry] = _rekey(inp.local.values(), LocalEntry, "path")
+        self.refused = {p: getattr(v, "sha", v) for p, v in inp.refused.items()}
+        self.mems: dict[str, _Mem] = {}
+        self.new: dict[str, LocalEntry] = {}  # local files that continue no base memory
+        self.fate: dict[str, str] = {}  # new file path -> "push" | "blocked" | "adopted" | "drop" | "keep"
+        self.new_notes: list[Notice] = []
+
+    def run(self) -> Plan:
+        self._merge_all()
+        for o in self._viewed():  # a base path was materialised before: known good
+            if o.view[0] == o.r.path != getattr(o.b, "path", None) and (why := unviewable(o.r.path)):
+                self._drop(o, "not-materialised", why)
+        # A memory dropped for the limits stays where it is on the store, which can block a local
+        # rename or a create placed before: settle again until nothing more is dropped.
+        while True:
+            self._fall_back()
+            exact = self._place_new_files()
+            if not self._apply_limits():
+                break
+        self._decision_3(exact)
+        return self._emit()
+
+    # -- phase 1: three-way merge per memory ----------------------------------------------------
+    def _merge_all(self) -> None:
+        by_id: dict[str, LocalEntry] = {}
+        for path in sorted(self.local):
+            f = self.local[path]
+            if f.memory_id in self.base and f.memory_id not in by_id:
+                by_id[f.memory_id] = f
+            else:  # new, or an id the base does not know (stale): a new file
+                self.new[path] = f
+        # `rm f; create f` (or an editor saving that way) continues the memory - same id, history
+        # kept, no delete - when the store still holds it, unmoved, at that path.
+        continued = set()
+        base_at = {b.path: m for m, b in self.base.items()}
+        for path in list(self.new):
+            m = base_at.get(path)
+            if m is not None and m not in by_id and m in self.remote and self.remote[m].path == path:
+                by_id[m] = self.new.pop(path)
+                continued.add(m)
+        for m in sorted(self.base.keys() | self.remote.keys()):
+            o = _Mem(m, self.base.get(m), self.remote.get(m), by_id.get(m), set_id=m in continued)
+            self._merge(o)
+            self.mems[m] = o
+
+    def _merge(self, o: _Mem) -> None:
+        b, r, lo = o.b, o.r, o.l
+        if r is None:  # the store deleted it (b is set): decision 2
+            if lo is not None and (lo.path, lo.sha) != (b.path, b.sha):
+                o.keep = True
+                o.notes.append(Notice("deleted-by-store", lo.path,
+                                      "the store deleted this memory while it was changed here", kept=True))
+            return
+        if b is None:  # new on the store
+            o.view = (r.path, r.sha, r.size)
+            return
+        rpath = b.path if r.path == temp_path(o.m) else r.path
+        remote_move, remote_edit = rpath != b.path, r.sha != b.sha
+        if lo is None:  # deleted here
+            if not (remote_move or remote_edit) and not self.ro:
+                o.push = "delete" if self.inp.deletions == "enabled" else "hold"
+                return
+            o.view = (r.path, r.sha, r.size)
+            why = "the store changed it since" if remote_move or remote_edit else "the store is read-only"
+            o.notes.append(Notice("store-won-conflict", b.path, f"deleted here, but {why}: restored at {r.path}"))
+            return
+        lpath = b.path if lo.path == temp_path(o.m) else lo.path
+        local_move, local_edit = lpath != b.path, lo.sha != b.sha
+        if self.ro:  # the store wins every difference
+            o.view = (r.path, r.sha, r.size)
+            if (local_move or local_edit) and (lo.path, lo.sha) != (r.path, r.sha):
+                o.keep = lo.sha not in (b.sha, r.sha)
+                o.notes.append(Notice("store-won-conflict", lo.path,
+                                      f"the store is read-only: its version replaced this change, at {r.path}",
+                                      kept=o.keep))
+            return
+        # Path and content merge separately: a side that did not change one takes the other's.
+        path = rpath if remote_move else lpath
+        sha, size = (r.sha, r.size) if remote_edit else (lo.sha, lo.size)
+        content_conflict = local_edit and remote_edit and lo.sha != r.sha
+        path_conflict = local_move and remote_move and lpath != rpath
+        o.view = (path, sha, size)
+        o.keep = content_conflict
+        if content_conflict:
+            o.notes.append(Notice("store-won-conflict", lo.path,
+                                  f"changed here and on the store: the store's version is at {path}", kept=True))
+        elif path_conflict:
+            o.notes.append(Notice("store-won-conflict", lo.path,
+                                  f"renamed here and on the store: the store's path {path} wins"))
+        if (path, sha) != (r.path, r.sha):
+            o.push = "update"
+            o.suppressed = sha == lo.sha and (lo.bad_utf8 or self.refused.get(lo.path) == lo.sha)
+
+    # -- phase 2: what cannot be in the view --------------------------------------------------
+    def _viewed(self) -> list[_Mem]:
+        return [o for o in self.mems.values() if o.view is not None]
+
+    def _drop(self, o: _Mem, kind: str, reason: str) -> None:
+        """Not materialised: gone from the view (the agent's changes, if any, kept), not pushed."""
+        lo, b = o.l, o.b
+        o.view, o.push, o.suppressed, o.set_id, o.notes = None, None, False, False, []
+        o.keep = lo is not None and (b is None or (lo.path, lo.sha) != (b.path, b.sha))
+        o.skip = (kind, reason)
+
+    def _store_tree(self) -> _Tree:
+        return _Tree((p, o.m) for o in self.mems.values() if (p := o.store_path) is not None)
+
+    def _fall_back(self) -> None:
+        """A local rename onto (or beside) a path the store keeps using is undone: store wins."""
+        while True:
+            moved = [o for o in self._viewed() if o.view[0] != o.r.path]
+            tree = self._store_tree() if moved else _Tree()
+            lost = [o for o in moved if tree.blockers(o.view[0], o.m)]
+            if not lost:
+                return
+            for o in lost:
+                path, sha, size = o.view
+                o.view = (o.r.path, sha, size)
+                o.push = "update" if sha != o.r.sha else None
+                if not o.notes:
+                    o.notes.append(Notice("store-won-conflict", o.l.path,
+                                          f"renamed here to {path}, but the store holds another memory at or "
+                                          f"around that path: moved back to {o.r.path}"))
+
+    def _place_new_files(self) -> dict[str, str]:
+        """New local files against the store's paths: same path -> decision 3 (resolved later);
+        a file/directory clash -> the file stays local, not sent (it would be a 409), and a memory
+        that would arrive there is not materialised."""
+        tree = self._store_tree() if self.new else _Tree()
+        exact: dict[str, str] = {}
+        self.fate, self.new_notes = {}, []
+        for path, f in sorted(self.new.items()):
+            if tree.files.get(path):
+                exact[path] = min(tree.files[path])
+            elif self.ro:
+                self._lose(f, "store-won-conflict", "the store is read-only: this file is not uploaded")
+            elif blockers := tree.blockers(path, None):
+                self.fate[path] = "blocked"
+                for m in sorted(blockers):
+                    o = self.mems[m]
+                    if o.view is not None and o.view[0] == o.store_path:
+                        self._drop(o, "not-materialised",
+                                   f"a file here cannot also be a directory: {o.r.path} clashes with the local file {path}")
+            else:
+                self.fate[path] = "push"
+        return exact
+
+    def _apply_limits(self) -> bool:
+        """Decision 4: materialise in the store's list order until the next one would pass a limit;
+        it and every later one are not materialised. Only memories the view would hold count.
+        Returns whether it dropped anything."""
+        seen: set[str] = set()
+        order = [m for m in self.inp.remote_order if m in self.remote and not (m in seen or seen.add(m))]
+        order += sorted((m for m in self.remote if m not in seen), key=lambda m: (self.remote[m].path, m))
+        files = size = 0
+        full = dropped = False
+        for m in order:
+            o = self.mems[m]
+            if o.view is None:
+                full = full or (o.skip is not None and o.skip[0] == "over-limit")  # an earlier pass's cut
+                continue
+            sz = o.r.size or 0
+            if not full and files + 1 <= self.inp.max_files and size + sz <= self.inp.max_bytes:
+                files, size = files + 1, size + sz
+                continue
+            full = True
+            if o.push == "update" and not o.suppressed and (o.r.path, o.r.sha) == (o.b.path, o.b.sha):
+                continue  # the agent's own pending change goes out first; the next tick drops it
+            self._drop(o, "over-limit", f"not materialised: the store holds more than --max-files "
+                                        f"{self.inp.max_files} / --max-bytes {self.inp.max_bytes} allow")
+            dropped = True
+        return dropped
+
+    def _decision_3(self, exact: dict[str, str]) -> None:
+        """A new local file where the store holds a memory: the store's content wins."""
+        for path, m in exact.items():
+            f, o = self.new[path], self.mems[m]
+            if o.view is not None and o.view[0] == path:
+                if f.sha != o.view[1]:
+                    self._lose(f, "overwritten-by-store", "the store created a memory at this path: its content "
+                                                          "replaced this new file")
+                elif o.l is None:  # the same content: our create whose answer was lost, or a twin
+                    o.l, o.set_id = f, True
+                    self.fate[path] = "adopted"
+                else:
+                    self.fate[path] = "drop"
+            elif o.view is None and o.skip is not None:
+                if f.sha == o.r.sha:
+                    self.fate[path] = "drop"
+                else:
+                    self._lose(f, "overwritten-by-store", "the store holds a memory at this path that is not "
+                                                          "materialised here: this new file was removed")
+            else:  # the store keeps it there while the view shows it elsewhere (a refused rename)
+                self.fate[path] = "drop" if self.ro else "blocked"
+
+    def _lose(self, f: LocalEntry, kind: str, details: str) -> None:
+        self.fate[f.path] = "keep"
+        self.new_notes.append(Notice(kind, f.path, details, kept=True))
+
+    # -- emission -----------------------------------------------------------------------------
+    def _emit(self) -> Plan:
+        keep: list[KeepLocal] = []
+        remove: list[RemoveLocal] = []
+        moves: list[tuple[str, str, str]] = []
+        mats: list[Materialise] = []
+        book: list[Any] = []
+        notes: list[Notice] = list(self.new_notes)
+        holds: list[Any] = []
+        updates: list[_Mem] = []
+        creates: list[PushCreate] = []
+        still_refused: set[str] = set()
+        held = frozenset(self.inp.deletes_held)
+
+        for m, o in sorted(self.mems.items()):
+            b, r, lo = o.b, o.r, o.l
+            if o.keep:
+                keep.append(KeepLocal(lo.path, lo.sha))
+            if o.view is None:
+                if lo is not None:
+                    remove.append(RemoveLocal(lo.path))
+                if b is not None and o.push not in ("delete", "hold"):
+                    book.append(DropBase(m))
+            else:
+                vpath, vsha, vsize = o.view
+                if lo is not None and lo.path != vpath:
+                    moves.append((m, lo.path, vpath))
+                if lo is None or lo.sha != vsha:
+                    mats.append(Materialise(m, vpath, vsha, vsize))
+                elif o.set_id:
+                    book.append(SetLocalMemoryId(vpath, m))
+                target = BaseEntry(m, r.path, r.sha, r.size)
+                if b != target:
+                    book.append(SetBase(target))
+            notes += o.notes
+            prev = self.inp.skipped.get(m)
+            if o.skip is not None:
+                kind, reason = o.skip
+                fresh = prev is None or (prev.path, prev.sha) != (r.path, r.sha)
+                if fresh:
+                    book.append(Skip(m, r.path, r.sha, r.size, reason))
+                if fresh or o.keep:
+                    notes.append(Notice(kind, lo.path if o.keep else r.path, reason, kept=o.keep))
+            elif prev is not None:
+                book.append(Unskip(m))
+            if o.push == "hold":
+                if m not in held:
+                    holds.append(HoldDelete(m, b.path, self.inp.deletions))
+            elif m in held:
+                book.append(ClearHeld(m))
+            if o.push == "delete":
+                holds.append(PushDelete(m, r.path, r.sha))
+            elif o.push == "update" and not o.suppressed:
+                updates.append(o)
+            elif o.push == "update" and o.view == (lo.path, lo.sha, lo.size) and self.refused.get(lo.path) == lo.sha:
+                still_refused.add(lo.path)
+
+        for path, f in sorted(self.new.items()):
+            fate = self.fate[path]
+            if fate in ("keep", "drop"):
+                if fate == "keep":
+                    keep.append(KeepLocal(path, f.sha))
+                remove.append(RemoveLocal(path))
+                continue
+            if f.memory_id is not None and fate != "adopted":
+                book.append(SetLocalMemoryId(path, None))  # a stale id must not claim a memory
+            if fate in ("push", "blocked") and self.refused.get(path) == f.sha:
+                still_refused.add(path)
+            elif fate == "push" and not f.bad_utf8:
+                creates.append(PushCreate(path, f.sha, f.size))
+
+        if self.inp.remote_changed:  # otherwise `remote` was built from base and says nothing of these
+            book += [Unskip(m) for m in sorted(self.inp.skipped) if m not in self.mems]
+        book += [ClearHeld(m) for m in sorted(held) if m not in self.mems]
+        book += [ClearRefused(p) for p in sorted(self.refused) if p not in still_refused]
+
+        # Local moves: every file that stays is in the way until it moves.
+        removed = {a.path for a in remove}
+        tree = _Tree()
+        if moves:
+            tree = _Tree((p, f"file:{p}") for p in self.new if self.fate[p] in ("push", "blocked"))
+            for o in self.mems.values():
+                if o.l is not None and o.l.path not in removed:
+                    tree.add(o.l.path, o.m)
+        view_moves = [MoveLocal(src, dst) for wave in _schedule(moves, tree) for _, src, dst in wave]
+
+        return Plan(
+            view=tuple(sorted(keep, key=lambda a: a.path)) + tuple(sorted(remove, key=lambda a: a.path))
+            + tuple(view_moves) + tuple(sorted(mats, key=lambda a: a.path)),
+            bookkeeping=tuple(sorted(book, key=_book_key)),
+            notices=tuple(sorted(notes, key=lambda n: (n.path, n.kind))),
+            push_stages=tuple(s for s in [tuple(sorted(holds, key=_push_key)), *self._update_stages(updates),
+                                          tuple(sorted(creates, key=lambda a: a.path))] if s),
+        )
+
+    def _update_stages(self, updates: list[_Mem]) -> list[tuple[PushUpdate, ...]]:
+        """Content-only updates go at once; renames in waves so that none targets a path (or a
+        path beside one) still in use on the store; a cycle goes through a temporary path."""
+        final = {o.m: o for o in updates}
+        renames = [(o.m, o.r.path, o.view[0]) for o in updates if o.view[0] != o.r.path]
+        tree = self._store_tree_before_updates() if renames else _Tree()
+        stages: list[list[PushUpdate]] = [[self._update(o, o.r.path, o.r.path) for o in updates
+                                           if o.view[0] == o.r.path]]
+        for i, wave in enumerate(_schedule(renames, tree)):
+            if i >= len(stages):
+                stages.append([])
+            for m, src, dst in wave:
+                stages[i].append(self._update(final[m], src, dst))
+        return [tuple(sorted(s, key=lambda a: (a.path, a.memory_id))) for s in stages if s]
+
+    def _store_tree_before_updates(self) -> _Tree:
+        return _Tree((o.r.path, o.m) for o in self.mems.values() if o.r is not None and o.push != "delete")
+
+    @staticmethod
+    def _update(o: _Mem, src: str, dst: str) -> PushUpdate:
+        vpath, vsha, vsize = o.view
+        if dst != vpath:  # the first hop of a cycle: move only
+            return PushUpdate(o.m, src, o.r.sha, dst)
+        changed = vsha != o.r.sha
+        return PushUpdate(o.m, src, o.r.sha, dst if dst != src else None,
+                          vsha if changed else None, vsize if changed else None)
+
+
+_BOOK_ORDER = {DropBase: 0, SetBase: 1, SetLocalMemoryId: 2, Skip: 3, Unskip: 4, ClearHeld: 5, ClearRefused: 6}
+
+
+def _book_key(a: Any) -> tuple:
+    if isinstance(a, SetBase):
+        return (1, a.entry.path)
+    return (_BOOK_ORDER[type(a)], a.path if isinstance(a, (SetLocalMemoryId, ClearRefused)) else a.memory_id)
+
+
+def _push_key(a: Any) -> tuple:
+    return (0 if isinstance(a, HoldDelete) else 1, a.path, a.memory_id)
