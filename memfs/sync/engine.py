@@ -1,0 +1,520 @@
+"""A sync tick (SPEC §5.2): counters → changes/listing → fetch → apply the plan → push.
+
+The decisions are in plan.py (pure); this module does the I/O around them and keeps the rules of
+*when* (decision 1), failure (decision 6) and the end of the session (§5.7).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from memfs.client import ApiError, StoreClient, Unreachable
+from memfs.sync import plan as P
+
+log = logging.getLogger("memfs.sync")
+
+FETCH_CONCURRENCY = 8
+PUSH_CONCURRENCY = 8
+QUIET_SECONDS = 1.0
+
+
+def _now_iso() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+def _iso_to_ns(text: str | None) -> int | None:
+    if not text:
+        return None
+    from datetime import datetime
+
+    try:
+        return int(datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp() * 1e9)
+    except ValueError:
+        return None
+
+
+async def _gather(items, fn, concurrency: int) -> None:
+    """Run fn(item) for every item, at most `concurrency` at once. The first failure cancels the
+    rest and is raised as itself (not wrapped in an ExceptionGroup) so callers can catch it."""
+    failure: list[BaseException] = []
+    limiter = trio.CapacityLimiter(concurrency)
+
+    async def one(item, cancel_scope: trio.CancelScope) -> None:
+        try:
+            async with limiter:
+                await fn(item)
+        except Exception as exc:
+            if not failure:
+                failure.append(exc)
+            cancel_scope.cancel()
+
+    async with trio.open_nursery() as nursery:
+        for item in items:
+            nursery.start_soon(one, item, nursery.cancel_scope)
+    if failure:
+        raise failure[0]
+
+
+class TickFailed(Exception):
+    """The store could not be reached or answered with a retryable error (decision 6)."""
+
+
+@dataclass
+class StoreSync:
+    """Per-store bookkeeping shown by `memfs status`."""
+
+    store: Any
+    last_sync_at: str | None = None
+    last_result: str | None = None
+    last_error: str | None = None
+    pushed: int = 0
+
+
+@dataclass
+class TickReport:
+    ok: bool = True
+    error: str | None = None
+    pulled: int = 0
+    pushed: int = 0
+    requests: int = 0
+    stores: dict[str, str] = field(default_factory=dict)
+
+
+class SyncEngine:
+    def __init__(
+        self,
+        client: StoreClient,
+        state,
+        fs,
+        stores,
+        *,
+        interval: float,
+        deletions: str = "enabled",
+        max_files: int,
+        max_bytes: int,
+    ):
+        self.client = client
+        self.state = state
+        self.fs = fs
+        self.stores = list(stores)
+        self.interval = interval
+        self.deletions = deletions
+        self.max_files = max_files
+        self.max_bytes = max_bytes
+        self.has_counter: bool | None = None  # learned on the first tick (§5.8)
+        self.last_attempt: float | None = None
+        self.tick_lock = trio.Lock()
+        self.push_done = trio.Event()
+        self.push_done.set()
+        self.sync = {s.store_id: StoreSync(s) for s in self.stores}
+        self._nursery: trio.Nursery | None = None
+        self._mtimes: dict[str, int] = {}  # memory id -> updated_at (ns), for the view's mtime
+
+    # -- when (decision 1) ------------------------------------------------------------------
+    def due_in(self) -> float:
+        if self.last_attempt is None:
+            return 0.0
+        return max(0.0, self.last_attempt + self.interval - trio.current_time())
+
+    async def timer(self) -> None:
+        """Run a due tick once the mount has been quiet for about a second."""
+        async with trio.open_nursery() as nursery:
+            self._nursery = nursery
+            while True:
+                await trio.sleep(0.25)
+                quiet = time.monotonic() - getattr(self.fs, "last_activity", 0.0) >= QUIET_SECONDS
+                if self.due_in() == 0 and quiet and not self.tick_lock.locked():
+                    try:
+                        await self.sync_now(force=False)
+                    except Exception:  # a bug in a tick must never take the mount down
+                        log.exception("sync tick crashed; the next one runs in %.0fs", self.interval)
+
+    async def sync_now(self, *, force: bool, wait: bool = False) -> dict[str, Any]:
+        """`memfs sync`: run a tick if due (or forced); return once remote changes are in the view.
+        Uploads go on in the background unless `wait`."""
+        async with self.tick_lock:
+            if not force and self.due_in() > 0:
+                return {"ok": True, "ran": False, "next_in": self.due_in()}
+            await self.push_done.wait()  # one tick at a time, pushes included
+            self.last_attempt = trio.current_time()  # a failed tick counts as an attempt (decision 6)
+            report, pushes = await self._pull_all()
+            await self.fs.wait_invalidated()  # "visible" means the kernel dropped what it cached
+            if pushes and report.ok:
+                self.push_done = trio.Event()
+                if wait or self._nursery is None:
+                    await self._push_all(pushes, report)
+                else:
+                    self._nursery.start_soon(self._push_all, pushes, report)
+        if wait:
+            await self.push_done.wait()
+        return {"ok": report.ok, "ran": True, "result": "ok" if report.ok else "failed", "error": report.error,
+                "pulled": report.pulled, "pushed": report.pushed, "requests": report.requests}
+
+    # -- the tick ---------------------------------------------------------------------------
+    async def initial(self) -> None:
+        """Materialise every store before the mount is shown (no pushes: those wait for a tick)."""
+        self.last_attempt = None
+        report, _pushes = await self._pull_all(initial=True)
+        if not report.ok:
+            raise TickFailed(report.error)
+
+    async def _pull_all(self, *, initial: bool = False) -> tuple[TickReport, list[tuple[Any, list]]]:
+        report = TickReport()
+        self._mtimes.clear()
+        before = self.client.requests_sent
+        pushes: list[tuple[Any, list]] = []
+        try:
+            counters = await self.client.counters([s.store_id for s in self.stores]) if self.has_counter is not False else None
+            if self.has_counter is None:
+                self.has_counter = counters is not None
+            for store in self.stores:
+                try:
+                    actions = await self._pull_store(store, counters, report)
+                except (ApiError, Unreachable) as exc:
+                    if isinstance(exc, ApiError) and not exc.retryable and not initial:
+                        # This store is broken (deleted, access revoked); the others go on.
+                        self._record(store, "failed", str(exc))
+                        report.stores[store.store_id] = "failed"
+                        continue
+                    raise
+                if actions:
+                    pushes.append((store, actions))
+                self._record(store, "ok", None)
+        except (ApiError, Unreachable) as exc:
+            report.ok = False
+            report.error = str(exc)
+            log.warning("sync tick failed: %s (next attempt in %.0fs)", exc, self.interval)
+            for store in self.stores:
+                self._record(store, "failed", str(exc))
+        report.requests = self.client.requests_sent - before
+        return report, pushes
+
+    def _record(self, store, result: str, error: str | None) -> None:
+        s = self.sync[store.store_id]
+        s.last_sync_at = _now_iso()
+        s.last_result = result
+        s.last_error = error
+
+    async def _pull_store(self, store, counters: dict[str, int] | None, report: TickReport) -> list:
+        sid = store.store_id
+        applied = self.state.store_counter(sid)
+        base = self.state.baseline(sid)
+        remote_counter = counters.get(sid) if counters is not None else None
+        moved = counters is None or applied is None or remote_counter != applied
+        if not moved and not self._staged_actions(store, base):
+            return []
+        contents: dict[str, bytes] = {}
+        new_counter = applied
+        if moved:
+            remote, order, new_counter = await self._remote_state(store, applied, base, contents)
+            if new_counter is None:
+                new_counter = remote_counter
+        else:
+            remote, order = self._remote_from_base(sid, base)
+        # Fetch what the plan needs, then plan again on the view as it is *now*, and apply with no
+        # await in between: an edit made while we fetched is never overwritten unseen.
+        for _round in range(3):
+            plan = self._plan(store, base, remote, order, moved)
+            missing = {a.sha: a.memory_id for a in plan.view if isinstance(a, P.Materialise)
+                       and a.sha not in contents and not self.state.has_blob(a.sha)}
+            if not missing:
+                break
+            changed = await self._fetch(store, missing, contents)
+            for m in changed:  # the memory moved on since it was listed: use what we fetched
+                remote[m["id"]] = P.RemoteEntry(m["id"], m["path"], m["content_sha256"], m["content_size_bytes"])
+            order = sorted(remote, key=lambda mid: remote[mid].path)
+        deferred = self._apply(store, plan, contents)
+        if deferred:
+            return []
+        report.pulled += sum(1 for a in plan.view if isinstance(a, (P.Materialise, P.MoveLocal, P.RemoveLocal)))
+        if new_counter is not None:
+            self.state.set_store_counter(sid, new_counter)
+        return list(plan.push_stages) if store.access == "read_write" else []
+
+    def _remote_from_base(self, sid: str, base) -> tuple[dict, list]:
+        remote = {b.memory_id: P.RemoteEntry(b.memory_id, b.path, b.sha, b.size) for b in base.values()}
+        for mid, sk in self.state.skipped(sid).items():
+            remote.setdefault(mid, P.RemoteEntry(mid, sk.path, sk.sha, sk.size))
+        return remote, sorted(remote, key=lambda mid: remote[mid].path)
+
+    async def _remote_state(self, store, applied: int | None, base, contents: dict[str, bytes]):
+        """The store's current memories: via the changes feed, a snapshot (first download) or a listing."""
+        sid = store.store_id
+        if self.has_counter and applied is not None:
+            changes = await self.client.changes(sid, applied)
+            if changes is not None and not changes.too_old:
+                remote, _ = self._remote_from_base(sid, base)
+                for c in changes.changes:
+                    if c.operation == "deleted":
+                        remote.pop(c.memory_id, None)
+                    else:
+                        remote[c.memory_id] = P.RemoteEntry(c.memory_id, c.path, c.sha or "", c.size or 0)
+                        self._note_mtime(c.memory_id, c.updated_at)
+                return remote, sorted(remote, key=lambda mid: remote[mid].path), changes.counter
+        if self.has_counter and not base:
+            snap = await self.client.snapshot(sid)
+            if snap is not None:
+                counter, memories = snap
+                remote = {}
+                for m in memories:
+                    data = (m.get("content") or "").encode("utf-8")
+                    contents[m["content_sha256"]] = data
+                    self._note_mtime(m["id"], m.get("updated_at"))
+                    remote[m["id"]] = P.RemoteEntry(m["id"], m["path"], m["content_sha256"], m["content_size_bytes"])
+                return remote, [m["id"] for m in memories], counter
+        items, counter = await self.client.list_memories(sid)
+        remote = {m["id"]: P.RemoteEntry(m["id"], m["path"], m["content_sha256"], m["content_size_bytes"]) for m in items}
+        for m in items:
+            self._note_mtime(m["id"], m.get("updated_at"))
+        return remote, [m["id"] for m in items], counter
+
+    async def _fetch(self, store, missing: dict[str, str], contents: dict[str, bytes]) -> list[dict]:
+        """Fetch content for the given sha → memory id, concurrently and bounded."""
+        changed: list[dict] = []
+
+        async def one(item: tuple[str, str]) -> None:
+            sha, memory_id = item
+            m = await self.client.get_memory(store.store_id, memory_id)
+            data = (m.get("content") or "").encode("utf-8")
+            actual = hashlib.sha256(data).hexdigest()
+            self._note_mtime(memory_id, m.get("updated_at"))
+            contents[actual] = data
+            if actual != sha:
+                m["content_sha256"] = actual
+                m["content_size_bytes"] = len(data)
+                changed.append(m)
+
+        await _gather(list(missing.items()), one, FETCH_CONCURRENCY)
+        return changed
+
+    def _plan(self, store, base, remote, order, remote_changed: bool) -> P.Plan:
+        sid = store.store_id
+        inputs = P.Inputs(
+            base=base,
+            local=self.fs.local_view(sid),
+            remote=remote,
+            remote_order=tuple(order),
+            dirty=frozenset(self.fs.dirty_paths(sid)),
+            refused=self.state.refused(sid),
+            skipped=self.state.skipped(sid),
+            deletes_held=frozenset(self.state.deletes_held(sid)),
+            access=store.access,
+            deletions=self.deletions,
+            max_files=self.max_files,
+            max_bytes=self.max_bytes,
+            remote_changed=remote_changed,
+        )
+        return P.plan_store(inputs)
+
+    def _note_mtime(self, memory_id: str, updated_at: str | None) -> None:
+        ns = _iso_to_ns(updated_at)
+        if ns is not None:
+            self._mtimes[memory_id] = ns
+
+    def _staged_actions(self, store, base) -> list:
+        if store.access != "read_write":
+            return []
+        remote, order = self._remote_from_base(store.store_id, base)
+        return list(self._plan(store, base, remote, order, False).push)
+
+    def _apply(self, store, plan: P.Plan, contents: dict[str, bytes]) -> bool:
+        """Apply view and bookkeeping actions. Runs without awaiting: atomic w.r.t. FUSE handlers.
+        Returns True when something was deferred (a file open with unflushed writes)."""
+        sid = store.store_id
+        dirty = self.fs.dirty_paths(sid)
+        touched = {p for a in plan.view for p in (getattr(a, "path", None), getattr(a, "old_path", None),
+                                                  getattr(a, "new_path", None)) if p}
+        if dirty & touched:
+            # A file open with unflushed writes: leave the whole store for the next tick rather
+            # than override half an edit (the counter is not advanced, so nothing is missed).
+            return True
+        kept: dict[str, str] = {}
+        for a in plan.view:
+            if isinstance(a, P.KeepLocal):
+                kept[a.path] = str(self.state.keep_copy(sid, a.path, self.state.get_blob(a.sha)))
+            elif isinstance(a, P.Materialise):
+                data = contents.get(a.sha)
+                if data is None:
+                    data = self.state.get_blob(a.sha)
+                else:
+                    self.state.put_blob(data)
+                self.fs.apply_remote(sid, a.path, a.memory_id, a.sha, data, self._mtimes.pop(a.memory_id, None))
+            elif isinstance(a, P.MoveLocal):
+                self.fs.move_path(sid, a.old_path, a.new_path)
+            elif isinstance(a, P.RemoveLocal):
+                self.fs.remove_path(sid, a.path)
+        for a in plan.bookkeeping:
+            self._book(sid, a)
+        for n in plan.notices:
+            details = n.details
+            if n.kept and n.path in kept:
+                details = f"{details} (your version is kept at {kept[n.path]})"
+            self.fs.add_notice(sid, n.kind, n.path, details)
+            log.warning("%s %s %s %s", store.slug, n.kind, n.path, details)
+        return False
+
+    def _book(self, sid: str, a) -> None:
+        st = self.state
+        if isinstance(a, P.SetBase):
+            b = a.entry
+            st.set_baseline(sid, b.memory_id, b.path, b.sha, b.size)
+        elif isinstance(a, P.DropBase):
+            st.drop_baseline(sid, a.memory_id)
+        elif isinstance(a, P.SetLocalMemoryId):
+            self.fs.set_memory_id(sid, a.path, a.memory_id)
+        elif isinstance(a, P.Skip):
+            st.set_skipped(sid, a.memory_id, a.path, a.sha, a.size, a.reason)
+        elif isinstance(a, P.Unskip):
+            st.clear_skipped(sid, a.memory_id)
+        elif isinstance(a, P.ClearRefused):
+            st.clear_refused(sid, a.path)
+        elif isinstance(a, P.ClearHeld):
+            st.clear_delete_held(sid, a.memory_id)
+
+    # -- push -------------------------------------------------------------------------------
+    async def _push_all(self, pushes: list[tuple[Any, list]], report: TickReport) -> None:
+        try:
+            for store, actions in pushes:
+                try:
+                    await self._push_store(store, actions, report)
+                except (ApiError, Unreachable) as exc:
+                    report.ok = False
+                    report.error = str(exc)
+                    self._record(store, "push failed", str(exc))
+                    log.warning("push to %s failed: %s; changes stay staged", store.slug, exc)
+                    break
+                except Exception as exc:  # a bug must not take the mount down; the changes stay staged
+                    report.ok = False
+                    report.error = f"{type(exc).__name__}: {exc}"
+                    log.exception("push to %s crashed; changes stay staged", store.slug)
+                    break
+        finally:
+            self.push_done.set()
+
+    async def _push_store(self, store, stages: list, report: TickReport) -> None:
+        """Stages in order (holds and deletes, rename waves, creates); each stage concurrently."""
+        async def one(a) -> None:
+            await self._push_one(store, a, report)
+
+        for stage in stages:
+            await _gather(stage, one, PUSH_CONCURRENCY)
+
+    async def _push_one(self, store, a, report: TickReport) -> None:
+        sid, st, c = store.store_id, self.state, self.client
+        try:
+            if isinstance(a, P.HoldDelete):
+                st.add_delete_held(sid, a.memory_id)
+                self.fs.add_notice(sid, "delete-held", a.path, f"deleted here, kept on the store (--sync-deletions {a.reason})")
+                log.warning("%s: %s deleted locally; not deleted on the store (%s)", store.slug, a.path, a.reason)
+                return
+            if isinstance(a, P.PushDelete):
+                try:
+                    await c.delete_memory(sid, a.memory_id, expected_sha=a.expected_sha)
+                except ApiError as exc:
+                    if exc.status != 404:
+                        raise
+                st.drop_baseline(sid, a.memory_id)
+            elif isinstance(a, P.PushUpdate):
+                content = st.get_blob(a.new_sha).decode("utf-8") if a.new_sha else None
+                m = await c.update_memory(sid, a.memory_id, expected_sha=a.expected_sha, content=content,
+                                          path=a.new_path)
+                st.set_baseline(sid, m["id"], m["path"], m["content_sha256"], m["content_size_bytes"])
+            elif isinstance(a, P.PushCreate):
+                content = st.get_blob(a.sha).decode("utf-8")
+                m = await c.create_memory(sid, a.path, content)
+                st.set_baseline(sid, m["id"], m["path"], m["content_sha256"], m["content_size_bytes"])
+                local = self.fs.local_view(sid).get(a.path)
+                if local is not None and local.memory_id is None:
+                    self.fs.set_memory_id(sid, a.path, m["id"])
+            else:
+                return
+            report.pushed += 1
+            self.sync[sid].pushed += 1
+        except ApiError as exc:
+            if exc.refused:
+                path, sha = (a.local_path, a.local_sha) if isinstance(a, P.PushUpdate) else (a.path, a.sha)
+                st.set_refused(sid, path, sha, exc.message)
+                self.fs.add_notice(sid, "upload-refused", path, f"the store refused it: {exc.message}")
+                log.warning("%s: upload of %s refused: %s", store.slug, path, exc.message)
+            elif exc.status in (404, 409):
+                # Someone else changed the store: no retry; the next tick's listing settles it.
+                log.info("%s: %s answered %s; the next tick settles it", store.slug, type(a).__name__, exc.type)
+            else:
+                raise
+
+    # -- end of session ---------------------------------------------------------------------
+    def pending(self) -> int:
+        total = 0
+        for store in self.stores:
+            base = self.state.baseline(store.store_id)
+            total += sum(1 for a in self._staged_actions(store, base) if not isinstance(a, P.HoldDelete))
+        return total
+
+    async def final_sync(self, timeout: float) -> dict[str, Any]:
+        """Pull and push once more, bounded; report what stays staged (never deleted)."""
+        result: dict[str, Any] = {"ok": False, "error": "timed out", "pushed": 0}
+        with trio.move_on_after(timeout):
+            result = await self.sync_now(force=True, wait=True)
+        pending = self.pending()
+        return {"pending": pending, "pushed": result.get("pushed", 0), "error": result.get("error"),
+                "ok": bool(result.get("ok")) and pending == 0}
+
+    def status(self) -> dict[str, Any]:
+        out = []
+        for store in self.stores:
+            s = self.sync[store.store_id]
+            base = self.state.baseline(store.store_id)
+            out.append({
+                "store_id": store.store_id,
+                "name": store.name,
+                "mount_path": store.slug,
+                "access": store.access,
+                "counter": self.state.store_counter(store.store_id),
+                "last_sync_at": s.last_sync_at,
+                "last_result": s.last_result,
+                "last_error": s.last_error,
+                "staged": len(self._staged_actions(store, base)),
+                "refused": len(self.state.refused(store.store_id)),
+            })
+        return {"stores": out, "next_tick_in": self.due_in(), "has_counter": self.has_counter}
+
+
+async def flush_state_dir(state_dir: Path, base_url: str | None, token: str, timeout: float,
+                          deletions: str) -> dict[str, Any]:
+    """`memfs flush`: push what a dead mount left staged, without mounting anything."""
+    from memfs.mount.core import Filesystem, StoreInfo
+    from memfs.mount.state import State
+
+    state = State(state_dir)
+    state.lock(state.get_meta("root") or "(flush)")
+    try:
+        url = base_url or state.get_meta("base_url")
+        if not url:
+            raise ValueError(f"no --base-url given and none recorded in {state_dir}")
+        stores = [StoreInfo(s.store_id, s.name, s.slug, s.access) for s in state.stores()]
+        fs = Filesystem(state, stores)
+        async with StoreClient(url, token) as client:
+            engine = SyncEngine(client, state, fs, stores, interval=5, deletions=deletions,
+                                max_files=10**9, max_bytes=10**12)
+            return await engine.final_sync(timeout)
+    finally:
+        state.close()
+
+
+def offline_status(state_dir: Path) -> dict[str, Any]:
+    """What `memfs status` can say from a state dir when no daemon runs."""
+    from memfs.mount.state import State
+
+    state = State(state_dir)
+    try:
+        return {"stores": [{"store_id": s.store_id, "name": s.name, "mount_path": s.slug, "access": s.access,
+                            "counter": state.store_counter(s.store_id)} for s in state.stores()]}
+    finally:
+        state.close()
