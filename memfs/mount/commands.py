@@ -88,6 +88,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("sync", help="run a sync tick now if one is due")
     p.add_argument("--root", default="/mnt/memory")
     p.add_argument("--force", action="store_true", help="run a tick even if the interval has not passed")
+    p.add_argument("--wait", action="store_true", help="also wait until the tick's uploads are done")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_sync)
 
@@ -236,7 +237,7 @@ def _run_foreground(args, root: str, state_dir: Path, session_id: str, base_url:
 def cmd_sync(args: argparse.Namespace) -> int:
     state_dir = control.lookup_state_dir(args.root)
     try:
-        answer = control.call(state_dir, {"op": "sync", "force": args.force}, timeout=120)
+        answer = control.call(state_dir, {"op": "sync", "force": args.force, "wait": args.wait}, timeout=120)
     except control.NoDaemon as exc:
         return _fail("sync", f"no memfs mount at {args.root}: {exc}")
     if args.json:

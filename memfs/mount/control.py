@@ -24,8 +24,8 @@ def runtime_dir() -> Path:
     return Path("/run/memfs") if os.geteuid() == 0 else Path(f"/tmp/memfs-{os.geteuid()}")
 
 
-def _registry_path(root: str | os.PathLike[str]) -> Path:
-    key = hashlib.sha256(os.path.realpath(root).encode()).hexdigest()[:20]
+def _registry_path(real_root: str) -> Path:
+    key = hashlib.sha256(real_root.encode()).hexdigest()[:20]
     return runtime_dir() / f"{key}.json"
 
 
@@ -36,17 +36,19 @@ def default_state_dir(root: str | os.PathLike[str]) -> Path:
     return base / real
 
 
-def register(root: str, state_dir: Path, pid: int) -> None:
-    path = _registry_path(root)
+# The daemon passes its root already resolved: resolving it again (realpath stats it) while the
+# daemon serves that very mount would make the daemon wait on itself.
+def register(real_root: str, state_dir: Path, pid: int) -> None:
+    path = _registry_path(real_root)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps({"root": os.path.realpath(root), "state_dir": str(state_dir), "pid": pid}))
+    tmp.write_text(json.dumps({"root": real_root, "state_dir": str(state_dir), "pid": pid}))
     os.replace(tmp, path)
 
 
-def unregister(root: str) -> None:
+def unregister(real_root: str) -> None:
     try:
-        _registry_path(root).unlink()
+        _registry_path(real_root).unlink()
     except FileNotFoundError:
         pass
 
@@ -54,7 +56,7 @@ def unregister(root: str) -> None:
 def lookup_state_dir(root: str) -> Path:
     """The state dir of the mount at root: the registry's answer, else the default for root."""
     try:
-        return Path(json.loads(_registry_path(root).read_text())["state_dir"])
+        return Path(json.loads(_registry_path(os.path.realpath(root)).read_text())["state_dir"])
     except (FileNotFoundError, ValueError, KeyError):
         return default_state_dir(root)
 

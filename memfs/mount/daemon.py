@@ -8,6 +8,7 @@ the signal watcher are tasks of one nursery.
 from __future__ import annotations
 
 import errno
+import functools
 import json
 import logging
 import math
@@ -161,6 +162,7 @@ class Daemon:
         """Mount, call on_ready(), serve until asked to stop; returns the exit status."""
         opts = self.opts
         preflight_root(opts.root)
+        opts.root = os.path.realpath(opts.root)  # resolved once, before it becomes our own mount
         if not opts.token:
             raise MountError(
                 "the session has memory stores attached but no sessions token was given: set "
@@ -189,9 +191,11 @@ class Daemon:
             except Unreachable as exc:
                 raise MountError(f"the store service at {opts.base_url} is unreachable: {exc}") from exc
             stores = stores_from_session(session, opts.root)
+            for s in stores:
+                state.set_store(s.store_id, s.name, s.slug, s.access)
             state.set_meta("session_id", opts.session_id)
             state.set_meta("base_url", opts.base_url)
-            state.set_meta("root", os.path.realpath(opts.root))
+            state.set_meta("root", opts.root)
             fs = Filesystem(
                 state, stores, max_files=opts.max_files, max_bytes=opts.max_bytes, uid=opts.uid, gid=opts.gid
             )
@@ -213,7 +217,7 @@ class Daemon:
                 raise MountError(f"cannot download the memory stores from {opts.base_url}: {exc}") from exc
 
             async with trio.open_nursery() as nursery:
-                await nursery.start(run_mount, fs, opts.root, opts.allow_other)
+                await nursery.start(functools.partial(run_mount, fs, opts.root, allow_other=opts.allow_other))
                 control.register(opts.root, opts.state_dir, os.getpid())
                 try:
                     await nursery.start(self._control_server)
@@ -297,7 +301,7 @@ class Daemon:
     async def _answer(self, request: dict[str, Any]) -> dict[str, Any]:
         op = request.get("op")
         if op == "sync":
-            return await self.engine.sync_now(force=bool(request.get("force")))
+            return await self.engine.sync_now(force=bool(request.get("force")), wait=bool(request.get("wait")))
         if op == "status":
             return {"ok": True, "pid": os.getpid(), "root": self.opts.root, **self.engine.status()}
         if op == "unmount":
