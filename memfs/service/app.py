@@ -50,6 +50,8 @@ def _json(body: object, status: int = 200, headers: dict | None = None) -> JSONR
 
 
 class _Service:
+    extensions = True  # the memfs extensions (counter, changes feed, snapshot, counter header)
+
     def __init__(self, storage: Storage, admin_key: str, max_memories: int, metrics: Metrics):
         if not admin_key:
             raise ValueError("admin_key must not be empty")
@@ -178,7 +180,7 @@ class _Service:
         )
         return _json(
             {"data": [wire.list_item(i, full) for i in page.items], "next_page": page.next_page},
-            headers={COUNTER_HEADER: str(page.counter)},
+            headers={COUNTER_HEADER: str(page.counter)} if self.extensions else None,
         )
 
     async def get_memory(self, request: Request) -> Response:
@@ -432,6 +434,9 @@ class _Service:
             ("/v1/sessions/{session_id}/archive", "POST", self.archive_session),
             ("/metrics", "GET", self.get_metrics),
         ]
+        if not self.extensions:  # behave like the hosted API: no counter, feed or snapshot (§5.8)
+            table = [t for t in table if t[2] not in (self.get_counter, self.get_counters, self.get_changes,
+                                                      self.get_snapshot)]
         return [Route(path, fn, methods=[method]) for path, method, fn in table]
 
 
@@ -514,10 +519,12 @@ def create_app(
     max_memories: int = DEFAULT_MAX_MEMORIES,
     *,
     metrics: Metrics | None = None,
+    extensions: bool = True,
 ):
     """The ASGI app serving `storage`. `admin_key` can do everything; sessions get scoped tokens."""
     metrics = metrics or Metrics()
     service = _Service(storage, admin_key, max_memories, metrics)
+    service.extensions = extensions
     app = Starlette(
         routes=service.routes(),
         exception_handlers={

@@ -24,6 +24,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--db", default="./memfs-data/store.db", help="SQLite database file (created if missing)")
     p.add_argument("--admin-key", help="admin key (default: $MEMFS_ADMIN_KEY, else generated and printed)")
     p.add_argument("--max-memories", type=int, default=DEFAULT_MAX_MEMORIES, help="memories per store")
+    p.add_argument("--hosted-api", action="store_true",
+                   help="serve only the hosted API: no counter, changes feed or snapshot (to test clients' fallback)")
     p.set_defaults(func=_serve)
 
     store = sub.add_parser("store", help="manage memory stores (admin, over HTTP)")
@@ -68,7 +70,7 @@ def _serve(args: argparse.Namespace) -> int:
     if args.max_memories < 1:
         print("memfs serve: --max-memories must be at least 1", file=sys.stderr)
         return 2
-    return run(args.host, args.port, args.db, args.admin_key, args.max_memories)
+    return run(args.host, args.port, args.db, args.admin_key, args.max_memories, extensions=not args.hosted_api)
 
 
 class _Failed(Exception):

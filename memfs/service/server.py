@@ -65,6 +65,7 @@ def run(
     db_path: str | os.PathLike = "./memfs-data/store.db",
     admin_key: str | None = None,
     max_memories: int = DEFAULT_MAX_MEMORIES,
+    extensions: bool = True,
 ) -> int:
     _configure_logging()
     key, generated = resolve_admin_key(admin_key)
@@ -83,7 +84,7 @@ def run(
     config.graceful_timeout = 5.0
     config.accesslog = None  # our own access log has no query strings or headers
     config.errorlog = logging.getLogger("hypercorn.error")
-    app = create_app(storage, key, max_memories)
+    app = create_app(storage, key, max_memories, extensions=extensions)
     try:
         trio.run(_serve, app, config, host)
     finally:

@@ -35,12 +35,14 @@ class ServiceProcess:
         max_memories: int | None = None,
         port: int = 0,
         start: bool = True,
+        hosted_api: bool = False,
     ):
         self.workdir = Path(workdir)
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.admin_key = admin_key
         self.db_path = Path(db_path) if db_path else self.workdir / "data" / "store.db"
         self.max_memories = max_memories
+        self.hosted_api = hosted_api
         self.port = port
         self.base_url = ""
         self.proc: subprocess.Popen | None = None
@@ -57,6 +59,8 @@ class ServiceProcess:
         cmd += ["--db", str(self.db_path), "--admin-key", self.admin_key]
         if self.max_memories is not None:
             cmd += ["--max-memories", str(self.max_memories)]
+        if self.hosted_api:
+            cmd.append("--hosted-api")
         env = {k: v for k, v in os.environ.items() if k != "MEMFS_ADMIN_KEY"}
         with open(out_path, "wb") as out, open(self.stderr_path, "wb") as err:
             self.proc = subprocess.Popen(cmd, stdout=out, stderr=err, cwd=self.workdir, env=env)
