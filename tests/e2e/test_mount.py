@@ -1,0 +1,231 @@
+"""The mount against a real service, driven by real shell tools (issue: memfs mount)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import textwrap
+
+import pytest
+
+from tests.e2e.conftest import RO_SEED, RW_SEED
+from tests.support.sandbox import is_mounted
+
+pytestmark = pytest.mark.timeout(120)
+
+RW, RO = "work-notes", "team-handbook"
+
+
+def sh(script: str, cwd=None, check=True) -> subprocess.CompletedProcess:
+    proc = subprocess.run(["bash", "-c", script], cwd=cwd, capture_output=True, text=True, timeout=30)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"{script!r} failed {proc.returncode}: {proc.stderr}")
+    return proc
+
+
+def files_under(top) -> dict[str, str]:
+    out = {}
+    for dirpath, _dirs, names in os.walk(top):
+        for n in names:
+            full = os.path.join(dirpath, n)
+            rel = "/" + os.path.relpath(full, top)
+            if rel in ("/.anthropic-memory-store", "/.sync-notices.log"):
+                continue
+            with open(full, encoding="utf-8") as f:
+                out[rel] = f.read()
+    return out
+
+
+def materialise(contents: dict[str, str], top) -> None:
+    for path, content in contents.items():
+        full = os.path.join(top, path.lstrip("/"))
+        os.makedirs(os.path.dirname(full), exist_ok=True)
+        with open(full, "w", encoding="utf-8") as f:
+            f.write(content)
+
+
+def test_mounted_stores_match_the_api_byte_for_byte(world, mounted, api, tmp_path):
+    root = mounted.root
+    assert sorted(os.listdir(root)) == [RO, RW]
+    ls = sh(f"ls -la {root}/{RW} {root}/{RW}/notes").stdout
+    assert "todo.md" in ls and ".anthropic-memory-store" in ls
+    # Every tool agrees with the service, byte for byte.
+    for slug, store, seed in ((RW, world.rw, RW_SEED), (RO, world.ro, RO_SEED)):
+        expected = api.contents(store)
+        assert expected == seed
+        assert files_under(root / slug) == expected
+        ref = tmp_path / f"ref-{slug}"
+        materialise(expected, ref)
+        diff = sh(f"diff -r --exclude=.anthropic-memory-store --exclude=.sync-notices.log {ref} {root}/{slug}",
+                  check=False)
+        assert diff.returncode == 0, diff.stdout
+        found = sh(f"cd {root}/{slug} && find . -type f ! -name '.*' | sort").stdout.split()
+        assert found == sorted("." + p for p in expected)
+        for path, content in expected.items():
+            assert sh(f"cat '{root}/{slug}{path}'").stdout == content
+            wc = sh(f"wc -c < '{root}/{slug}{path}'").stdout.strip()
+            assert int(wc) == len(content.encode())
+    grep = sh(f"grep -r milk {root}").stdout
+    assert grep.strip() == f"{root}/{RW}/notes/todo.md:- buy milk"
+    marker = (root / RW / ".anthropic-memory-store").read_bytes()
+    assert marker == f"version 1\n{world.rw}".encode()
+
+
+def test_shell_tools_behave_as_on_a_local_disk(world, mounted, api, tmp_path):
+    ref = tmp_path / "ref"
+    materialise(RW_SEED, ref)
+    script = textwrap.dedent(
+        """
+        set -e
+        echo "- more" >> notes/todo.md
+        sed -i 's/milk/bread/' notes/todo.md
+        cp -r notes notes-copy
+        mv profile.md profile-renamed.md
+        mv notes-copy archive
+        rm -r unicode
+        mkdir -p a/b/c
+        echo hi > a/b/c/hi.txt
+        truncate -s 5 notes/deep/nested/idea.md
+        printf 'new body\\n' > .todo.md.swp && mv .todo.md.swp notes/todo.md
+        python3 -c "
+        f = open('empty.md', 'r+b'); f.seek(10); f.write(b'x'); f.seek(0); f.write(b'ab'); f.close()"
+        """
+    )
+    sh(script, cwd=ref)
+    sh(script, cwd=mounted.root / RW)
+    assert files_under(mounted.root / RW) == files_under(ref)
+    diff = sh(f"diff -r --exclude=.anthropic-memory-store --exclude=.sync-notices.log {ref} {mounted.root / RW}",
+              check=False)
+    assert diff.returncode == 0, diff.stdout
+    status = mounted.status()
+    staged = {s["mount_path"]: s["staged"] for s in status["stores"]}
+    assert staged[RW] > 0 and staged[RO] == 0
+    # The staged changes describe exactly these edits: once pushed, the store holds the local view.
+    before = api.memories(world.rw)
+    mounted.sync()
+    after = api.memories(world.rw)
+    assert {p: m["content"] for p, m in after.items()} == files_under(ref)
+    # Renames and the editor save kept their memory ids.
+    assert after["/profile-renamed.md"]["id"] == before["/profile.md"]["id"]
+    assert after["/notes/todo.md"]["id"] == before["/notes/todo.md"]["id"]
+    assert after["/archive/deep/nested/idea.md"]["id"] not in {m["id"] for m in before.values()}
+    assert {s["mount_path"]: s["staged"] for s in mounted.status()["stores"]}[RW] == 0
+
+
+@pytest.mark.parametrize("where", ["ro", "root"])
+def test_read_only_store_and_root_refuse_every_mutation(world, mounted, api, where):
+    top = mounted.root / RO if where == "ro" else mounted.root
+    target = "handbook/style.md" if where == "ro" else RW
+    for cmd in (
+        "touch newfile",
+        "echo x > newfile",
+        "mkdir newdir",
+        f"rm -f {target}" if where == "ro" else f"rmdir {RW}",
+        f"mv {target} moved",
+        "sed -i s/a/b/ handbook/style.md" if where == "ro" else "true > newfile2",
+        "echo x >> handbook/style.md" if where == "ro" else f"rmdir {RO}",
+    ):
+        proc = sh(cmd, cwd=top, check=False)
+        assert proc.returncode != 0, cmd
+        assert "Read-only file system" in proc.stderr, (cmd, proc.stderr)
+    if where == "ro":
+        assert files_under(top) == RO_SEED
+    assert sorted(os.listdir(mounted.root)) == [RO, RW]
+    assert all(s["staged"] == 0 for s in mounted.status()["stores"])
+
+
+def test_refused_file_types_names_and_sizes(mounted):
+    top = mounted.root / RW
+    for cmd, message in (
+        ("ln -s profile.md link", "Operation not permitted"),
+        ("ln profile.md hard", "Operation not permitted"),
+        ("mkfifo fifo", "Operation not permitted"),
+        ("setfattr -n user.x -v 1 profile.md", "Operation not supported"),
+    ):
+        proc = sh(cmd, cwd=top, check=False)
+        assert proc.returncode != 0 and message in proc.stderr, (cmd, proc.stderr)
+    import errno
+
+    with pytest.raises(OSError) as e:
+        os.open(top / ("x" * 256), os.O_CREAT | os.O_WRONLY)
+    assert e.value.errno == errno.ENAMETOOLONG
+    with pytest.raises(OSError) as e:
+        os.open(os.fsencode(top) + b"/bad-\xff.md", os.O_CREAT | os.O_WRONLY)
+    assert e.value.errno == errno.EINVAL
+    with open(top / "big.md", "wb", buffering=0) as f:
+        f.write(b"a" * 102_400)
+        with pytest.raises(OSError) as e:
+            f.write(b"b")
+    assert e.value.errno == errno.EFBIG
+    assert (top / "big.md").stat().st_size == 102_400
+    marker = top / ".anthropic-memory-store"
+    for action in (lambda: marker.unlink(), lambda: marker.write_text("x"), lambda: marker.rename(top / "m")):
+        with pytest.raises(OSError):
+            action()
+    assert marker.read_text().startswith("version 1\n")
+
+
+def test_the_2001st_file_is_refused_with_enospc(world, api, tmp_path):
+    box = world.sandbox("limits")
+    box.mount("--max-files", "10")
+    top = box.root / RW
+    existing = len(RW_SEED)
+    for i in range(10 - existing):
+        (top / f"f{i}.md").write_text("x")
+    import errno
+
+    with pytest.raises(OSError) as e:
+        (top / "one-too-many.md").write_text("x")
+    assert e.value.errno == errno.ENOSPC
+
+
+def test_non_empty_root_is_refused_naming_it(world):
+    box = world.sandbox("busy")
+    (box.root / "leftover").write_text("x")
+    proc = box.mount(check=False)
+    assert proc.returncode != 0
+    assert str(box.root) in proc.stderr and "already exists" in proc.stderr
+    assert not is_mounted(box.root)
+
+
+def test_missing_token_is_a_clear_error(world):
+    box = world.sandbox("notoken")
+    box.env.pop("ANTHROPIC_WORK_SECRET")
+    proc = box.mount(check=False)
+    assert proc.returncode != 0
+    assert "no sessions token" in proc.stderr
+    assert not is_mounted(box.root)
+
+
+def test_kill9_then_remount_keeps_every_closed_change(world, mounted, api):
+    top = mounted.root / RW
+    (top / "notes" / "todo.md").write_text("edited before the crash\n")
+    (top / "new.md").write_text("created before the crash\n")
+    mounted.kill9()
+    mounted.mount()  # clears the dead mount, recovers the state dir
+    assert (top / "notes" / "todo.md").read_text() == "edited before the crash\n"
+    assert (top / "new.md").read_text() == "created before the crash\n"
+    mounted.sync()
+    contents = api.contents(world.rw)
+    assert contents["/notes/todo.md"] == "edited before the crash\n"
+    assert contents["/new.md"] == "created before the crash\n"
+
+
+def test_second_mount_on_a_live_state_dir_is_refused(world, mounted, tmp_path):
+    other_root = tmp_path / "other-root"
+    other_root.mkdir()
+    proc = mounted.memfs("mount", "--root", str(other_root), "--state-dir", str(mounted.state_dir))
+    assert proc.returncode != 0
+    assert "in use" in proc.stderr and str(mounted.state_dir) in proc.stderr
+    assert not is_mounted(other_root)
+
+
+def test_unmount_leaves_the_root_empty_and_unmounted(world, mounted, api):
+    (mounted.root / RW / "last.md").write_text("last words\n")
+    proc = mounted.unmount()
+    assert proc.returncode == 0, proc.stderr
+    assert not is_mounted(mounted.root)
+    assert os.listdir(mounted.root) == []
+    assert api.contents(world.rw)["/last.md"] == "last words\n"
+    assert shutil.which("fusermount3")

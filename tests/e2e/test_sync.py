@@ -1,0 +1,212 @@
+"""The sync engine end to end: two sandboxes, one service, real shell tools (issue: sync engine)."""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.support.api import sha
+from tests.support.sandbox import is_mounted
+
+pytestmark = pytest.mark.timeout(150)
+
+RW = "work-notes"
+NOTICE = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z (?P<kind>[a-z-]+) (?P<path>\S+) (?P<details>.*)$")
+
+
+def notices(box, kind: str) -> list[re.Match]:
+    out = []
+    for line in box.notices(RW):
+        m = NOTICE.match(line)
+        assert m, f"notice line does not follow the SPEC format: {line!r}"
+        if m["kind"] == kind:
+            out.append(m)
+    return out
+
+
+def kept_copy(match: re.Match) -> Path:
+    m = re.search(r"kept at (\S+?)\)?$", match["details"])
+    assert m, match["details"]
+    return Path(m.group(1))
+
+
+def test_propagation_both_ways(world, api):
+    a, b = world.sandbox("a"), world.sandbox("b")
+    a.mount()
+    b.mount()
+    (a.root / RW / "from-a.md").write_text("written in A\n")
+    a.sync()
+    b.sync()
+    assert (b.root / RW / "from-a.md").read_text() == "written in A\n"
+    # A change made through the API shows up after `memfs sync`, with new size and mtime.
+    todo = b.root / RW / "notes" / "todo.md"
+    before = todo.stat()
+    memory = api.memories(world.rw)["/notes/todo.md"]
+    time.sleep(1.1)  # mtime has second granularity in some tools
+    api.update(world.rw, memory["id"], content="changed through the API, longer than before\n")
+    b.sync()
+    after = todo.stat()
+    assert todo.read_text() == "changed through the API, longer than before\n"
+    assert after.st_size != before.st_size and after.st_mtime != before.st_mtime
+
+
+def test_conflict_store_wins_and_keeps_the_agents_version(world, mounted, api):
+    memory = api.memories(world.rw)["/profile.md"]
+    (mounted.root / RW / "profile.md").write_text("local edit\n")
+    api.update(world.rw, memory["id"], content="remote edit\n")
+    mounted.sync()
+    assert (mounted.root / RW / "profile.md").read_text() == "remote edit\n"
+    assert api.contents(world.rw)["/profile.md"] == "remote edit\n"
+    assert len(api.versions(world.rw, memory["id"])) == 2  # created + the remote edit; ours never landed
+    [n] = notices(mounted, "store-won-conflict")
+    assert n["path"] == "/profile.md"
+    assert kept_copy(n).read_text() == "local edit\n"
+
+
+def test_decision2_store_deleted_what_the_agent_modified(world, mounted, api):
+    memory = api.memories(world.rw)["/profile.md"]
+    (mounted.root / RW / "profile.md").write_text("local edit of a doomed file\n")
+    api.delete(world.rw, memory["id"])
+    mounted.sync()
+    assert not (mounted.root / RW / "profile.md").exists()
+    assert "/profile.md" not in api.contents(world.rw)  # never re-created
+    [n] = notices(mounted, "deleted-by-store")
+    assert n["path"] == "/profile.md"
+    assert kept_copy(n).read_text() == "local edit of a doomed file\n"
+
+
+def test_decision3_store_created_where_the_agent_created(world, mounted, api):
+    (mounted.root / RW / "clash.md").write_text("agent's new file\n")
+    api.create(world.rw, "/clash.md", "store's new memory\n")
+    mounted.sync()
+    assert (mounted.root / RW / "clash.md").read_text() == "store's new memory\n"
+    assert api.contents(world.rw)["/clash.md"] == "store's new memory\n"
+    [n] = notices(mounted, "overwritten-by-store")
+    assert kept_copy(n).read_text() == "agent's new file\n"
+
+
+def test_decision4_over_the_limits_materialises_in_list_order(world, api):
+    box = world.sandbox("small")
+    box.mount("--max-files", "3")
+    # The seed has 5 memories; in path order the first 3 fit.
+    paths = sorted(api.contents(world.rw))
+    shown = sorted("/" + str(p.relative_to(box.root / RW)) for p in (box.root / RW).rglob("*")
+                   if p.is_file() and not p.name.startswith(".sync") and not p.name.startswith(".anthropic"))
+    assert shown == paths[:3]
+    over = [m["path"] for m in notices(box, "over-limit")]
+    assert over == paths[3:]
+    box.sync()
+    assert [m["path"] for m in notices(box, "over-limit")] == paths[3:]  # noticed once
+
+
+def test_decision5_notices_file_format_and_protection(world, mounted, api):
+    memory = api.memories(world.rw)["/profile.md"]
+    (mounted.root / RW / "profile.md").write_text("local\n")
+    api.update(world.rw, memory["id"], content="remote\n")
+    mounted.sync()
+    log = mounted.root / RW / ".sync-notices.log"
+    lines = log.read_text().splitlines()
+    assert lines and all(NOTICE.match(line) for line in lines)
+    with pytest.raises(OSError):
+        log.write_text("tamper")
+    with pytest.raises(OSError):
+        log.unlink()
+    assert not (mounted.root / ".sync-notices.log").exists()  # nothing at the root
+
+
+def test_decision6_service_down_counts_as_an_attempt_and_loses_nothing(world, mounted, api, service):
+    service.stop()
+    (mounted.root / RW / "offline.md").write_text("written while the service was down\n")
+    result = mounted.sync(check=False)
+    assert result["ok"] is False
+    status = {s["mount_path"]: s for s in mounted.status()["stores"]}
+    assert status[RW]["last_error"] and status[RW]["staged"] >= 1
+    # Not forced: the failed tick counts as an attempt, so no new tick for a full interval.
+    again = mounted.sync(force=False, wait=False)
+    assert again["ran"] is False
+    assert (mounted.root / RW / "offline.md").read_text() == "written while the service was down\n"
+    service.start()
+    mounted.sync()
+    assert api.contents(world.rw)["/offline.md"] == "written while the service was down\n"
+
+
+def test_decision7_unmount_with_the_service_down_then_flush(world, mounted, api, service):
+    (mounted.root / RW / "late.md").write_text("staged at the end\n")
+    service.stop()
+    proc = mounted.memfs("unmount", "--root", str(mounted.root), "--flush-timeout", "5", timeout=60)
+    assert proc.returncode != 0
+    assert "1 staged change" in proc.stderr and str(mounted.state_dir) in proc.stderr
+    assert not is_mounted(mounted.root)
+    service.start()
+    flush = mounted.memfs("flush", "--state-dir", str(mounted.state_dir), timeout=60)
+    assert flush.returncode == 0, flush.stderr
+    assert api.contents(world.rw)["/late.md"] == "staged at the end\n"
+
+
+def test_renames_keep_memory_ids_and_history(world, mounted, api):
+    top = mounted.root / RW
+    (top / "dir1").mkdir()
+    for i in range(50):
+        (top / "dir1" / f"f{i:02d}.md").write_text(f"file {i}\n")
+    mounted.sync()
+    ids = {p: m["id"] for p, m in api.memories(world.rw).items() if p.startswith("/dir1/")}
+    assert len(ids) == 50
+    os.rename(top / "dir1", top / "dir2")
+    mounted.sync()
+    now = api.memories(world.rw)
+    assert not any(p.startswith("/dir1/") for p in now)
+    assert {p.replace("/dir2/", "/dir1/"): m["id"] for p, m in now.items() if p.startswith("/dir2/")} == ids
+    assert [v["operation"] for v in api.versions(world.rw, ids["/dir1/f00.md"])] == ["modified", "created"]
+    # A vim-style save (write a swap file, rename it over the original) keeps the id.
+    original = now["/notes/todo.md"]["id"]
+    (top / "notes" / ".todo.md.swp").write_text("saved by an editor\n")
+    os.rename(top / "notes" / ".todo.md.swp", top / "notes" / "todo.md")
+    mounted.sync()
+    after = api.memories(world.rw)
+    assert after["/notes/todo.md"]["id"] == original
+    assert after["/notes/todo.md"]["content"] == "saved by an editor\n"
+    assert "/notes/.todo.md.swp" not in after
+
+
+def test_log_only_deletions_leave_the_memory_and_log_it(world, api):
+    box = world.sandbox("logonly")
+    box.mount("--sync-deletions", "log_only")
+    (box.root / RW / "profile.md").unlink()
+    box.sync()
+    assert "/profile.md" in api.contents(world.rw)
+    assert not (box.root / RW / "profile.md").exists()
+    assert [m["path"] for m in notices(box, "delete-held")] == ["/profile.md"]
+    box.sync()
+    assert len(notices(box, "delete-held")) == 1
+
+
+def test_idle_tick_is_one_request_and_one_edit_fetches_one_memory(world, mounted, api):
+    mounted.sync()
+    idle = mounted.sync()
+    assert idle["requests"] == 1, idle
+    memory = api.memories(world.rw)["/profile.md"]
+    api.update(world.rw, memory["id"], content="one remote edit\n")
+    one = mounted.sync()
+    # counters + changes feed + one fetch
+    assert one["requests"] == 3, one
+    assert (mounted.root / RW / "profile.md").read_text() == "one remote edit\n"
+
+
+def test_kill9_during_ticks_loses_nothing_and_pushes_nothing_twice(world, mounted, api):
+    top = mounted.root / RW
+    for i in range(30):
+        (top / f"burst{i}.md").write_text(f"burst {i}\n")
+    mounted.memfs("sync", "--root", str(mounted.root), "--force")  # returns after the pull; pushes run
+    mounted.kill9()
+    mounted.mount()
+    mounted.sync()
+    contents = api.contents(world.rw)
+    for i in range(30):
+        assert contents[f"/burst{i}.md"] == f"burst {i}\n"
+    paths = [p for p in contents if p.startswith("/burst")]
+    assert len(paths) == 30  # no duplicates
+    assert sha("burst 0\n") == api.memories(world.rw)["/burst0.md"]["content_sha256"]

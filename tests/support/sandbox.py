@@ -1,0 +1,128 @@
+"""A "sandbox" for end-to-end tests: one root + one state dir + the real `memfs` commands.
+
+Two Sandbox objects on one machine behave like two hosts sharing a store service. Every Sandbox
+is torn down with `close()`, which always leaves its root unmounted and its daemon dead.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+
+def is_mounted(path: Path) -> bool:
+    real = os.path.realpath(path)
+    with open("/proc/mounts") as f:
+        return any(line.split()[1] == real for line in f if len(line.split()) > 1)
+
+
+class Sandbox:
+    def __init__(self, base: Path, name: str, *, base_url: str, session_id: str, work_secret: str):
+        self.dir = base / name
+        self.root = self.dir / "root"
+        self.state_dir = self.dir / "state"
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.env = {
+            **os.environ,
+            "ANTHROPIC_BASE_URL": base_url,
+            "ANTHROPIC_SESSION_ID": session_id,
+            "ANTHROPIC_WORK_SECRET": work_secret,
+            "MEMFS_RUNTIME_DIR": str(self.dir / "run"),
+        }
+        self.env.pop("MEMFS_TOKEN", None)
+
+    # -- commands ---------------------------------------------------------------------------
+    def memfs(self, *args: str, timeout: float = 60, check: bool = False) -> subprocess.CompletedProcess:
+        proc = subprocess.run(
+            [sys.executable, "-m", "memfs", *args],
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+        if check and proc.returncode != 0:
+            raise AssertionError(f"memfs {' '.join(args)} exited {proc.returncode}:\n{proc.stdout}\n{proc.stderr}")
+        return proc
+
+    def mount(self, *extra: str, check: bool = True, timeout: float = 90) -> subprocess.CompletedProcess:
+        args = ["mount", "--root", str(self.root), "--state-dir", str(self.state_dir), "--sync-interval", "5", *extra]
+        return self.memfs(*args, check=check, timeout=timeout)
+
+    def sync(self, *, force: bool = True, wait: bool = True, check: bool = True) -> dict:
+        args = ["sync", "--root", str(self.root), "--json"]
+        if force:
+            args.append("--force")
+        if wait:
+            args.append("--wait")
+        proc = self.memfs(*args, check=check, timeout=90)
+        try:
+            return json.loads(proc.stdout)
+        except ValueError:
+            return {"ok": False, "stdout": proc.stdout, "stderr": proc.stderr}
+
+    def status(self) -> dict:
+        return json.loads(self.memfs("status", "--root", str(self.root), "--json", check=True).stdout)
+
+    def unmount(self, *, check: bool = True, timeout: float = 90) -> subprocess.CompletedProcess:
+        return self.memfs("unmount", "--root", str(self.root), check=check, timeout=timeout)
+
+    def daemon_pid(self) -> int | None:
+        try:
+            return int(json.loads((self.state_dir / "lock").read_text())["pid"])
+        except (OSError, ValueError, KeyError):
+            return None
+
+    def kill9(self) -> None:
+        pid = self.daemon_pid()
+        if pid:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            _wait_dead(pid)
+
+    def store_dir(self, slug: str) -> Path:
+        return self.root / slug
+
+    def notices(self, slug: str) -> list[str]:
+        return (self.root / slug / ".sync-notices.log").read_text().splitlines()
+
+    # -- teardown ---------------------------------------------------------------------------
+    def close(self) -> None:
+        """Always leaves the root unmounted and the daemon gone, also after a failed test."""
+        if is_mounted(self.root):
+            try:
+                self.memfs("unmount", "--root", str(self.root), "--flush-timeout", "5", timeout=40)
+            except subprocess.TimeoutExpired:
+                pass
+        pid = self.daemon_pid()
+        if pid:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            _wait_dead(pid)
+        if is_mounted(self.root):
+            subprocess.run(["fusermount3", "-u", str(self.root)], capture_output=True)
+        if is_mounted(self.root):
+            subprocess.run(["fusermount3", "-uz", str(self.root)], capture_output=True)
+
+
+def _wait_dead(pid: int, timeout: float = 10) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return
+        # A zombie child of ours would never vanish: reap it if it is ours.
+        try:
+            os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            pass
+        time.sleep(0.05)
