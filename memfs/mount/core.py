@@ -235,6 +235,7 @@ class Filesystem:
         # handlers. Items: ("entry", parent_ino, name_bytes) | ("inode", ino, attr_only).
         self.invalidations: deque[tuple] = deque()
         self.on_invalidate: Callable[[], None] | None = None  # set by the adapter while mounted
+        self.last_activity = 0.0  # time.monotonic() of the last FUSE request (set by the adapter)
         self._inval_pushed = 0
         self._inval_done = 0
         self._inval_event: trio.Event | None = None

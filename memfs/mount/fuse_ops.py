@@ -11,6 +11,7 @@ from __future__ import annotations
 import errno
 import functools
 import logging
+import time
 from collections.abc import Callable
 
 import pyfuse3
@@ -27,6 +28,7 @@ TIMEOUT = 1.0  # entry/attr cache lifetime in the kernel (SPEC §3.5)
 def _handler(fn: Callable) -> Callable:
     @functools.wraps(fn)
     async def wrapper(self: FuseOps, *args):
+        self.fs.last_activity = time.monotonic()  # the sync timer waits for a quiet mount (§5.1)
         try:
             return fn(self, *args)
         except FsError as e:

@@ -129,7 +129,7 @@ class SyncEngine:
             self._nursery = nursery
             while True:
                 await trio.sleep(0.25)
-                quiet = time.monotonic() - getattr(self.fs, "last_activity", 0.0) >= QUIET_SECONDS
+                quiet = time.monotonic() - self.fs.last_activity >= QUIET_SECONDS
                 if self.due_in() == 0 and quiet and not self.tick_lock.locked():
                     try:
                         await self.sync_now(force=False)
