@@ -180,7 +180,7 @@ class Daemon:
 
     async def _run_locked(self, state: State, on_ready) -> int:
         from memfs.mount.runner import run_mount
-        from memfs.sync.engine import SyncEngine
+        from memfs.sync.engine import SyncEngine, TickFailed
 
         opts = self.opts
         async with StoreClient(opts.base_url, opts.token or "", timeout=opts.request_timeout) as client:
@@ -213,11 +213,12 @@ class Daemon:
             self.engine = engine
             try:
                 await engine.initial()
-            except (ApiError, Unreachable) as exc:
+            except (ApiError, Unreachable, TickFailed) as exc:  # TickFailed: what initial() raises
                 raise MountError(f"cannot download the memory stores from {opts.base_url}: {exc}") from exc
 
             async with trio.open_nursery() as nursery:
-                await nursery.start(functools.partial(run_mount, fs, opts.root, allow_other=opts.allow_other))
+                await nursery.start(self._serve_mount, functools.partial(run_mount, fs, opts.root,
+                                                                         allow_other=opts.allow_other))
                 control.register(opts.root, opts.state_dir, os.getpid())
                 try:
                     await nursery.start(self._control_server)
@@ -245,6 +246,11 @@ class Daemon:
             )
             return 3
         return 0
+
+    async def _serve_mount(self, run, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        await run(task_status=task_status)
+        # The FUSE session ended under us (`fusermount3 -u` from outside): stop, with a final sync.
+        self.request_stop("unmounted from outside")
 
     def request_stop(self, reason: str) -> None:
         if not self.stop_requested.is_set():

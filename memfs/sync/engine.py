@@ -145,6 +145,8 @@ class SyncEngine:
             await self.push_done.wait()  # one tick at a time, pushes included
             self.last_attempt = trio.current_time()  # a failed tick counts as an attempt (decision 6)
             report, pushes = await self._pull_all()
+            if not report.ok:  # the interval runs from the failure: a hung service must not make
+                self.last_attempt = trio.current_time()  # every call wait out a timeout (decision 6)
             await self.fs.wait_invalidated()  # "visible" means the kernel dropped what it cached
             if pushes and report.ok:
                 self.push_done = trio.Event()
@@ -208,7 +210,7 @@ class SyncEngine:
         base = self.state.baseline(sid)
         remote_counter = counters.get(sid) if counters is not None else None
         moved = counters is None or applied is None or remote_counter != applied
-        if not moved and not self._staged_actions(store, base):
+        if not moved and not self._maybe_staged(sid, base):
             return []
         contents: dict[str, bytes] = {}
         new_counter = applied
@@ -230,7 +232,8 @@ class SyncEngine:
             for m in changed:  # the memory moved on since it was listed: use what we fetched
                 remote[m["id"]] = P.RemoteEntry(m["id"], m["path"], m["content_sha256"], m["content_size_bytes"])
             order = sorted(remote, key=lambda mid: remote[mid].path)
-        deferred = self._apply(store, plan, contents)
+        with self.state.transaction():  # one commit per store and tick: all of the plan or none of it
+            deferred = self._apply(store, plan, contents)
         if deferred:
             return []
         report.pulled += sum(1 for a in plan.view if isinstance(a, (P.Materialise, P.MoveLocal, P.RemoveLocal)))
@@ -318,6 +321,19 @@ class SyncEngine:
         if ns is not None:
             self._mtimes[memory_id] = ns
 
+    def _maybe_staged(self, sid: str, base) -> bool:
+        """A cheap test (no plan) that the view may differ from the baseline: an idle tick over
+        many files must not cost a plan per store on the thread that serves FUSE."""
+        local = self.fs.local_view(sid)
+        if len(local) != len(base):
+            return True
+        by_id = {b.memory_id: b for b in base.values()}
+        for f in local.values():
+            b = by_id.get(f.memory_id)
+            if b is None or b.path != f.path or b.sha != f.sha:
+                return True
+        return False
+
     def _staged_actions(self, store, base) -> list:
         if store.access != "read_write":
             return []
@@ -327,6 +343,8 @@ class SyncEngine:
     def _apply(self, store, plan: P.Plan, contents: dict[str, bytes]) -> bool:
         """Apply view and bookkeeping actions. Runs without awaiting: atomic w.r.t. FUSE handlers.
         Returns True when something was deferred (a file open with unflushed writes)."""
+        if plan.empty:
+            return False
         sid = store.store_id
         dirty = self.fs.dirty_paths(sid)
         touched = {p for a in plan.view for p in (getattr(a, "path", None), getattr(a, "old_path", None),
@@ -336,6 +354,16 @@ class SyncEngine:
             # than override half an edit (the counter is not advanced, so nothing is missed).
             return True
         kept: dict[str, str] = {}
+        dirs = self.fs.dir_paths(sid)
+        files = self.fs.local_view(sid)
+
+        def clear_empty_dir(path: str) -> None:
+            # Directories are local only (the store has none): an empty one may stand where the
+            # store now puts a file. One holding files is a clash the plan has already skipped.
+            if path in dirs and not any(p.startswith(path + "/") for p in files):
+                self.fs.remove_path(sid, path)
+                dirs.discard(path)
+
         for a in plan.view:
             if isinstance(a, P.KeepLocal):
                 kept[a.path] = str(self.state.keep_copy(sid, a.path, self.state.get_blob(a.sha)))
@@ -345,8 +373,10 @@ class SyncEngine:
                     data = self.state.get_blob(a.sha)
                 else:
                     self.state.put_blob(data)
+                clear_empty_dir(a.path)
                 self.fs.apply_remote(sid, a.path, a.memory_id, a.sha, data, self._mtimes.pop(a.memory_id, None))
             elif isinstance(a, P.MoveLocal):
+                clear_empty_dir(a.new_path)
                 self.fs.move_path(sid, a.old_path, a.new_path)
             elif isinstance(a, P.RemoveLocal):
                 self.fs.remove_path(sid, a.path)
@@ -389,6 +419,7 @@ class SyncEngine:
                     report.error = str(exc)
                     self._record(store, "push failed", str(exc))
                     log.warning("push to %s failed: %s; changes stay staged", store.slug, exc)
+                    self.last_attempt = trio.current_time()  # as for a failed pull (decision 6)
                     break
                 except Exception as exc:  # a bug must not take the mount down; the changes stay staged
                     report.ok = False

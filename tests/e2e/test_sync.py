@@ -11,11 +11,23 @@ import pytest
 
 from tests.support.api import sha
 from tests.support.sandbox import is_mounted
+from tests.support.service import ServiceProcess
 
 pytestmark = pytest.mark.timeout(150)
 
 RW = "work-notes"
 NOTICE = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z (?P<kind>[a-z-]+) (?P<path>\S+) (?P<details>.*)$")
+
+
+@pytest.fixture(params=["counter", "hosted-api"])
+def service(request, tmp_path):
+    """Every sync test runs twice: against memfs serve with its counter, and against a service that
+    has only the hosted API (no counter, feed or snapshot: the mount lists every store, SPEC §5.8)."""
+    svc = ServiceProcess(tmp_path / "service", hosted_api=request.param == "hosted-api")
+    try:
+        yield svc
+    finally:
+        svc.stop()
 
 
 def notices(box, kind: str) -> list[re.Match]:
@@ -184,15 +196,19 @@ def test_log_only_deletions_leave_the_memory_and_log_it(world, api):
     assert len(notices(box, "delete-held")) == 1
 
 
-def test_idle_tick_is_one_request_and_one_edit_fetches_one_memory(world, mounted, api):
+def test_idle_tick_is_one_request_and_one_edit_fetches_one_memory(world, mounted, api, service):
     mounted.sync()
     idle = mounted.sync()
-    assert idle["requests"] == 1, idle
     memory = api.memories(world.rw)["/profile.md"]
     api.update(world.rw, memory["id"], content="one remote edit\n")
     one = mounted.sync()
-    # counters + changes feed + one fetch
-    assert one["requests"] == 3, one
+    if service.hosted_api:
+        # No counter: one listing page per store each tick, plus the one fetch.
+        assert idle["requests"] == 2, idle
+        assert one["requests"] == 3, one
+    else:
+        assert idle["requests"] == 1, idle  # one counters request for both stores
+        assert one["requests"] == 3, one  # counters + changes feed + one fetch
     assert (mounted.root / RW / "profile.md").read_text() == "one remote edit\n"
 
 
@@ -210,3 +226,30 @@ def test_kill9_during_ticks_loses_nothing_and_pushes_nothing_twice(world, mounte
     paths = [p for p in contents if p.startswith("/burst")]
     assert len(paths) == 30  # no duplicates
     assert sha("burst 0\n") == api.memories(world.rw)["/burst0.md"]["content_sha256"]
+
+
+def test_an_empty_local_directory_gives_way_to_a_store_file(world, mounted, api):
+    (mounted.root / RW / "later.md").mkdir()  # directories are local only: the store never sees it
+    api.create(world.rw, "/later.md", "the store put a file here\n")
+    mounted.sync()
+    assert (mounted.root / RW / "later.md").read_text() == "the store put a file here\n"
+
+
+def test_idle_tick_with_eight_stores_is_one_request(world, api, service):
+    stores = [api.create_store(f"Store {i}") for i in range(8)]
+    for i, store in enumerate(stores):
+        for j in range(25):
+            api.create(store, f"/d{j % 3}/m{j}.md", f"store {i} memory {j}\n")
+    session = api.create_session([(s, "read_write") for s in stores])
+    box = world.sandbox("eight", session=session)
+    box.mount()
+    assert sorted(os.listdir(box.root)) == sorted(f"store-{i}" for i in range(8))
+    box.sync()
+    idle = box.sync()
+    expected_idle = 8 if service.hosted_api else 1  # hosted API: one listing page per store
+    assert idle["requests"] == expected_idle, idle
+    memory = api.memories(stores[5])["/d1/m4.md"]
+    api.update(stores[5], memory["id"], content="edited remotely\n")
+    one = box.sync()
+    assert one["requests"] == (expected_idle + 1 if service.hosted_api else 3), one
+    assert (box.root / "store-5" / "d1" / "m4.md").read_text() == "edited remotely\n"
