@@ -46,13 +46,6 @@ def register(real_root: str, state_dir: Path, pid: int) -> None:
     os.replace(tmp, path)
 
 
-def unregister(real_root: str) -> None:
-    try:
-        _registry_path(real_root).unlink()
-    except FileNotFoundError:
-        pass
-
-
 def lookup_state_dir(root: str) -> Path:
     """The state dir of the mount at root: the registry's answer, else the default for root."""
     try:

@@ -234,7 +234,7 @@ class Daemon:
                         with trio.move_on_after(2):
                             await self.final_answered.wait()
                 finally:
-                    control.unregister(opts.root)
+                    # The registry entry stays: `memfs status|flush` still find the state dir later.
                     nursery.cancel_scope.cancel()
         pending = self.final["pending"] if self.final else -1
         if pending:
@@ -309,7 +309,7 @@ class Daemon:
         if op == "sync":
             return await self.engine.sync_now(force=bool(request.get("force")), wait=bool(request.get("wait")))
         if op == "status":
-            return {"ok": True, "pid": os.getpid(), "root": self.opts.root, **self.engine.status()}
+            return {"ok": True, "pid": os.getpid(), "root": self.opts.root, **self.engine.status(self.opts.root)}
         if op == "unmount":
             if request.get("flush_timeout") is not None:
                 self.opts.flush_timeout = float(request["flush_timeout"])

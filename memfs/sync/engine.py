@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -201,6 +202,9 @@ class SyncEngine:
     def _record(self, store, result: str, error: str | None) -> None:
         s = self.sync[store.store_id]
         s.last_sync_at = _now_iso()
+        if (s.last_result, s.last_error) != (result, error):  # persisted for `memfs status` offline
+            self.state.update_store(store.store_id, last_sync_at=s.last_sync_at, last_result=result,
+                                    last_error=error)
         s.last_result = result
         s.last_error = error
 
@@ -497,7 +501,7 @@ class SyncEngine:
         return {"pending": pending, "pushed": result.get("pushed", 0), "error": result.get("error"),
                 "ok": bool(result.get("ok")) and pending == 0}
 
-    def status(self) -> dict[str, Any]:
+    def status(self, root: str | None = None) -> dict[str, Any]:
         out = []
         for store in self.stores:
             s = self.sync[store.store_id]
@@ -505,7 +509,8 @@ class SyncEngine:
             out.append({
                 "store_id": store.store_id,
                 "name": store.name,
-                "mount_path": store.slug,
+                "slug": store.slug,
+                "mount_path": os.path.join(root, store.slug) if root else store.slug,
                 "access": store.access,
                 "counter": self.state.store_counter(store.store_id),
                 "last_sync_at": s.last_sync_at,
@@ -545,7 +550,10 @@ def offline_status(state_dir: Path) -> dict[str, Any]:
 
     state = State(state_dir)
     try:
-        return {"stores": [{"store_id": s.store_id, "name": s.name, "mount_path": s.slug, "access": s.access,
-                            "counter": state.store_counter(s.store_id)} for s in state.stores()]}
+        root = state.get_meta("root") or ""
+        return {"stores": [{"store_id": s.store_id, "name": s.name, "slug": s.slug,
+                            "mount_path": os.path.join(root, s.slug), "access": s.access,
+                            "counter": s.counter, "last_sync_at": s.last_sync_at, "last_result": s.last_result,
+                            "last_error": s.last_error} for s in state.stores()]}
     finally:
         state.close()

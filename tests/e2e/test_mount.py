@@ -99,7 +99,7 @@ def test_shell_tools_behave_as_on_a_local_disk(world, mounted, api, tmp_path):
               check=False)
     assert diff.returncode == 0, diff.stdout
     status = mounted.status()
-    staged = {s["mount_path"]: s["staged"] for s in status["stores"]}
+    staged = {s["slug"]: s["staged"] for s in status["stores"]}
     assert staged[RW] > 0 and staged[RO] == 0
     # The staged changes describe exactly these edits: once pushed, the store holds the local view.
     before = api.memories(world.rw)
@@ -110,7 +110,7 @@ def test_shell_tools_behave_as_on_a_local_disk(world, mounted, api, tmp_path):
     assert after["/profile-renamed.md"]["id"] == before["/profile.md"]["id"]
     assert after["/notes/todo.md"]["id"] == before["/notes/todo.md"]["id"]
     assert after["/archive/deep/nested/idea.md"]["id"] not in {m["id"] for m in before.values()}
-    assert {s["mount_path"]: s["staged"] for s in mounted.status()["stores"]}[RW] == 0
+    assert {s["slug"]: s["staged"] for s in mounted.status()["stores"]}[RW] == 0
 
 
 @pytest.mark.parametrize("where", ["ro", "root"])
@@ -229,3 +229,18 @@ def test_unmount_leaves_the_root_empty_and_unmounted(world, mounted, api):
     assert os.listdir(mounted.root) == []
     assert api.contents(world.rw)["/last.md"] == "last words\n"
     assert shutil.which("fusermount3")
+
+
+def test_sigterm_runs_the_final_sync_then_unmounts(world, mounted, api):
+    import signal
+
+    from tests.support.sandbox import _wait_dead
+
+    (mounted.root / RW / "before-sigterm.md").write_text("pushed by the final sync\n")
+    pid = mounted.daemon_pid()
+    os.kill(pid, signal.SIGTERM)
+    _wait_dead(pid, timeout=40)
+    assert not is_mounted(mounted.root)
+    assert api.contents(world.rw)["/before-sigterm.md"] == "pushed by the final sync\n"
+    status = mounted.status()  # no daemon: read from the state dir
+    assert status["live"] is False and {s["slug"] for s in status["stores"]} == {RW, RO}

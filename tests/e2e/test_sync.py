@@ -135,7 +135,7 @@ def test_decision6_service_down_counts_as_an_attempt_and_loses_nothing(world, mo
     (mounted.root / RW / "offline.md").write_text("written while the service was down\n")
     result = mounted.sync(check=False)
     assert result["ok"] is False
-    status = {s["mount_path"]: s for s in mounted.status()["stores"]}
+    status = {s["slug"]: s for s in mounted.status()["stores"]}
     assert status[RW]["last_error"] and status[RW]["staged"] >= 1
     # Not forced: the failed tick counts as an attempt, so no new tick for a full interval.
     again = mounted.sync(force=False, wait=False)
