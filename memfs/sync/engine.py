@@ -24,6 +24,7 @@ log = logging.getLogger("memfs.sync")
 FETCH_CONCURRENCY = 8
 PUSH_CONCURRENCY = 8
 QUIET_SECONDS = 1.0
+GC_INTERVAL = 600.0  # seconds between sweeps of content no file or baseline refers to
 
 
 def _now_iso() -> str:
@@ -126,10 +127,16 @@ class SyncEngine:
 
     async def timer(self) -> None:
         """Run a due tick once the mount has been quiet for about a second."""
+        next_gc = trio.current_time() + GC_INTERVAL
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
             while True:
                 await trio.sleep(0.25)
+                if trio.current_time() >= next_gc and not self.tick_lock.locked() and self.push_done.is_set():
+                    next_gc = trio.current_time() + GC_INTERVAL
+                    removed = self.state.gc_blobs(keep=self.fs.live_shas())
+                    if removed:
+                        log.info("removed %d unreferenced blob(s) from the state dir", removed)
                 quiet = time.monotonic() - self.fs.last_activity >= QUIET_SECONDS
                 if self.due_in() == 0 and quiet and not self.tick_lock.locked():
                     try:
@@ -177,19 +184,24 @@ class SyncEngine:
             counters = await self.client.counters([s.store_id for s in self.stores]) if self.has_counter is not False else None
             if self.has_counter is None:
                 self.has_counter = counters is not None
-            for store in self.stores:
+
+            async def pull(store) -> None:
                 try:
                     actions = await self._pull_store(store, counters, report)
-                except (ApiError, Unreachable) as exc:
-                    if isinstance(exc, ApiError) and not exc.retryable and not initial:
+                except ApiError as exc:
+                    if not exc.retryable and not initial:
                         # This store is broken (deleted, access revoked); the others go on.
                         self._record(store, "failed", str(exc))
                         report.stores[store.store_id] = "failed"
-                        continue
+                        return
                     raise
                 if actions:
                     pushes.append((store, actions))
                 self._record(store, "ok", None)
+
+            # Stores pull concurrently (their network parts overlap); each one's apply step is
+            # synchronous, so every store's view still changes atomically.
+            await _gather(self.stores, pull, len(self.stores))
         except (ApiError, Unreachable) as exc:
             report.ok = False
             report.error = str(exc)
