@@ -1,0 +1,76 @@
+"""Mount-time rules that need no kernel and no service: session resolution, options, preflight."""
+
+from __future__ import annotations
+
+import argparse
+import math
+
+import pytest
+
+from memfs.mount.commands import parse_size
+from memfs.mount.daemon import MountError, check_interval, preflight_root, stores_from_session
+
+
+def resource(i: int, *, mount_path: str | None = None, access: str = "read_write") -> dict:
+    return {"type": "memory_store", "memory_store_id": f"memstore_{i}", "name": f"Store {i}",
+            "access": access, "mount_path": mount_path or f"/mnt/memory/store-{i}"}
+
+
+def test_session_resources_become_stores_under_the_root():
+    session = {"id": "sesn_1", "resources": [resource(1), resource(2, access="read_only"), {"type": "file"}]}
+    stores = stores_from_session(session, "/tmp/root")
+    assert [(s.store_id, s.slug, s.access) for s in stores] == [
+        ("memstore_1", "store-1", "read_write"), ("memstore_2", "store-2", "read_only")]
+
+
+@pytest.mark.parametrize(
+    "resources, message",
+    [
+        ([], "no memory stores attached"),
+        ([resource(i) for i in range(9)], "at most 8"),
+        ([resource(1, mount_path="/etc/passwd")], "not a folder directly under /mnt/memory"),
+        ([resource(1, mount_path="/mnt/memory/a/b")], "not a folder directly under /mnt/memory"),
+        ([resource(1, mount_path="/mnt/memory/..")], "not a folder directly under /mnt/memory"),
+        ([resource(1), resource(2, mount_path="/mnt/memory/store-1")], "share the mount path"),
+        ([resource(1, access="admin")], "unknown access"),
+    ],
+)
+def test_bad_sessions_fail_clearly(resources, message):
+    with pytest.raises(MountError, match=message):
+        stores_from_session({"id": "sesn_1", "resources": resources}, "/tmp/root")
+
+
+@pytest.mark.parametrize("value", [0, 4.9, -1, math.nan])
+def test_sync_interval_below_five_seconds_or_nan_is_refused(value):
+    with pytest.raises(MountError, match="at least 5"):
+        check_interval(value)
+    assert check_interval(5) == 5
+
+
+@pytest.mark.parametrize("text, n", [("32MiB", 32 << 20), ("512KiB", 512 << 10), ("2000000", 2_000_000),
+                                     ("1G", 1 << 30), ("7B", 7)])
+def test_sizes(text, n):
+    assert parse_size(text) == n
+
+
+def test_bad_size():
+    with pytest.raises(argparse.ArgumentTypeError):
+        parse_size("lots")
+
+
+def test_preflight_names_the_root_and_the_fix(tmp_path):
+    missing = tmp_path / "missing"
+    with pytest.raises(MountError, match=f"does not exist: {missing}; create it"):
+        preflight_root(str(missing))
+    a_file = tmp_path / "file"
+    a_file.write_text("x")
+    with pytest.raises(MountError, match="not a folder"):
+        preflight_root(str(a_file))
+    busy = tmp_path / "busy"
+    busy.mkdir()
+    (busy / "x").write_text("x")
+    with pytest.raises(MountError, match=f"something already exists at the memory store's path: {busy}"):
+        preflight_root(str(busy))
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    preflight_root(str(empty))
