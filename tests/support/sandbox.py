@@ -14,11 +14,10 @@ import sys
 import time
 from pathlib import Path
 
+from tests.support.mounts import force_unmount
+from tests.support.mounts import mounted_at as is_mounted
 
-def is_mounted(path: Path) -> bool:
-    real = os.path.realpath(path)
-    with open("/proc/mounts") as f:
-        return any(line.split()[1] == real for line in f if len(line.split()) > 1)
+__all__ = ["Sandbox", "is_mounted"]
 
 
 class Sandbox:
@@ -100,17 +99,8 @@ class Sandbox:
                 self.memfs("unmount", "--root", str(self.root), "--flush-timeout", "5", timeout=40)
             except subprocess.TimeoutExpired:
                 pass
-        pid = self.daemon_pid()
-        if pid:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            _wait_dead(pid)
-        if is_mounted(self.root):
-            subprocess.run(["fusermount3", "-u", str(self.root)], capture_output=True)
-        if is_mounted(self.root):
-            subprocess.run(["fusermount3", "-uz", str(self.root)], capture_output=True)
+        self.kill9()
+        force_unmount(self.root)
 
 
 def _wait_dead(pid: int, timeout: float = 10) -> None:
