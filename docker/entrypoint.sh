@@ -1,0 +1,182 @@
+#!/bin/bash
+# The sandbox's PID 1 (docker/sandbox.Dockerfile; docs/OPERATIONS.md):
+#   1. mounts the session's memory stores at $MEMFS_ROOT (memfs runs as root; the files belong to the
+#      agent user and --allow-other lets that user in) and waits until every store is readable;
+#      then binds the root and the read_only stores read-only, so the kernel answers EROFS;
+#   2. runs the agent's command ("$@") as the unprivileged agent user, without the work secret;
+#   3. on SIGTERM/SIGINT (docker stop) or when the command ends: stops the command (SIGTERM, then
+#      SIGKILL after MEMFS_AGENT_GRACE seconds), removes the binds, runs `memfs unmount` (final
+#      sync, bounded by MEMFS_FLUSH_TIMEOUT; `memfs flush` if the daemon had died) and exits.
+# Exit status: non-zero when memory changes could not be uploaded (memfs's own status: 3 = changes
+# kept staged in the state dir) or the mount failed (78); otherwise the command's status, and 0
+# when the container was stopped with SIGTERM and every change reached the store service.
+#
+# Environment: ANTHROPIC_BASE_URL, ANTHROPIC_SESSION_ID, ANTHROPIC_WORK_SECRET (or MEMFS_TOKEN) for
+# memfs; MEMFS_ROOT (/mnt/memory), MEMFS_STATE_DIR (/var/lib/memfs/state), MEMFS_SYNC_INTERVAL (15),
+# MEMFS_MOUNT_ARGS (more `memfs mount` flags), MEMFS_FLUSH_TIMEOUT (30), MEMFS_AGENT_GRACE (5),
+# AGENT_UID / AGENT_GID (the `agent` user's, 1000), MEMFS_LOG_TO_STDERR (1: the daemon's log
+# goes to the container's log), MEMFS_READ_ONLY_BINDS (1).
+set -uo pipefail
+
+ROOT="${MEMFS_ROOT:-/mnt/memory}"
+STATE_DIR="${MEMFS_STATE_DIR:-/var/lib/memfs/state}"
+FLUSH_TIMEOUT="${MEMFS_FLUSH_TIMEOUT:-30}"
+AGENT_GRACE="${MEMFS_AGENT_GRACE:-5}"
+AGENT_UID="${AGENT_UID:-$(id -u agent 2>/dev/null || echo 1000)}"
+AGENT_GID="${AGENT_GID:-$(id -g agent 2>/dev/null || echo 1000)}"
+EX_CONFIG=78
+
+say() { echo "memfs-sandbox: $*" >&2; }
+
+if [ $# -eq 0 ]; then
+    set -- sleep infinity
+fi
+
+# Trapped from the start: as PID 1, bash would otherwise ignore a SIGTERM that comes during the mount.
+STOPPING=0
+AGENT_PID=""
+on_signal() {
+    STOPPING=1
+    say "received $1: stopping the agent's command, then the final sync"
+    if [ -n "$AGENT_PID" ]; then kill -TERM "$AGENT_PID" 2>/dev/null; fi
+}
+trap 'on_signal SIGTERM' TERM
+trap 'on_signal SIGINT' INT
+
+# -- 1. mount before anything of the agent's runs (a mount made later would not reach processes
+#       that already started) -------------------------------------------------------------------
+mkdir -p "$ROOT" "$STATE_DIR"
+chmod 0700 "$STATE_DIR"
+TAIL_PID=""
+if [ "${MEMFS_LOG_TO_STDERR:-1}" = 1 ]; then
+    touch "$STATE_DIR/memfs.log"
+    tail -n 0 -F "$STATE_DIR/memfs.log" >&2 2>/dev/null &
+    TAIL_PID=$!
+fi
+stop_tail() {
+    if [ -n "$TAIL_PID" ]; then
+        sleep 0.2  # let the last lines out
+        kill "$TAIL_PID" 2>/dev/null
+        wait "$TAIL_PID" 2>/dev/null
+        TAIL_PID=""
+    fi
+}
+
+# shellcheck disable=SC2086  # MEMFS_MOUNT_ARGS is a list of flags
+memfs mount --root "$ROOT" --state-dir "$STATE_DIR" --uid "$AGENT_UID" --gid "$AGENT_GID" --allow-other \
+    --sync-interval "${MEMFS_SYNC_INTERVAL:-15}" --flush-timeout "$FLUSH_TIMEOUT" ${MEMFS_MOUNT_ARGS:-}
+rc=$?
+if [ $rc -ne 0 ]; then
+    say "the memory stores could not be mounted (memfs mount exit $rc); not starting the agent without its memory"
+    stop_tail
+    exit $EX_CONFIG
+fi
+
+# -- 1b. read-only at the VFS layer, for every user ---------------------------------------------------
+# memfs shows read_only stores as 0444/0555 under default_permissions, so for a non-root agent the
+# kernel answers EACCES ("Permission denied") before memfs can answer EROFS. Read-only bind mounts
+# make the kernel itself answer EROFS ("Read-only file system") for the mount root and every
+# read_only store, root included: /mnt/memory is bound read-only over itself, then each read_write
+# store is bound back read-write. Removed again before the final sync. MEMFS_READ_ONLY_BINDS=0 skips.
+BINDS=()
+bind_read_only() {
+    local py listing access slug
+    py="$(dirname "$(readlink -f "$0")")/python"
+    [ -x "$py" ] || py=python3
+    listing="$(memfs status --root "$ROOT" --json \
+        | "$py" -c 'import json, sys; [print(s["access"], s["slug"]) for s in json.load(sys.stdin)["stores"]]')" \
+        || return 1
+    mount --bind "$ROOT" "$ROOT" || return 1
+    BINDS+=("$ROOT")
+    mount -o remount,bind,ro "$ROOT" || return 1
+    while read -r access slug; do
+        [ "$access" = read_write ] || continue
+        mount --bind "$ROOT/$slug" "$ROOT/$slug" || return 1
+        BINDS+=("$ROOT/$slug")
+        mount -o remount,bind,rw "$ROOT/$slug" || return 1
+    done <<<"$listing"
+}
+unbind_read_only() {
+    local i
+    for ((i = ${#BINDS[@]} - 1; i >= 0; i--)); do
+        umount "${BINDS[i]}" 2>/dev/null || umount -l "${BINDS[i]}"
+    done
+    BINDS=()
+}
+if [ "${MEMFS_READ_ONLY_BINDS:-1}" = 1 ] && ! bind_read_only; then
+    say "warning: could not add the read-only bind mounts; read_only stores answer EACCES instead of EROFS"
+    unbind_read_only
+fi
+
+# -- 2. the agent's command, unprivileged, without the credentials ---------------------------------
+groups_opt=(--clear-groups)
+if getent passwd "$AGENT_UID" >/dev/null; then
+    agent_name="$(getent passwd "$AGENT_UID" | cut -d: -f1)"
+    agent_home="$(getent passwd "$AGENT_UID" | cut -d: -f6)"
+    groups_opt=(--init-groups)
+else
+    agent_name="agent"
+    agent_home="/tmp"
+fi
+run_agent() {
+    env -u ANTHROPIC_WORK_SECRET -u MEMFS_TOKEN -u MEMFS_ADMIN_KEY \
+        HOME="$agent_home" USER="$agent_name" LOGNAME="$agent_name" \
+        setpriv --reuid "$AGENT_UID" --regid "$AGENT_GID" "${groups_opt[@]}" --no-new-privs -- "$@" &
+    AGENT_PID=$!
+    # `wait` returns early (status > 128) when a trapped signal arrives: wait again for the real end.
+    local rc
+    while :; do
+        wait "$AGENT_PID"
+        rc=$?
+        if ! kill -0 "$AGENT_PID" 2>/dev/null; then
+            break
+        fi
+        if [ "$STOPPING" = 1 ]; then
+            # the command has had SIGTERM: MEMFS_AGENT_GRACE seconds, then SIGKILL
+            for _ in $(seq $((AGENT_GRACE * 10))); do
+                kill -0 "$AGENT_PID" 2>/dev/null || break
+                sleep 0.1
+            done
+            if kill -0 "$AGENT_PID" 2>/dev/null; then
+                say "the agent's command ignored SIGTERM for ${AGENT_GRACE}s: SIGKILL"
+                kill -KILL "$AGENT_PID" 2>/dev/null
+            fi
+        fi
+    done
+    AGENT_PID=""
+    return "$rc"
+}
+
+agent_rc=0
+if [ "$STOPPING" = 1 ]; then
+    say "stopped before the agent's command started"
+else
+    run_agent "$@"
+    agent_rc=$?
+    if [ "$STOPPING" = 1 ]; then
+        say "the agent's command ended (status $agent_rc)"
+    else
+        say "the agent's command exited with status $agent_rc"
+    fi
+fi
+
+# -- 3. final sync and unmount ---------------------------------------------------------------------
+unbind_read_only
+memfs unmount --root "$ROOT" --flush-timeout "$FLUSH_TIMEOUT"
+unmount_rc=$?
+if [ $unmount_rc -eq 1 ] && [ -f "$STATE_DIR/state.db" ]; then
+    # the daemon was gone (crashed or killed): upload what it left staged
+    say "the memfs daemon had died; uploading its staged changes with memfs flush"
+    memfs flush --state-dir "$STATE_DIR" --flush-timeout "$FLUSH_TIMEOUT"
+    unmount_rc=$?
+fi
+stop_tail
+if [ $unmount_rc -ne 0 ]; then
+    say "NOT every memory change reached the store service (status $unmount_rc); they are kept in $STATE_DIR"
+    exit $unmount_rc
+fi
+say "every memory change is on the store service"
+if [ "$STOPPING" = 1 ]; then
+    exit 0
+fi
+exit "$agent_rc"
