@@ -140,7 +140,10 @@ def cmd_mount(args: argparse.Namespace) -> int:
 
 def _spawn_daemon(args: argparse.Namespace, root: str, state_dir: Path) -> int:
     """Start the daemon detached and return once it reports every store readable (or fails)."""
-    state_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        state_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        return _fail("mount", f"cannot create the state dir {state_dir}: {exc.strerror}; choose a writable --state-dir")
     log_path = state_dir / "memfs.log"
     read_fd, write_fd = os.pipe()
     cmd = [sys.executable, "-m", "memfs", "mount", *_mount_argv(args, root, state_dir), "--foreground",

@@ -168,13 +168,23 @@ class Daemon:
                 "the session has memory stores attached but no sessions token was given: set "
                 "ANTHROPIC_WORK_SECRET (a work secret carrying sessions_token) or MEMFS_TOKEN"
             )
-        state = State(opts.state_dir)
+        try:
+            state = State(opts.state_dir)
+        except OSError as exc:
+            raise MountError(f"cannot create the state dir {opts.state_dir}: {exc.strerror}; "
+                             "choose a writable --state-dir") from exc
         try:
             state.lock(opts.root)
         except StateLocked as exc:
             raise MountError(f"the state dir {opts.state_dir} is in use by a live mount: {exc}") from exc
         try:
             return await self._run_locked(state, on_ready)
+        except BaseExceptionGroup as group:
+            # A MountError raised inside the nursery arrives wrapped: give the caller the message.
+            mount_errors, rest = group.split(MountError)
+            if mount_errors is not None and rest is None:
+                raise _first_leaf(mount_errors) from group
+            raise
         finally:
             state.close()
 
@@ -248,7 +258,13 @@ class Daemon:
         return 0
 
     async def _serve_mount(self, run, task_status=trio.TASK_STATUS_IGNORED) -> None:
-        await run(task_status=task_status)
+        try:
+            await run(task_status=task_status)
+        except RuntimeError as exc:  # from pyfuse3.init: the kernel refused the mount
+            raise MountError(
+                f"cannot mount FUSE at {self.opts.root}: {exc}; memfs needs /dev/fuse and CAP_SYS_ADMIN "
+                "(in a container: --cap-add SYS_ADMIN --device /dev/fuse --security-opt apparmor=unconfined)"
+            ) from exc
         # The FUSE session ended under us (`fusermount3 -u` from outside): stop, with a final sync.
         self.request_stop("unmounted from outside")
 
@@ -318,6 +334,13 @@ class Daemon:
                 await trio.sleep(0.05)
             return {"ok": True, "state_dir": str(self.opts.state_dir), **self.final}
         return {"ok": False, "error": f"unknown request {op!r}"}
+
+
+def _first_leaf(group: BaseExceptionGroup) -> BaseException:
+    exc: BaseException = group
+    while isinstance(exc, BaseExceptionGroup):
+        exc = exc.exceptions[0]
+    return exc
 
 
 def wait_until_unmounted(root: str, timeout: float) -> bool:

@@ -149,6 +149,8 @@ class SyncEngine:
         Uploads go on in the background unless `wait`."""
         async with self.tick_lock:
             if not force and self.due_in() > 0:
+                if wait:  # uploads of the last tick, if any, are still "this sync's" to wait for
+                    await self.push_done.wait()
                 return {"ok": True, "ran": False, "next_in": self.due_in()}
             await self.push_done.wait()  # one tick at a time, pushes included
             self.last_attempt = trio.current_time()  # a failed tick counts as an attempt (decision 6)

@@ -74,3 +74,20 @@ def test_preflight_names_the_root_and_the_fix(tmp_path):
     empty = tmp_path / "empty"
     empty.mkdir()
     preflight_root(str(empty))
+
+
+@pytest.mark.parametrize("foreground", [False, True])
+def test_an_unusable_state_dir_is_a_clear_error(tmp_path, foreground):
+    import subprocess
+    import sys
+
+    root = tmp_path / "root"
+    root.mkdir()
+    args = [sys.executable, "-m", "memfs", "mount", "--root", str(root), "--session-id", "sesn_x",
+            "--base-url", "http://127.0.0.1:9", "--state-dir", "/proc/memfs-cannot-be-here"]
+    env = {"PATH": "/usr/bin:/bin", "MEMFS_TOKEN": "t", "MEMFS_RUNTIME_DIR": str(tmp_path / "run")}
+    proc = subprocess.run(args + (["--foreground"] if foreground else []), capture_output=True, text=True,
+                          timeout=30, env=env)
+    assert proc.returncode == 1
+    assert "cannot create the state dir /proc/memfs-cannot-be-here" in proc.stderr
+    assert "Traceback" not in proc.stderr
