@@ -147,8 +147,8 @@ def test_decision6_service_down_counts_as_an_attempt_and_loses_nothing(world, mo
 
 
 def test_decision7_unmount_with_the_service_down_then_flush(world, mounted, api, service):
+    service.stop()  # first: otherwise the quiet-mount timer may push the file before the service is gone
     (mounted.root / RW / "late.md").write_text("staged at the end\n")
-    service.stop()
     proc = mounted.memfs("unmount", "--root", str(mounted.root), "--flush-timeout", "5", timeout=60)
     assert proc.returncode != 0
     assert "1 staged change" in proc.stderr and str(mounted.state_dir) in proc.stderr
