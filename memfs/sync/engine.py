@@ -172,10 +172,12 @@ class SyncEngine:
     # -- the tick ---------------------------------------------------------------------------
     async def initial(self) -> None:
         """Materialise every store before the mount is shown (no pushes: those wait for a tick)."""
-        self.last_attempt = None
         report, _pushes = await self._pull_all(initial=True)
         if not report.ok:
             raise TickFailed(report.error)
+        # The download was this interval's pull: the first tick (and the first push of changes a
+        # crashed mount left staged) comes one interval later, or at the first `memfs sync --force`.
+        self.last_attempt = trio.current_time()
 
     async def _pull_all(self, *, initial: bool = False) -> tuple[TickReport, list[tuple[Any, list]]]:
         report = TickReport()
