@@ -212,7 +212,16 @@ class FuseOps(pyfuse3.Operations):
 
     @_handler
     def getxattr(self, inode, name, ctx):
-        return self.fs.getxattr(inode, name)
+        # memfs keeps no extended attributes. ENOSYS, answered once, makes the kernel answer every
+        # later getxattr itself (EOPNOTSUPP) without a round trip to this process: `ls -l` asks
+        # two or three names per entry, and every write() asks for security.capability
+        # (file_remove_privs). See docs/PERFORMANCE.md.
+        try:
+            self.fs.getxattr(inode, name)  # ENOENT for an inode we do not know
+        except FsError as e:
+            if e.errno != errno.ENODATA:
+                raise
+        raise pyfuse3.FUSEError(errno.ENOSYS)
 
     @_handler
     def listxattr(self, inode, ctx):

@@ -244,6 +244,39 @@ def test_special_files_are_eperm_and_xattrs_enotsup(mount):
     assert sorted(os.listdir(store)) == [MARKER, NOTICES, "f.md"]
 
 
+def test_getxattr_is_left_to_the_kernel_after_one_enosys(mount):
+    """memfs keeps no xattrs: the first getxattr answers ENOSYS, so the kernel stops asking (no
+    round trip per `ls -l` entry or per write()) and callers get EOPNOTSUPP, files still work."""
+    m = mount()
+    store = m.path("notes")
+    sh("mkdir d && echo x > d/f.md", cwd=store, check=True)
+    for target in (store / "d" / "f.md", store / "d", store / MARKER, m.root):
+        for name in ("user.k", "security.capability", "security.selinux"):
+            with pytest.raises(OSError) as e:
+                os.getxattr(target, name)
+            assert e.value.errno == errno.EOPNOTSUPP, (target, name, e.value)
+    assert os.listxattr(store / "d" / "f.md") == []
+    out = sh("ls -l d && echo more >> d/f.md && cat d/f.md", cwd=store, check=True)
+    assert "f.md" in out.stdout and out.stdout.endswith("x\nmore\n")
+
+
+def test_fuse_ops_getxattr_answers_enosys_and_enoent(tmp_path):
+    import pyfuse3
+    import trio
+
+    from memfs.mount.core import Filesystem, StoreInfo
+    from memfs.mount.fuse_ops import FuseOps
+
+    with State(tmp_path / "state") as st:
+        ops = FuseOps(Filesystem(st, [StoreInfo("memstore_x", "x", "x", "read_write")]))
+        with pytest.raises(pyfuse3.FUSEError) as e:
+            trio.run(ops.getxattr, 1, b"user.k", None)
+        assert e.value.errno == errno.ENOSYS
+        with pytest.raises(pyfuse3.FUSEError) as e:
+            trio.run(ops.getxattr, 999_999, b"user.k", None)
+        assert e.value.errno == errno.ENOENT
+
+
 def test_reserved_files(mount):
     m = mount()
     store = m.path("notes")
