@@ -558,7 +558,7 @@ class SqliteStorage:
             _require_writable(c, store_id)
             _check_path_free(c, store_id, path, None)
             live = c.execute(
-                "SELECT count(*) FROM memories WHERE store_id = ? AND deleted_at IS NULL", (store_id,)
+                "SELECT count(*) FROM memories INDEXED BY memories_live_path WHERE store_id = ? AND deleted_at IS NULL", (store_id,)
             ).fetchone()[0]
             if live >= max_memories:
                 raise LimitExceeded(
