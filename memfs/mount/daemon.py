@@ -7,6 +7,7 @@ the signal watcher are tasks of one nursery.
 
 from __future__ import annotations
 
+import ctypes
 import errno
 import functools
 import json
@@ -223,6 +224,7 @@ class Daemon:
             self.engine = engine
             try:
                 await engine.initial()
+                _release_freed_memory()
             except (ApiError, Unreachable, TickFailed) as exc:  # TickFailed: what initial() raises
                 raise MountError(f"cannot download the memory stores from {opts.base_url}: {exc}") from exc
 
@@ -334,6 +336,15 @@ class Daemon:
                 await trio.sleep(0.05)
             return {"ok": True, "state_dir": str(self.opts.state_dir), **self.final}
         return {"ok": False, "error": f"unknown request {op!r}"}
+
+
+def _release_freed_memory() -> None:
+    """Give the heap the initial download freed back to the system: glibc keeps it otherwise, and
+    the daemon's resident size would stay at the download's peak for the whole session."""
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc
+        pass
 
 
 def _first_leaf(group: BaseExceptionGroup) -> BaseException:

@@ -391,9 +391,7 @@ class SyncEngine:
                 data = contents.get(a.sha)
                 if data is None:
                     data = self.state.get_blob(a.sha)
-                else:
-                    self.state.put_blob(data)
-                clear_empty_dir(a.path)
+                clear_empty_dir(a.path)  # apply_remote stores the blob itself
                 self.fs.apply_remote(sid, a.path, a.memory_id, a.sha, data, self._mtimes.pop(a.memory_id, None))
             elif isinstance(a, P.MoveLocal):
                 clear_empty_dir(a.new_path)
