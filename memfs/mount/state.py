@@ -171,6 +171,7 @@ class State:
         for d in (self.path, self.blobs_dir, self.kept_dir):
             d.mkdir(parents=True, exist_ok=True)
         self._mutex = threading.RLock()
+        self._generations: dict[str, int] = {}  # per store: bumped by every change to what is staged
         self._depth = 0
         self._lock_fd: int | None = None
         self._tmp_counter = 0
@@ -357,8 +358,17 @@ class State:
             ).fetchone()
         return StoreRow(*r) if r else None
 
+    def _bump(self, store_id: str) -> None:
+        self._generations[store_id] = self._generations.get(store_id, 0) + 1
+
+    def generation(self, store_id: str) -> int:
+        """Changes with every write to the tables that decide what is staged for this store
+        (files, baseline, refused, skipped, held deletes): equal numbers mean nothing changed."""
+        return self._generations.get(store_id, 0)
+
     def delete_store(self, store_id: str) -> None:
         """Forget everything about a store (all tables). Blobs go at the next gc_blobs()."""
+        self._bump(store_id)
         with self.transaction() as db:
             for table in (
                 "stores",
@@ -394,6 +404,7 @@ class State:
         mode: int = 0o644,
         flags: int = 0,
     ) -> None:
+        self._bump(store_id)
         with self.transaction() as db:
             db.execute(
                 "INSERT OR REPLACE INTO files(store_id, path, memory_id, sha, size, mtime_ns, mode, flags) "
@@ -402,10 +413,12 @@ class State:
             )
 
     def delete_file(self, store_id: str, path: str) -> None:
+        self._bump(store_id)
         with self.transaction() as db:
             db.execute("DELETE FROM files WHERE store_id=? AND path=?", (store_id, path))
 
     def set_file_memory_id(self, store_id: str, path: str, memory_id: str | None) -> None:
+        self._bump(store_id)
         with self.transaction() as db:
             db.execute(
                 "UPDATE files SET memory_id=? WHERE store_id=? AND path=?", (memory_id, store_id, path)
@@ -413,6 +426,7 @@ class State:
 
     def rename_prefix(self, store_id: str, old: str, new: str) -> None:
         """Move `old` and everything below it (files and dirs) to `new`, in one transaction."""
+        self._bump(store_id)
         n = len(old)
         with self.transaction() as db:
             for table in ("files", "dirs"):
@@ -457,6 +471,7 @@ class State:
         self, store_id: str, memory_id: str, path: str, sha: str, size: int, updated_at: str | None = None
     ) -> None:
         """Record a memory as synced; a row of another memory at the same path is replaced."""
+        self._bump(store_id)
         with self.transaction() as db:
             db.execute(
                 "DELETE FROM baseline WHERE store_id=? AND path=? AND memory_id<>?",
@@ -469,6 +484,7 @@ class State:
             )
 
     def drop_baseline(self, store_id: str, memory_id: str) -> None:
+        self._bump(store_id)
         with self.transaction() as db:
             db.execute("DELETE FROM baseline WHERE store_id=? AND memory_id=?", (store_id, memory_id))
 
@@ -482,6 +498,7 @@ class State:
         return {r[1]: RefusedRow(*r) for r in rows}
 
     def set_refused(self, store_id: str, path: str, sha: str, reason: str) -> None:
+        self._bump(store_id)
         with self.transaction() as db:
             db.execute(
                 "INSERT OR REPLACE INTO refused(store_id, path, sha, reason) VALUES(?,?,?,?)",
@@ -489,6 +506,7 @@ class State:
             )
 
     def clear_refused(self, store_id: str, path: str) -> None:
+        self._bump(store_id)
         with self.transaction() as db:
             db.execute("DELETE FROM refused WHERE store_id=? AND path=?", (store_id, path))
 
@@ -504,6 +522,7 @@ class State:
     def set_skipped(
         self, store_id: str, memory_id: str, path: str, sha: str | None, size: int | None, reason: str
     ) -> None:
+        self._bump(store_id)
         with self.transaction() as db:
             db.execute(
                 "INSERT OR REPLACE INTO skipped(store_id, memory_id, path, sha, size, reason) VALUES(?,?,?,?,?,?)",
@@ -511,6 +530,7 @@ class State:
             )
 
     def clear_skipped(self, store_id: str, memory_id: str) -> None:
+        self._bump(store_id)
         with self.transaction() as db:
             db.execute("DELETE FROM skipped WHERE store_id=? AND memory_id=?", (store_id, memory_id))
 
@@ -522,12 +542,14 @@ class State:
         return {r[0] for r in rows}
 
     def add_delete_held(self, store_id: str, memory_id: str) -> None:
+        self._bump(store_id)
         with self.transaction() as db:
             db.execute(
                 "INSERT OR IGNORE INTO deletes_held(store_id, memory_id) VALUES(?,?)", (store_id, memory_id)
             )
 
     def clear_delete_held(self, store_id: str, memory_id: str) -> None:
+        self._bump(store_id)
         with self.transaction() as db:
             db.execute("DELETE FROM deletes_held WHERE store_id=? AND memory_id=?", (store_id, memory_id))
 

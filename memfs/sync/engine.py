@@ -118,6 +118,7 @@ class SyncEngine:
         self.sync = {s.store_id: StoreSync(s) for s in self.stores}
         self._nursery: trio.Nursery | None = None
         self._mtimes: dict[str, int] = {}  # memory id -> updated_at (ns), for the view's mtime
+        self._clean: dict[str, int] = {}  # store id -> state generation at which nothing was staged
 
     # -- when (decision 1) ------------------------------------------------------------------
     def due_in(self) -> float:
@@ -227,10 +228,14 @@ class SyncEngine:
     async def _pull_store(self, store, counters: dict[str, int] | None, report: TickReport) -> list:
         sid = store.store_id
         applied = self.state.store_counter(sid)
-        base = self.state.baseline(sid)
         remote_counter = counters.get(sid) if counters is not None else None
         moved = counters is None or applied is None or remote_counter != applied
+        generation = self.state.generation(sid)
+        if not moved and self._clean.get(sid) == generation:
+            return []  # idle: nothing on either side changed since this store was last found clean
+        base = self.state.baseline(sid)
         if not moved and not self._maybe_staged(sid, base):
+            self._clean[sid] = generation
             return []
         contents: dict[str, bytes] = {}
         new_counter = applied
@@ -259,6 +264,8 @@ class SyncEngine:
         report.pulled += sum(1 for a in plan.view if isinstance(a, (P.Materialise, P.MoveLocal, P.RemoveLocal)))
         if new_counter is not None:
             self.state.set_store_counter(sid, new_counter)
+        if not moved and plan.empty:  # e.g. only held deletes or refused files differ: nothing to do
+            self._clean[sid] = generation
         return list(plan.push_stages) if store.access == "read_write" else []
 
     def _remote_from_base(self, sid: str, base) -> tuple[dict, list]:
