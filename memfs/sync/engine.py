@@ -10,7 +10,8 @@ import hashlib
 import logging
 import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -34,8 +35,6 @@ def _now_iso() -> str:
 def _iso_to_ns(text: str | None) -> int | None:
     if not text:
         return None
-    from datetime import datetime
-
     try:
         return int(datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp() * 1e9)
     except ValueError:
@@ -86,7 +85,6 @@ class TickReport:
     pulled: int = 0
     pushed: int = 0
     requests: int = 0
-    stores: dict[str, str] = field(default_factory=dict)
 
 
 class SyncEngine:
@@ -197,7 +195,6 @@ class SyncEngine:
                     if not exc.retryable and not initial:
                         # This store is broken (deleted, access revoked); the others go on.
                         self._record(store, "failed", str(exc))
-                        report.stores[store.store_id] = "failed"
                         return
                     raise
                 if actions:
