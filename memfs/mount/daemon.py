@@ -155,6 +155,7 @@ class Daemon:
         self.stop_requested = trio.Event()
         self.stop_reason = ""
         self.final: dict[str, Any] | None = None
+        self.final_done = trio.Event()  # set once the final sync has a result
         self.final_answered = trio.Event()  # the `memfs unmount` caller got the final result
         self.fs: Filesystem | None = None
         self.engine: Any = None
@@ -242,6 +243,7 @@ class Daemon:
                     log.info("stopping (%s): final sync", self.stop_reason)
                     fs.stop_writes()
                     self.final = await engine.final_sync(opts.flush_timeout)
+                    self.final_done.set()
                     if self.stop_reason == "unmount requested":
                         with trio.move_on_after(2):
                             await self.final_answered.wait()
@@ -332,8 +334,7 @@ class Daemon:
             if request.get("flush_timeout") is not None:
                 self.opts.flush_timeout = float(request["flush_timeout"])
             self.request_stop("unmount requested")
-            while self.final is None:
-                await trio.sleep(0.05)
+            await self.final_done.wait()
             return {"ok": True, "state_dir": str(self.opts.state_dir), **self.final}
         return {"ok": False, "error": f"unknown request {op!r}"}
 
