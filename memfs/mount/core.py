@@ -43,6 +43,7 @@ from memfs.limits import (
     check_component_bytes,
     check_memory_path,
 )
+from memfs.mount.access import Caller, W, X, allowed, may_change_owner_fields, sticky_allows
 from memfs.mount.state import EMPTY_SHA, FLAG_BAD_UTF8, State
 
 log = logging.getLogger("memfs.mount.core")
@@ -87,6 +88,9 @@ class Attr:
     atime_ns: int
     mtime_ns: int
     ctime_ns: int
+    # Its directory does not let everyone search it: the kernel must ask again on every path walk
+    # (entry timeout 0), since without `default_permissions` it never checks a cached name itself.
+    guarded: bool = False
 
     @property
     def blocks(self) -> int:
@@ -454,25 +458,26 @@ class Filesystem:
             return node.store.notices_blob  # type: ignore[union-attr]
         raise FsError(errno.EISDIR)
 
-    def _attr(self, node: _Node) -> Attr:
+    @staticmethod
+    def _mode(node: _Node) -> int:
         kind = node.kind
         ro = kind == _ROOT or (node.store is not None and node.store.info.read_only)
         if kind in _DIR_KINDS:
-            mode = stat.S_IFDIR | (0o555 if ro else node.mode)
-            nlink = 2
-        else:
-            mode = stat.S_IFREG | (0o444 if ro or kind in _VIRTUAL else node.mode)
-            nlink = 1 if node.linked else 0
+            return stat.S_IFDIR | (0o555 if ro else node.mode)
+        return stat.S_IFREG | (0o444 if ro or kind in _VIRTUAL else node.mode)
+
+    def _attr(self, node: _Node) -> Attr:
         return Attr(
             node.ino,
-            mode,
-            nlink,
+            self._mode(node),
+            2 if node.kind in _DIR_KINDS else 1 if node.linked else 0,
             self._cur_size(node),
             self.uid,
             self.gid,
             node.atime_ns,
             node.mtime_ns,
             node.ctime_ns,
+            node.parent is not None and self._mode(node.parent) & 0o111 != 0o111,
         )
 
     def _wake(self) -> None:
@@ -548,6 +553,68 @@ class Filesystem:
     def getattr(self, ino: int) -> Attr:
         return self._attr(self._node(ino))
 
+    # ---- permissions -------------------------------------------------------------------------
+    # The adapter asks these before each operation on behalf of the calling process (the mount has
+    # no `default_permissions`: see access.py). Read-only first, like a read-only filesystem, so
+    # every user gets EROFS there; then search permission on every ancestor (the path walk); then
+    # the inode's own mode bits.
+
+    def permit(self, ino: int, caller: Caller, want: int) -> None:
+        """EROFS/EACCES unless `caller` may `want` (access.R|W|X, 0 = exists) on `ino`."""
+        node = self._node(ino)
+        if want & W:
+            self._refuse_read_only(node)
+        self._permit_search(node, caller)
+        if want and not allowed(self._mode(node), self.uid, self.gid, caller, want):
+            raise FsError(errno.EACCES)
+
+    def permit_remove(self, parent_ino: int, name: bytes, caller: Caller) -> None:
+        """unlink, rmdir, and the source of a rename: write+search on the directory, and the
+        sticky bit's rule."""
+        self.permit(parent_ino, caller, W | X)
+        if not sticky_allows(self._mode(self._node(parent_ino)), self.uid, caller):
+            raise FsError(errno.EPERM)
+
+    def permit_rename(
+        self, old_parent: int, old_name: bytes, new_parent: int, new_name: bytes, caller: Caller
+    ) -> None:
+        self.permit_remove(old_parent, old_name, caller)
+        self.permit(new_parent, caller, W | X)
+        if not sticky_allows(self._mode(self._node(new_parent)), self.uid, caller):
+            raise FsError(errno.EPERM)
+        if old_parent != new_parent:
+            node = self._dir(old_parent).children.get(old_name.decode("utf-8", "replace"))  # type: ignore[union-attr]
+            if node is not None and node.kind == _DIR:
+                self.permit(node.ino, caller, W)  # a moved directory's ".." changes
+
+    def permit_setattr(
+        self, ino: int, caller: Caller, *, size: bool, mode: bool, owner: bool, times: bool, fh: int | None
+    ) -> None:
+        node = self._node(ino)
+        if size or mode or owner or times:
+            self._refuse_read_only(node)
+        self._permit_search(node, caller)
+        if (mode or owner) and not may_change_owner_fields(self.uid, caller):
+            raise FsError(errno.EPERM)
+        writable = allowed(self._mode(node), self.uid, self.gid, caller, W)
+        if size and fh is None and not writable:  # ftruncate was checked when the file was opened
+            raise FsError(errno.EACCES)
+        if times and not (may_change_owner_fields(self.uid, caller) or writable):
+            raise FsError(errno.EACCES)
+
+    def _refuse_read_only(self, node: _Node) -> None:
+        if self.frozen or node.kind == _ROOT or (node.store is not None and node.store.info.read_only):
+            raise FsError(errno.EROFS)
+
+    def _permit_search(self, node: _Node, caller: Caller) -> None:
+        if caller.root or not node.linked:
+            return  # root searches anything; an unlinked inode has no path left to walk
+        p = node.parent
+        while p is not None:
+            if not allowed(self._mode(p), self.uid, self.gid, caller, X):
+                raise FsError(errno.EACCES)
+            p = p.parent
+
     def setattr(
         self,
         ino: int,
@@ -570,6 +637,10 @@ class Filesystem:
                 raise FsError(errno.EISDIR)
             self._truncate(node, size, t)
         if mode is not None:
+            if node.kind == _DIR and (node.mode ^ mode) & 0o111 and node.children:
+                for name in node.children:  # cached names may now need a check (Attr.guarded)
+                    self._inval_entry(node, name)
+                self._wake()
             node.mode = mode & 0o7777
         if atime_ns is not None:
             node.atime_ns = atime_ns

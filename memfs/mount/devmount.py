@@ -48,6 +48,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max-files", type=int, default=DEFAULT_MAX_FILES)
     p.add_argument("--max-bytes", type=int, default=DEFAULT_MAX_BYTES)
     p.add_argument("--allow-other", action="store_true")
+    p.add_argument("--uid", type=int, help="owner of every file (default: this process's)")
+    p.add_argument("--gid", type=int)
     p.add_argument("--debug", action="store_true")
     p.add_argument("--stdin-commands", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
@@ -65,7 +67,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         for s in args.store:
             state.set_store(s.store_id, s.name, s.slug, s.access)
-        fs = Filesystem(state, args.store, max_files=args.max_files, max_bytes=args.max_bytes)
+        fs = Filesystem(
+            state, args.store, uid=args.uid, gid=args.gid, max_files=args.max_files, max_bytes=args.max_bytes
+        )
         trio.run(_serve, fs, args)
     finally:
         state.close()

@@ -18,6 +18,7 @@ import pyfuse3
 import trio
 
 from memfs.mount import core
+from memfs.mount.access import Caller, R, W, X, open_wants
 from memfs.mount.core import Attr, Filesystem, FsError
 
 log = logging.getLogger("memfs.mount.fuse")
@@ -62,7 +63,7 @@ class FuseOps(pyfuse3.Operations):
         e = pyfuse3.EntryAttributes()
         e.st_ino = a.ino
         e.generation = 0
-        e.entry_timeout = self.timeout
+        e.entry_timeout = 0 if a.guarded else self.timeout
         e.attr_timeout = self.timeout
         e.st_mode = a.mode
         e.st_nlink = a.nlink
@@ -83,10 +84,17 @@ class FuseOps(pyfuse3.Operations):
             fh=reply.fh, direct_io=reply.direct_io, keep_cache=reply.keep_cache, nonseekable=False
         )
 
+    @staticmethod
+    def _caller(ctx: pyfuse3.RequestContext) -> Caller:
+        return Caller(ctx.uid, ctx.gid, ctx.pid)
+
     # ---- handlers --------------------------------------------------------------------------
+    # Each handler that the kernel would have permission-checked under `default_permissions` asks
+    # the core first (fs.permit*): the mount runs without that option (see access.py).
 
     @_handler
     def lookup(self, parent_inode, name, ctx):
+        self.fs.permit(parent_inode, self._caller(ctx), X)
         return self._entry(self.fs.lookup(parent_inode, name))
 
     async def forget(self, inode_list):
@@ -101,6 +109,15 @@ class FuseOps(pyfuse3.Operations):
 
     @_handler
     def setattr(self, inode, attr, fields, fh, ctx):
+        self.fs.permit_setattr(
+            inode,
+            self._caller(ctx),
+            size=fields.update_size,
+            mode=fields.update_mode,
+            owner=fields.update_uid or fields.update_gid,
+            times=fields.update_atime or fields.update_mtime,
+            fh=fh,
+        )
         return self._entry(
             self.fs.setattr(
                 inode,
@@ -115,31 +132,44 @@ class FuseOps(pyfuse3.Operations):
         )
 
     @_handler
+    def access(self, inode, mode, ctx):
+        # access(2), faccessat(2), chdir(2): the same check an operation would get, so `test -w`
+        # in a read_only store answers EROFS like a read-only filesystem does.
+        self.fs.permit(inode, self._caller(ctx), mode)
+        return True
+
+    @_handler
     def readlink(self, inode, ctx):
         return self.fs.readlink(inode)
 
     @_handler
     def mknod(self, parent_inode, name, mode, rdev, ctx):
+        self.fs.permit(parent_inode, self._caller(ctx), W | X)
         return self._entry(self.fs.mknod(parent_inode, name, mode, rdev))
 
     @_handler
     def mkdir(self, parent_inode, name, mode, ctx):
+        self.fs.permit(parent_inode, self._caller(ctx), W | X)
         return self._entry(self.fs.mkdir(parent_inode, name, mode))
 
     @_handler
     def unlink(self, parent_inode, name, ctx):
+        self.fs.permit_remove(parent_inode, name, self._caller(ctx))
         self.fs.unlink(parent_inode, name)
 
     @_handler
     def rmdir(self, parent_inode, name, ctx):
+        self.fs.permit_remove(parent_inode, name, self._caller(ctx))
         self.fs.rmdir(parent_inode, name)
 
     @_handler
     def symlink(self, parent_inode, name, target, ctx):
+        self.fs.permit(parent_inode, self._caller(ctx), W | X)
         return self._entry(self.fs.symlink(parent_inode, name, target))
 
     @_handler
     def rename(self, parent_inode_old, name_old, parent_inode_new, name_new, flags, ctx):
+        self.fs.permit_rename(parent_inode_old, name_old, parent_inode_new, name_new, self._caller(ctx))
         f = 0
         if flags & pyfuse3.RENAME_NOREPLACE:
             f |= core.RENAME_NOREPLACE
@@ -149,10 +179,12 @@ class FuseOps(pyfuse3.Operations):
 
     @_handler
     def link(self, inode, new_parent_inode, new_name, ctx):
+        self.fs.permit(new_parent_inode, self._caller(ctx), W | X)
         return self._entry(self.fs.link(inode, new_parent_inode, new_name))
 
     @_handler
     def open(self, inode, flags, ctx):
+        self.fs.permit(inode, self._caller(ctx), open_wants(flags))
         return self._info(self.fs.open(inode, flags))
 
     @_handler
@@ -177,6 +209,7 @@ class FuseOps(pyfuse3.Operations):
 
     @_handler
     def opendir(self, inode, ctx):
+        self.fs.permit(inode, self._caller(ctx), R)
         return self.fs.opendir(inode)
 
     @_handler
@@ -233,6 +266,7 @@ class FuseOps(pyfuse3.Operations):
 
     @_handler
     def create(self, parent_inode, name, mode, flags, ctx):
+        self.fs.permit(parent_inode, self._caller(ctx), W | X)
         reply, attr = self.fs.create(parent_inode, name, mode, flags)
         return self._info(reply), self._entry(attr)
 

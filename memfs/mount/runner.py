@@ -14,8 +14,10 @@ log = logging.getLogger("memfs.mount.runner")
 
 
 def mount_options(*, allow_other: bool = False, debug: bool = False) -> set[str]:
-    opts = set(pyfuse3.default_options)  # default_permissions: the kernel checks modes
-    opts |= {"fsname=memfs", "subtype=memfs"}
+    # No `default_permissions` (pyfuse3's default options are only that): the kernel would check
+    # the 0444 mode of a read_only store before memfs could answer EROFS. The adapter checks modes
+    # itself instead (memfs/mount/access.py; docs/SEMANTICS.md "Permissions").
+    opts = {"fsname=memfs", "subtype=memfs"}
     if allow_other:
         opts.add("allow_other")
     if debug:

@@ -8,11 +8,12 @@ import os
 import shutil
 import subprocess
 import time
+from pathlib import Path
 
 import pytest
 
 from memfs.mount.state import State
-from tests.support.mounts import PYTHON, DevMount, mounted_at, sh
+from tests.support.mounts import PYTHON, DevMount, User, mounted_at, open_dir, sh
 
 # No skip without FUSE: scripts/test installs fuse3 and refuses to run without /dev/fuse, so a
 # missing FUSE is a loud failure here, never a quietly skipped suite.
@@ -41,16 +42,33 @@ def staged(state_dir, store_id: str) -> tuple[dict[str, tuple[str | None, bytes]
         st.close()
 
 
+AGENT = User(1000, 1000)  # owns the files of an `--uid 1000 --gid 1000 --allow-other` mount
+AGENT_MOUNT = ("--uid", "1000", "--gid", "1000", "--allow-other")
+
+
 @pytest.fixture
 def mount(devmounts, tmp_path):
-    """mount(**kw) -> a started DevMount over tmp_path/state with a rw and a ro store."""
+    """mount(**kw) -> a started DevMount over tmp_path/state with a rw and a ro store.
 
-    def start(*, stores=(RW, RO), extra=(), state=None, name="root"):
-        m = DevMount(tmp_path / name, state or tmp_path / "state", stores, extra=extra)
+    `agent=True` mounts for the AGENT user (owner, allow_other) in a directory every user can
+    reach."""
+    made: list[Path] = []
+
+    def start(*, stores=(RW, RO), extra=(), state=None, name="root", agent=False):
+        if agent:
+            made.append(open_dir("memfs-agent-"))
+            root, extra = made[-1] / name, (*AGENT_MOUNT, *extra)
+        else:
+            root = tmp_path / name
+        m = DevMount(root, state or tmp_path / "state", stores, extra=extra)
         devmounts.append(m)
         return m.start()
 
-    return start
+    yield start
+    for m in devmounts:
+        m.close()  # unmount before removing the directories the mounts live in
+    for d in made:
+        shutil.rmtree(d, ignore_errors=True)
 
 
 SESSION = r"""
@@ -192,17 +210,26 @@ READ_ONLY_TOOLS = [
 ]
 
 
-def test_read_only_store_and_root_refuse_every_tool(mount, tmp_path):
+@pytest.mark.parametrize("who", ["root", "agent"])
+def test_read_only_store_and_root_refuse_every_tool(mount, tmp_path, who):
+    """EROFS for every tool, root and the non-root owner alike: memfs answers before any mode
+    check (no `default_permissions`; an owner would otherwise get EACCES from the 0444 mode)."""
     seed(tmp_path / "state", RO_ID, {"/doc.md": ("mem_1", b"read me\n"), "/sub/x.md": ("mem_2", b"x\n")})
     before = staged(tmp_path / "state", RO_ID)
-    m = mount()
+    agent = who == "agent"
+    user = AGENT if agent else None
+    m = mount(agent=agent)
     ro = m.path("handbook")
-    assert (ro / "doc.md").read_text() == "read me\n"
+    assert sh("cat doc.md", cwd=ro, user=user).stdout == "read me\n"
     assert sh("stat -c %a doc.md sub .", cwd=ro).stdout.split() == ["444", "555", "555"]
+    assert sh("stat -c %u:%g doc.md", cwd=ro).stdout.strip() == ("1000:1000" if agent else "0:0")
     for cmd in READ_ONLY_TOOLS:
-        out = sh(cmd, cwd=ro)
+        out = sh(cmd, cwd=ro, user=user)
         assert out.returncode != 0, cmd
         assert "Read-only file system" in out.stderr, (cmd, out.stderr)
+    # access(2) says the same: W_OK is EROFS, so `test -w` is false; reading is allowed.
+    assert sh("test -w doc.md || test -w sub || echo refused", cwd=ro, user=user).stdout == "refused\n"
+    assert sh("test -r doc.md && test -x sub && echo ok", cwd=ro, user=user).stdout == "ok\n"
     for cmd in [
         "mkdir x",
         "touch x",
@@ -213,7 +240,7 @@ def test_read_only_store_and_root_refuse_every_tool(mount, tmp_path):
         "ln -s notes l",
         "chmod 700 notes",
     ]:
-        out = sh(cmd, cwd=m.root)
+        out = sh(cmd, cwd=m.root, user=user)
         assert out.returncode != 0 and "Read-only file system" in out.stderr, (cmd, out.stderr)
     assert sh("stat -c %a .", cwd=m.root).stdout.strip() == "555"
     assert m.stop() == 0
@@ -460,3 +487,80 @@ def test_sync_api_changes_reach_the_kernel_at_once(mount):
     assert m.stop() == 0
     files, dirs = staged(m.state_dir, RW_ID)
     assert files == {"/r.md": ("mem_r", b"v99\n" * 100)} and dirs == set()
+
+
+# Permission checks without `default_permissions`: the same tree, set up by the owner on a plain
+# directory and in a read_write store, must give every user the same answers, tool for tool.
+# (No op touches a file a non-owner created: in memfs every file belongs to the mount's owner.)
+PERM_SETUP = r"""
+set -e
+mkdir private shared open sticky
+echo secret > private/s.md; chmod 700 private
+echo team > shared/t.md; chmod 640 shared/t.md; chmod 750 shared
+echo mine > mine.md; chmod 600 mine.md
+echo pub > pub.md
+echo o > open/o.md; chmod 666 open/o.md; chmod 777 open
+echo own > sticky/own.md; chmod 666 sticky/own.md; chmod 1777 sticky
+"""
+PERM_OPS = [
+    "cat pub.md",
+    "cat mine.md",
+    "cat private/s.md",
+    "ls private",
+    "cd private",
+    "cat shared/t.md",
+    "ls shared",
+    "test -w pub.md",
+    "test -r mine.md",
+    "test -x private",
+    "echo x >> pub.md",
+    "echo x >> open/o.md",
+    "truncate -s 1 open/o.md",
+    "touch pub.md",
+    "touch open/o.md",
+    "chmod 644 open/o.md",
+    "echo x > new-$(id -u).md",
+    "echo x > open/by-$(id -u).md",
+    "mkdir dir-$(id -u)",
+    "mv pub.md pub2.md",
+    "cp open/o.md open/copy-$(id -u).md",
+    "rm mine.md",
+    "echo x >> sticky/own.md",
+    "rm sticky/own.md",
+    "mv sticky/own.md sticky/x.md",
+    "mv shared/t.md open/",
+    "rm -r private",
+    "ls",
+    "cat open/o.md open/copy-*.md",
+]
+PERM_USERS = [User(2000, 2000), User(2001, 1000), User(2002, 2002, (1000,)), AGENT, None]  # None: root
+
+
+def test_permissions_match_a_plain_directory_for_every_user(mount):
+    m = mount(agent=True, stores=(RW,))
+    store = m.path("notes")
+    plain = open_dir("memfs-plain-")
+    try:
+        os.chown(plain, 1000, 1000)
+        for tree in (plain, store):
+            sh(PERM_SETUP, cwd=tree, user=AGENT, check=True)
+        refused = {}
+        for user in PERM_USERS:
+            for op in PERM_OPS:
+                want = sh(op, cwd=plain, user=user)
+                got = sh(op, cwd=store, user=user)
+                assert (got.returncode, got.stdout, got.stderr) == (
+                    want.returncode,
+                    want.stdout,
+                    want.stderr,
+                ), (
+                    user,
+                    op,
+                )
+                refused.setdefault(user, []).append(got.returncode != 0)
+        for user in PERM_USERS[:3]:  # the other users: some things allowed, some refused
+            assert any(refused[user]) and not all(refused[user]), user
+        listing = "find . -not -name '.*' -printf '%p %m\\n' | sort"
+        assert sh(listing, cwd=store).stdout == sh(listing, cwd=plain).stdout
+    finally:
+        shutil.rmtree(plain, ignore_errors=True)

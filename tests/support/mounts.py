@@ -14,14 +14,17 @@ import select
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 PYTHON = sys.executable
+SYSTEM_PYTHON = "/usr/bin/python3"
 
 
 def _unescape(field: str) -> str:
@@ -49,6 +52,26 @@ def force_unmount(path: str | os.PathLike[str], *, timeout: float = 10.0) -> Non
             time.sleep(0.05)
 
 
+@dataclass(frozen=True)
+class User:
+    """An unprivileged identity to run shell tools as (setpriv, from util-linux)."""
+
+    uid: int
+    gid: int
+    groups: tuple[int, ...] = ()
+
+    def argv(self) -> list[str]:
+        groups = ["--groups", ",".join(map(str, self.groups))] if self.groups else ["--clear-groups"]
+        return ["setpriv", f"--reuid={self.uid}", f"--regid={self.gid}", *groups, "--"]
+
+
+def open_dir(prefix: str) -> Path:
+    """A fresh directory every user can reach (pytest's tmp_path is root-only)."""
+    path = Path(tempfile.mkdtemp(prefix=prefix))
+    path.chmod(0o755)
+    return path
+
+
 def sh(
     cmd: str,
     cwd: str | os.PathLike[str] | None = None,
@@ -56,10 +79,16 @@ def sh(
     timeout: float = 30.0,
     check: bool = False,
     env: dict | None = None,
+    user: User | None = None,
 ) -> subprocess.CompletedProcess:
-    """Run a bash command (with a timeout, so a wedged mount fails the test instead of hanging)."""
+    """Run a bash command (with a timeout, so a wedged mount fails the test instead of hanging),
+    as root or, with `user`, as that unprivileged user."""
     e = {**os.environ, "LC_ALL": "C.UTF-8", "PY": PYTHON, **(env or {})}
-    out = subprocess.run(["bash", "-c", cmd], cwd=cwd, capture_output=True, text=True, timeout=timeout, env=e)
+    argv = ["bash", "-c", cmd]
+    if user is not None:
+        argv = user.argv() + argv
+        e["PY"] = SYSTEM_PYTHON  # ours may live under /root, out of an unprivileged user's reach
+    out = subprocess.run(argv, cwd=cwd, capture_output=True, text=True, timeout=timeout, env=e)
     if check and out.returncode != 0:
         raise AssertionError(f"{cmd!r} failed ({out.returncode}):\n{out.stdout}\n{out.stderr}")
     return out
