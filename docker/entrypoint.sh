@@ -2,10 +2,10 @@
 # The sandbox's PID 1 (docker/sandbox.Dockerfile; docs/OPERATIONS.md):
 #   1. mounts the session's memory stores at $MEMFS_ROOT (memfs runs as root; the files belong to the
 #      agent user and --allow-other lets that user in) and waits until every store is readable;
-#      then binds the root and the read_only stores read-only, so the kernel answers EROFS;
+#      memfs answers EROFS to every user for the root and the read_only stores;
 #   2. runs the agent's command ("$@") as the unprivileged agent user, without the work secret;
 #   3. on SIGTERM/SIGINT (docker stop) or when the command ends: stops the command (SIGTERM, then
-#      SIGKILL after MEMFS_AGENT_GRACE seconds), removes the binds, runs `memfs unmount` (final
+#      SIGKILL after MEMFS_AGENT_GRACE seconds), runs `memfs unmount` (final
 #      sync, bounded by MEMFS_FLUSH_TIMEOUT; `memfs flush` if the daemon had died) and exits.
 # Exit status: non-zero when memory changes could not be uploaded (memfs's own status: 3 = changes
 # kept staged in the state dir) or the mount failed (78); otherwise the command's status, and 0
@@ -15,7 +15,7 @@
 # memfs; MEMFS_ROOT (/mnt/memory), MEMFS_STATE_DIR (/var/lib/memfs/state), MEMFS_SYNC_INTERVAL (15),
 # MEMFS_MOUNT_ARGS (more `memfs mount` flags), MEMFS_FLUSH_TIMEOUT (30), MEMFS_AGENT_GRACE (5),
 # AGENT_UID / AGENT_GID (the `agent` user's, 1000), MEMFS_LOG_TO_STDERR (1: the daemon's log
-# goes to the container's log), MEMFS_READ_ONLY_BINDS (1).
+# goes to the container's log).
 set -uo pipefail
 
 ROOT="${MEMFS_ROOT:-/mnt/memory}"
@@ -72,42 +72,6 @@ if [ $rc -ne 0 ]; then
     exit $EX_CONFIG
 fi
 
-# -- 1b. read-only at the VFS layer, for every user ---------------------------------------------------
-# memfs shows read_only stores as 0444/0555 under default_permissions, so for a non-root agent the
-# kernel answers EACCES ("Permission denied") before memfs can answer EROFS. Read-only bind mounts
-# make the kernel itself answer EROFS ("Read-only file system") for the mount root and every
-# read_only store, root included: /mnt/memory is bound read-only over itself, then each read_write
-# store is bound back read-write. Removed again before the final sync. MEMFS_READ_ONLY_BINDS=0 skips.
-BINDS=()
-bind_read_only() {
-    local py listing access slug
-    py="$(dirname "$(readlink -f "$0")")/python"
-    [ -x "$py" ] || py=python3
-    listing="$(memfs status --root "$ROOT" --json \
-        | "$py" -c 'import json, sys; [print(s["access"], s["slug"]) for s in json.load(sys.stdin)["stores"]]')" \
-        || return 1
-    mount --bind "$ROOT" "$ROOT" || return 1
-    BINDS+=("$ROOT")
-    mount -o remount,bind,ro "$ROOT" || return 1
-    while read -r access slug; do
-        [ "$access" = read_write ] || continue
-        mount --bind "$ROOT/$slug" "$ROOT/$slug" || return 1
-        BINDS+=("$ROOT/$slug")
-        mount -o remount,bind,rw "$ROOT/$slug" || return 1
-    done <<<"$listing"
-}
-unbind_read_only() {
-    local i
-    for ((i = ${#BINDS[@]} - 1; i >= 0; i--)); do
-        umount "${BINDS[i]}" 2>/dev/null || umount -l "${BINDS[i]}"
-    done
-    BINDS=()
-}
-if [ "${MEMFS_READ_ONLY_BINDS:-1}" = 1 ] && ! bind_read_only; then
-    say "warning: could not add the read-only bind mounts; read_only stores answer EACCES instead of EROFS"
-    unbind_read_only
-fi
-
 # -- 2. the agent's command, unprivileged, without the credentials ---------------------------------
 groups_opt=(--clear-groups)
 if getent passwd "$AGENT_UID" >/dev/null; then
@@ -161,7 +125,6 @@ else
 fi
 
 # -- 3. final sync and unmount ---------------------------------------------------------------------
-unbind_read_only
 memfs unmount --root "$ROOT" --flush-timeout "$FLUSH_TIMEOUT"
 unmount_rc=$?
 if [ $unmount_rc -eq 1 ] && [ -f "$STATE_DIR/state.db" ]; then
