@@ -898,8 +898,7 @@ class Filesystem:
             if node.buf is not None:
                 self._stage(node, node.buf)
         finally:
-            self.state.sync_blob(node.sha)
-            self.state.durable()
+            self.state.durable()  # the content is in state.db with its row
 
     def release(self, fh: int) -> None:
         h = self._handles.pop(fh, None)

@@ -38,6 +38,9 @@ async def run_mount(
     Reports started once the kernel mount exists and the request loop runs. On cancellation the
     mount is unmounted (pyfuse3.close(unmount=True)). Callers must not do blocking I/O on the
     mount from this trio thread: it serves the requests."""
+    # The kernel has cached nothing before the mount exists: what the download queued is moot.
+    fs.invalidations_done(len(fs.invalidations))
+    fs.invalidations.clear()
     ops = FuseOps(fs)
     pyfuse3.init(ops, root, mount_options(allow_other=allow_other, debug=debug))
     log.info("mounted %s", root)

@@ -27,7 +27,8 @@ def st(tmp_path):
 
 
 def test_layout_and_wal(st):
-    assert (st.path / "blobs").is_dir() and (st.path / "kept").is_dir() and st.db_path.exists()
+    assert (st.path / "kept").is_dir() and st.db_path.exists()
+    assert not (st.path / "blobs").exists()  # content lives in state.db (schema 2)
     db = sqlite3.connect(st.db_path)
     assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
@@ -105,10 +106,11 @@ def test_blobs(st, tmp_path):
     data = b"hello blob"
     sha = st.put_blob(data)
     assert sha == hashlib.sha256(data).hexdigest()
-    assert (st.path / "blobs" / sha[:2] / sha).read_bytes() == data
+    db = sqlite3.connect(st.db_path)
+    assert db.execute("SELECT data FROM blobs WHERE sha=?", (sha,)).fetchone()[0] == data
+    db.close()
     assert st.has_blob(sha) and st.get_blob(sha) == data
     assert st.put_blob(data) == sha  # idempotent
-    st.sync_blob(sha)
     assert not st.has_blob("0" * 64)
     with pytest.raises(FileNotFoundError):
         st.get_blob("0" * 64)
@@ -116,7 +118,38 @@ def test_blobs(st, tmp_path):
     s2 = State(st.path)
     assert s2.get_blob(sha) == data
     s2.close()
-    assert not [p for p in (st.path / "blobs").rglob(".tmp-*")]
+
+
+def test_a_rolled_back_blob_is_inserted_again(st):
+    """The cache may hold content whose insert was rolled back: put_blob must not trust it."""
+    with pytest.raises(RuntimeError), st.transaction():
+        sha = st.put_blob(b"rolled back")
+        raise RuntimeError
+    assert not st.has_blob(sha)
+    assert st.put_blob(b"rolled back") == sha and st.has_blob(sha)
+
+
+def test_schema_1_blob_files_move_into_the_database(tmp_path):
+    """A state dir from schema 1 kept content as blobs/<sha[:2]>/<sha> files: opening it imports
+    them (one transaction) and removes the directory, interrupted tmp files included."""
+    s = State(tmp_path / "s")
+    s.close()
+    db = sqlite3.connect(tmp_path / "s" / "state.db")
+    db.execute("DROP TABLE blobs")
+    db.execute("UPDATE meta SET value='1' WHERE key='schema_version'")
+    db.commit()
+    db.close()
+    datas = [b"one", b"two" * 1000]
+    for data in datas:
+        sha = hashlib.sha256(data).hexdigest()
+        (tmp_path / "s" / "blobs" / sha[:2]).mkdir(parents=True, exist_ok=True)
+        (tmp_path / "s" / "blobs" / sha[:2] / sha).write_bytes(data)
+    (tmp_path / "s" / "blobs" / sha[:2] / ".tmp-1-2-3").write_bytes(b"half")
+    s = State(tmp_path / "s")
+    assert [s.get_blob(hashlib.sha256(d).hexdigest()) for d in datas] == datas
+    assert not (tmp_path / "s" / "blobs").exists()
+    assert s.get_meta("schema_version") == str(SCHEMA_VERSION)
+    s.close()
 
 
 def test_blob_cache_is_bounded(tmp_path):
