@@ -187,6 +187,11 @@ class State:
         self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.execute("PRAGMA busy_timeout=5000")
         self._db.execute("PRAGMA journal_size_limit=67108864")  # a first download's WAL shrinks again
+        # No commit pays for copying the WAL into the database (0.4 s after a 32 MiB download):
+        # the mount's timer calls checkpoint() from a worker thread instead; close() checkpoints too.
+        self._db.execute("PRAGMA wal_autocheckpoint=0")
+        self._ckpt_db: sqlite3.Connection | None = None
+        self._ckpt_mutex = threading.Lock()
         self._migrate()
         self._import_blob_files()
 
@@ -221,6 +226,11 @@ class State:
         shutil.rmtree(self.blobs_dir)
 
     def close(self) -> None:
+        with self._ckpt_mutex:
+            if self._ckpt_db is not None:
+                with contextlib.suppress(sqlite3.Error):
+                    self._ckpt_db.close()
+                self._ckpt_db = None
         with self._mutex:
             with contextlib.suppress(sqlite3.Error):
                 self._db.close()
@@ -298,6 +308,16 @@ class State:
             self._depth -= 1
             if outer:
                 self._db.execute("COMMIT")
+
+    def checkpoint(self) -> None:
+        """Copy committed WAL frames into the database file, on a connection of its own (PASSIVE:
+        never waits for, nor blocks, the mount's connection). Safe from a worker thread."""
+        with self._ckpt_mutex:
+            if self._ckpt_db is None:
+                self._ckpt_db = sqlite3.connect(self.db_path, isolation_level=None, check_same_thread=False)
+                self._ckpt_db.execute("PRAGMA busy_timeout=0")
+            with contextlib.suppress(sqlite3.OperationalError):  # busy: the next call does it
+                self._ckpt_db.execute("PRAGMA wal_checkpoint(PASSIVE)")
 
     def durable(self) -> None:
         """Make every commit so far survive power loss (fsync() path)."""

@@ -26,6 +26,7 @@ FETCH_CONCURRENCY = 8
 PUSH_CONCURRENCY = 8
 QUIET_SECONDS = 1.0
 GC_INTERVAL = 600.0  # seconds between sweeps of content no file or baseline refers to
+CHECKPOINT_INTERVAL = 5.0  # seconds between copies of state.db's WAL into the database file
 
 
 def _now_iso() -> str:
@@ -127,10 +128,14 @@ class SyncEngine:
     async def timer(self) -> None:
         """Run a due tick once the mount has been quiet for about a second."""
         next_gc = trio.current_time() + GC_INTERVAL
+        next_checkpoint = trio.current_time()  # first: the initial download's WAL
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
             while True:
                 await trio.sleep(0.25)
+                if trio.current_time() >= next_checkpoint:
+                    await trio.to_thread.run_sync(self.state.checkpoint)
+                    next_checkpoint = trio.current_time() + CHECKPOINT_INTERVAL
                 if trio.current_time() >= next_gc and not self.tick_lock.locked() and self.push_done.is_set():
                     next_gc = trio.current_time() + GC_INTERVAL
                     removed = self.state.gc_blobs(keep=self.fs.live_shas())
