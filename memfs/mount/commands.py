@@ -7,7 +7,6 @@ import json
 import logging
 import os
 import re
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -134,52 +133,65 @@ def cmd_mount(args: argparse.Namespace) -> int:
     root = os.path.abspath(args.root)
     state_dir = Path(args.state_dir).resolve() if args.state_dir else control.default_state_dir(root)
     if not args.foreground:
-        return _spawn_daemon(args, root, state_dir)
+        return _spawn_daemon(args, root, state_dir, session_id, base_url)
     return _run_foreground(args, root, state_dir, session_id, base_url)
 
 
-def _spawn_daemon(args: argparse.Namespace, root: str, state_dir: Path) -> int:
-    """Start the daemon detached and return once it reports every store readable (or fails)."""
+def _spawn_daemon(args: argparse.Namespace, root: str, state_dir: Path, session_id: str, base_url: str) -> int:
+    """Start the daemon detached and return once it reports every store readable (or fails).
+
+    The daemon is this process, forked (nothing has started a thread yet): it keeps the modules
+    already imported instead of starting a second interpreter (~0.4 s of every mount)."""
     try:
         state_dir.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         return _fail("mount", f"cannot create the state dir {state_dir}: {exc.strerror}; choose a writable --state-dir")
     log_path = state_dir / "memfs.log"
     read_fd, write_fd = os.pipe()
-    cmd = [sys.executable, "-m", "memfs", "mount", *_mount_argv(args, root, state_dir), "--foreground",
-           "--ready-fd", str(write_fd)]
-    with open(log_path, "ab") as logf:
-        proc = subprocess.Popen(
-            cmd,
-            stdin=subprocess.DEVNULL,
-            stdout=logf,
-            stderr=logf,
-            pass_fds=(write_fd,),
-            start_new_session=True,
-        )
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:
+        os._exit(_daemon_child(args, root, state_dir, session_id, base_url, log_path, read_fd, write_fd))
     os.close(write_fd)
     with os.fdopen(read_fd, "r") as pipe:
         report = pipe.read()
     if report.startswith("ready"):
         print(report[len("ready") :].strip() or f"memfs: mounted at {root}")
         return 0
-    proc.wait(timeout=30)
-    message = report.strip() or f"the daemon exited with status {proc.returncode}; see {log_path}"
+    _, status = os.waitpid(pid, 0)
+    message = report.strip() or f"the daemon exited with status {os.waitstatus_to_exitcode(status)}; see {log_path}"
     return _fail("mount", message.removeprefix("error: "))
 
 
-def _mount_argv(args: argparse.Namespace, root: str, state_dir: Path) -> list[str]:
-    """The parsed mount options as arguments again, for the detached daemon."""
-    argv = ["--root", root, "--state-dir", str(state_dir), "--sync-interval", repr(args.sync_interval),
-            "--sync-deletions", args.sync_deletions, "--max-files", str(args.max_files),
-            "--max-bytes", str(args.max_bytes), "--log-format", args.log_format,
-            "--flush-timeout", repr(args.flush_timeout)]
-    for flag in ("session_id", "base_url", "uid", "gid"):
-        if getattr(args, flag) is not None:
-            argv += ["--" + flag.replace("_", "-"), str(getattr(args, flag))]
-    if args.allow_other:
-        argv.append("--allow-other")
-    return argv
+def _daemon_child(args, root: str, state_dir: Path, session_id: str, base_url: str, log_path: Path,
+                  read_fd: int, write_fd: int) -> int:  # fmt: skip
+    """The forked daemon: its own session, stdin from /dev/null, stdout/stderr to the log."""
+    rc = 1
+    try:
+        os.close(read_fd)
+        os.setsid()
+        # Like Popen(close_fds=True): descriptors the caller's shell passed down (pipes of a
+        # command substitution, say) must not be held open by a daemon that runs for hours.
+        os.closerange(3, write_fd)
+        os.closerange(write_fd + 1, 1 << 16)
+        null = os.open(os.devnull, os.O_RDONLY)
+        logf = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        os.dup2(null, 0)
+        os.dup2(logf, 1)
+        os.dup2(logf, 2)
+        os.close(null)
+        os.close(logf)
+        args.ready_fd = write_fd
+        rc = _run_foreground(args, root, state_dir, session_id, base_url)
+    except BaseException:
+        import traceback
+
+        traceback.print_exc()
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    return rc
 
 
 def _run_foreground(args, root: str, state_dir: Path, session_id: str, base_url: str) -> int:
