@@ -14,6 +14,7 @@ import secrets
 import time
 
 import anyio.to_thread
+import orjson
 from starlette.applications import Starlette
 from starlette.background import BackgroundTask
 from starlette.exceptions import HTTPException
@@ -314,7 +315,8 @@ class _Service:
         self.metrics.counter_reads(1)
 
         def line(obj: object) -> bytes:
-            return (json.dumps(obj, ensure_ascii=False, separators=(",", ":")) + "\n").encode()
+            # orjson: encoding 32 MiB of memories with the json module takes ~0.3 s, orjson ~0.04 s
+            return orjson.dumps(obj) + b"\n"
 
         async def body():
             # Every batch comes from the reader's one read transaction: the stream is the store at
