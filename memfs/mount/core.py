@@ -1080,6 +1080,13 @@ class Filesystem:
             if n.kind == _FILE
         }
 
+    def local_file(self, store_id: str, path: str) -> LocalFile | None:
+        """One entry of local_view() (without building all of it)."""
+        n = self._store(store_id).paths.get(path)
+        if n is None or n.kind != _FILE:
+            return None
+        return LocalFile(path, n.memory_id, n.sha, n.size, n.bad_utf8)
+
     def dirty_paths(self, store_id: str) -> set[str]:
         """Files with writes not yet staged by a close/fsync: not to be pushed in this tick."""
         st = self._store(store_id)

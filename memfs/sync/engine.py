@@ -488,7 +488,7 @@ class SyncEngine:
                 content = st.get_blob(a.sha).decode("utf-8")
                 m = await c.create_memory(sid, a.path, content)
                 st.set_baseline(sid, m["id"], m["path"], m["content_sha256"], m["content_size_bytes"])
-                local = self.fs.local_view(sid).get(a.path)
+                local = self.fs.local_file(sid, a.path)  # not local_view(): O(n) per create
                 if local is not None and local.memory_id is None:
                     self.fs.set_memory_id(sid, a.path, m["id"])
             else:

@@ -97,6 +97,9 @@ def test_create_write_flush_stages_and_survives_reopen(h):
     assert stat.S_ISREG(a.mode) and a.size == 6 and a.nlink == 1
     view = h.fs.local_view(RW.store_id)
     assert view["/a.md"].sha == sha(b"hello\n") and view["/a.md"].memory_id is None
+    assert [h.fs.local_file(RW.store_id, p) for p in ("/a.md", "/d/b.md", "/d", "/nope")] == [
+        view["/a.md"], view["/d/b.md"], None, None
+    ]
     h.assert_staged()
     h2 = h.reopen()
     try:
