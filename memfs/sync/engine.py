@@ -10,6 +10,7 @@ import hashlib
 import logging
 import os
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -62,6 +63,34 @@ async def _gather(items, fn, concurrency: int) -> None:
             nursery.start_soon(one, item, nursery.cancel_scope)
     if failure:
         raise failure[0]
+
+
+NOTICES_PER_KIND = 20  # per store and sync; past it, one line stands for the rest
+
+
+def summarise_notices(notices: Iterable[P.Notice], limit: int = NOTICES_PER_KIND) -> list[P.Notice]:
+    """One sync's notices as lines: a mass event (a 10,000-memory store on a 2,000-file mount is
+    8,000 over-limit memories) is `limit - 1` lines and one that counts the rest, instead of
+    thousands of which the notices file keeps the last 100. A notice whose content was kept is
+    always its own line: it names where the agent's version is."""
+    counts: dict[str, int] = {}
+    for n in notices:
+        if not n.kept:
+            counts[n.kind] = counts.get(n.kind, 0) + 1
+    out: list[P.Notice] = []
+    seen: dict[str, int] = {}
+    for n in notices:
+        if n.kept or counts[n.kind] <= limit:
+            out.append(n)
+            continue
+        i = seen[n.kind] = seen.get(n.kind, 0) + 1
+        if i < limit:
+            out.append(n)
+        elif i == limit:
+            rest = counts[n.kind] - limit
+            out.append(P.Notice(n.kind, n.path, f"{n.details}; and {rest} more {n.kind} path(s) in this sync, "
+                                                 "not listed one by one"))
+    return out
 
 
 class TickFailed(Exception):
@@ -409,7 +438,7 @@ class SyncEngine:
                 self.fs.remove_path(sid, a.path)
         for a in plan.bookkeeping:
             self._book(sid, a)
-        for n in plan.notices:
+        for n in summarise_notices(plan.notices):
             details = n.details
             if n.kept and n.path in kept:
                 details = f"{details} (your version is kept at {kept[n.path]})"

@@ -115,6 +115,22 @@ def test_decision4_over_the_limits_materialises_in_list_order(world, api):
     assert [m["path"] for m in notices(box, "over-limit")] == paths[3:]  # noticed once
 
 
+def test_decision4_a_mass_event_is_summarised_in_the_notices(world, api):
+    """30 more memories than fit: 19 over-limit lines and one that counts the rest, not 32 lines
+    (a 10,000-memory store on a 2,000-file mount would otherwise write 8,000)."""
+    for i in range(27):
+        api.create(world.rw, f"/bulk/m{i:02d}.md", f"bulk {i}\n")
+    box = world.sandbox("small")
+    box.mount("--max-files", "3")
+    over = notices(box, "over-limit")
+    total = len(api.contents(world.rw)) - 3
+    assert total == 29 and len(over) == 20
+    assert f"and {total - 20} more over-limit path(s) in this sync" in over[-1]["details"]
+    assert len({m["path"] for m in over}) == 20
+    box.sync()
+    assert len(notices(box, "over-limit")) == 20  # noticed once
+
+
 def test_decision5_notices_file_format_and_protection(world, mounted, api):
     memory = api.memories(world.rw)["/profile.md"]
     (mounted.root / RW / "profile.md").write_text("local\n")
