@@ -319,3 +319,17 @@ def test_counter_accessors_and_aliases(st):
     st.add_delete_held("s", "m")
     st.drop_delete_held("s", "m")
     assert st.refused("s") == {} and st.skipped("s") == {} and st.deletes_held("s") == set()
+
+
+def test_commits_leave_the_wal_to_checkpoint(st):
+    """No commit checkpoints (autocheckpoint is off: a first download's commit would pay for it);
+    checkpoint() copies the WAL into the database from a connection of its own."""
+    datas = [os.urandom(20_000) for _ in range(50)]
+    before = st.db_path.stat().st_size
+    with st.transaction():
+        for d in datas:
+            st.put_blob(d)
+    assert st.db_path.stat().st_size == before  # still all in the WAL
+    st.checkpoint()
+    assert st.db_path.stat().st_size >= before + 50 * 20_000
+    assert [st.get_blob(hashlib.sha256(d).hexdigest()) for d in datas] == datas
