@@ -12,6 +12,8 @@ ensure_debian_packages() {
     command -v pkg-config >/dev/null 2>&1 || missing+=(pkg-config)
     command -v setfattr >/dev/null 2>&1 || missing+=(attr)
     command -v curl >/dev/null 2>&1 || missing+=(curl)
+    # tests run tools as unprivileged users, who cannot reach a python under /root: Debian's python3
+    [ -x /usr/bin/python3 ] || missing+=(python3)
     if [ ${#missing[@]} -gt 0 ]; then
         if [ "$(id -u)" != 0 ]; then
             echo "memfs: missing Debian packages: ${missing[*]} (run as root, or: sudo apt-get install ${missing[*]})" >&2
