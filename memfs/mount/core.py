@@ -389,16 +389,20 @@ class Filesystem:
             raise FsError(errno.ENOTDIR)
         return node
 
-    def _check_writable_dir(self, d: _Node) -> None:
-        """EROFS for the root, read_only stores and after stop_writes()."""
-        if self.frozen or d.kind == _ROOT or d.store.info.read_only:  # type: ignore[union-attr]
+    def _refuse_read_only(self, node: _Node) -> None:
+        """EROFS for the root, anything in a read_only store, and everything after stop_writes()."""
+        if self.frozen or node.kind == _ROOT or (node.store is not None and node.store.info.read_only):
             raise FsError(errno.EROFS)
+
+    def _check_writable_dir(self, d: _Node) -> None:
+        self._refuse_read_only(d)
         if not d.linked:
             raise FsError(errno.ENOENT)
 
     def _check_writable_node(self, node: _Node) -> None:
-        if self.frozen or node.kind in (_ROOT, _STORE) or node.store.info.read_only:  # type: ignore[union-attr]
+        if node.kind == _STORE:  # a store's own directory is fixed (mode, name, existence)
             raise FsError(errno.EROFS)
+        self._refuse_read_only(node)
         if node.kind in _VIRTUAL:
             raise FsError(errno.EPERM)
 
@@ -602,10 +606,6 @@ class Filesystem:
         if times and not (may_change_owner_fields(self.uid, caller) or writable):
             raise FsError(errno.EACCES)
 
-    def _refuse_read_only(self, node: _Node) -> None:
-        if self.frozen or node.kind == _ROOT or (node.store is not None and node.store.info.read_only):
-            raise FsError(errno.EROFS)
-
     def _permit_search(self, node: _Node, caller: Caller) -> None:
         if caller.root or not node.linked:
             return  # root searches anything; an unlinked inode has no path left to walk
@@ -764,8 +764,7 @@ class Filesystem:
             raise FsError(errno.EISDIR)
         writable = (flags & os.O_ACCMODE) in (os.O_WRONLY, os.O_RDWR)
         if writable or flags & os.O_TRUNC:
-            if self.frozen or node.store.info.read_only:  # type: ignore[union-attr]
-                raise FsError(errno.EROFS)
+            self._refuse_read_only(node)
             if node.kind in _VIRTUAL:
                 raise FsError(errno.EACCES)  # what a non-root user gets from 0444 (SEMANTICS.md)
         h = self._new_handle(node, writable)
@@ -823,8 +822,7 @@ class Filesystem:
     def write(self, fh: int, off: int, data: bytes) -> int:
         h = self._handle(fh)
         node = h.node
-        if self.frozen or node.store.info.read_only:  # type: ignore[union-attr]
-            raise FsError(errno.EROFS)
+        self._refuse_read_only(node)
         if not h.writable:
             raise FsError(errno.EBADF)
         end = off + len(data)
@@ -1021,9 +1019,7 @@ class Filesystem:
         raise FsError(errno.EINVAL)
 
     def setxattr(self, ino: int, name: bytes, value: bytes) -> None:
-        node = self._node(ino)
-        if self.frozen or node.kind == _ROOT or node.store.info.read_only:  # type: ignore[union-attr]
-            raise FsError(errno.EROFS)
+        self._refuse_read_only(self._node(ino))
         raise FsError(errno.ENOTSUP)
 
     def removexattr(self, ino: int, name: bytes) -> None:
