@@ -81,7 +81,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--log-format", choices=["text", "json"], default="text")
     p.add_argument("--flush-timeout", type=_float, default=limits.FLUSH_TIMEOUT)
     p.add_argument("--foreground", action="store_true")
-    p.add_argument("--ready-fd", type=int, default=None, help=argparse.SUPPRESS)
     p.set_defaults(func=cmd_mount)
 
     p = sub.add_parser("sync", help="run a sync tick now if one is due")
@@ -182,8 +181,7 @@ def _daemon_child(args, root: str, state_dir: Path, session_id: str, base_url: s
         os.dup2(logf, 2)
         os.close(null)
         os.close(logf)
-        args.ready_fd = write_fd
-        rc = _run_foreground(args, root, state_dir, session_id, base_url)
+        rc = _run_foreground(args, root, state_dir, session_id, base_url, ready_fd=write_fd)
     except BaseException:
         import traceback
 
@@ -194,13 +192,17 @@ def _daemon_child(args, root: str, state_dir: Path, session_id: str, base_url: s
     return rc
 
 
-def _run_foreground(args, root: str, state_dir: Path, session_id: str, base_url: str) -> int:
+def _run_foreground(
+    args, root: str, state_dir: Path, session_id: str, base_url: str, *, ready_fd: int | None = None
+) -> int:
+    """Run the daemon in this process. `ready_fd`: a pipe to report "ready …" or "error: …" on
+    (the forked daemon's parent waits on it); without it the mount line goes to stdout."""
     import trio
 
     from memfs.mount.daemon import Daemon, MountError, MountOptions
 
     setup_logging(args.log_format)
-    ready_file = os.fdopen(args.ready_fd, "w") if args.ready_fd is not None else None
+    ready_file = os.fdopen(ready_fd, "w") if ready_fd is not None else None
 
     def report(text: str) -> None:
         nonlocal ready_file
@@ -240,7 +242,7 @@ def _run_foreground(args, root: str, state_dir: Path, session_id: str, base_url:
     except MountError as exc:
         log.error("%s", exc)
         report(f"error: {exc}\n")
-        if ready_file is None and args.ready_fd is None:
+        if ready_file is None and ready_fd is None:
             print(f"memfs mount: error: {exc}", file=sys.stderr)
         return 1
     except BaseException as exc:
