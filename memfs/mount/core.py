@@ -11,6 +11,12 @@ cursor. A file's committed content is a blob (by sha) in the State; while a hand
 not flushed, the inode holds a bytearray buffer that every reader sees. `flush`/`fsync` stage
 (blob, then the `files` row in one commit). Namespace changes stage at once. Read paths never
 touch SQLite: the view lives in memory, content comes from the State's LRU or the blob file.
+
+Failed writers (docs/SEMANTICS.md): a handle whose write or truncate failed (EFBIG, ENOSPC) or
+whose fsync found content that is not UTF-8 stages nothing, ever; at its close the file returns
+to its last staged state. A file created by a writer that has not closed it yet is "unborn": it
+is in the view for the agent but not in `local_view()` (what the sync may push), and a restart
+drops it (its writer never closed it).
 """
 
 from __future__ import annotations
@@ -44,7 +50,7 @@ from memfs.limits import (
     check_memory_path,
 )
 from memfs.mount.access import Caller, W, X, allowed, may_change_owner_fields, sticky_allows
-from memfs.mount.state import EMPTY_SHA, FLAG_BAD_UTF8, State
+from memfs.mount.state import EMPTY_SHA, FLAG_BAD_UTF8, FLAG_UNBORN, State
 
 log = logging.getLogger("memfs.mount.core")
 
@@ -122,6 +128,18 @@ class LocalFile:
 
 
 @dataclass(frozen=True, slots=True)
+class _Staged:
+    """A file's last staged state, kept so that a failed writer can return the path to it."""
+
+    memory_id: str | None
+    sha: str
+    size: int
+    mode: int
+    mtime_ns: int
+    bad_utf8: bool
+
+
+@dataclass(frozen=True, slots=True)
 class StatFs:
     bsize: int
     blocks: int
@@ -135,7 +153,7 @@ class _Node:
     __slots__ = (
         "ino", "kind", "store", "parent", "name", "path", "seq", "children", "next_seq", "linked",
         "lookups", "open_count", "memory_id", "sha", "size", "buf", "bad_utf8", "bad_noticed",
-        "mode", "mtime_ns", "ctime_ns", "atime_ns",
+        "mode", "mtime_ns", "ctime_ns", "atime_ns", "clean_mtime", "unborn", "replaces",
     )  # fmt: skip
 
     def __init__(self, ino: int, kind: int, store: _Store | None, mode: int, now: int):
@@ -159,6 +177,13 @@ class _Node:
         self.bad_noticed: str | None = None
         self.mode = mode
         self.mtime_ns = self.ctime_ns = self.atime_ns = now
+        self.clean_mtime = now  # mtime of the staged content while `buf` is dirty
+        # Created by a writer that has not closed it yet: not in local_view() (nothing to push).
+        self.unborn = False
+        # An unborn file at a path that held a staged file a moment ago (unlink + create, as
+        # `tar x` does; or renamed over one): what the sync keeps seeing there, and what the path
+        # returns to if the writer fails.
+        self.replaces: _Staged | None = None
 
 
 class _Store:
@@ -172,6 +197,7 @@ class _Store:
         "notices_blob",
         "marker",
         "notices_node",
+        "replaced",
     )
 
     def __init__(self, info: StoreInfo):
@@ -184,13 +210,20 @@ class _Store:
         self.notices_blob = b""
         self.marker = f"version 1\n{info.store_id}".encode()
         self.notices_node: _Node = None  # type: ignore[assignment]
+        # path -> the staged file unlinked there since the sync last looked (local_view()): a
+        # create at that path by a writer that then fails returns the path to it.
+        self.replaced: dict[str, _Staged] = {}
 
 
 class _Handle:
-    __slots__ = ("fh", "node", "writable", "wrote")
+    __slots__ = ("fh", "node", "writable", "wrote", "changed", "failed", "noticed")
 
     def __init__(self, fh: int, node: _Node, writable: bool):
         self.fh, self.node, self.writable, self.wrote = fh, node, writable, False
+        # A write/truncate went through this handle (`wrote` alone: a create, to stage at close).
+        self.changed = False
+        self.failed = 0  # errno of this handle's failed write/truncate/fsync: it stages nothing, ever
+        self.noticed = False
 
 
 class _DirHandle:
@@ -291,6 +324,12 @@ class Filesystem:
                 continue
             d.mtime_ns, d.mode = row.mtime_ns, row.mode & 0o7777
         for row in self.state.load_files(sid).values():
+            if row.flags & FLAG_UNBORN:
+                # Created by a writer that never closed it (the mount stopped first): dropped,
+                # as a writer that fails is undone. Nothing whose close() returned is lost.
+                log.warning("store %s: %s was never closed by its writer; dropped", sid, row.path)
+                self.state.delete_file(sid, row.path)
+                continue
             parent_path, _, name = row.path.rpartition("/")
             if parent_path == "" and name in RESERVED_NAMES:
                 log.warning("store %s: a file at reserved path %s is not shown", sid, row.path)
@@ -344,6 +383,7 @@ class Filesystem:
             del st.paths[node.path]  # type: ignore[union-attr]
         node.path = path
         st.paths[path] = node  # type: ignore[union-attr]
+        st.replaced.pop(path, None)  # type: ignore[union-attr]  (something else is there now)
         if node.kind == _DIR:
             for name, child in node.children.items():  # type: ignore[union-attr]
                 self._set_path(child, f"{path}/{name}")
@@ -592,19 +632,41 @@ class Filesystem:
                 self.permit(node.ino, caller, W)  # a moved directory's ".." changes
 
     def permit_setattr(
-        self, ino: int, caller: Caller, *, size: bool, mode: bool, owner: bool, times: bool, fh: int | None
+        self,
+        ino: int,
+        caller: Caller,
+        *,
+        size: bool,
+        mode: bool,
+        owner: bool,
+        times: bool,
+        fh: int | None,
+        new_mode: int | None = None,
     ) -> None:
         node = self._node(ino)
         if size or mode or owner or times:
             self._refuse_read_only(node)
         self._permit_search(node, caller)
-        if (mode or owner) and not may_change_owner_fields(self.uid, caller):
-            raise FsError(errno.EPERM)
         writable = allowed(self._mode(node), self.uid, self.gid, caller, W)
+        if (mode or owner) and not may_change_owner_fields(self.uid, caller):
+            # A write (or O_TRUNC) by a non-owner makes the kernel ask us to drop setuid/setgid
+            # (file_remove_privs: a SETATTR with the new mode, on behalf of the writer). That
+            # one change is allowed to whoever may write the file; any other chmod is EPERM.
+            if owner or new_mode is None or not writable or not self._drops_privs_only(node, new_mode):
+                raise FsError(errno.EPERM)
         if size and fh is None and not writable:  # ftruncate was checked when the file was opened
             raise FsError(errno.EACCES)
         if times and not (may_change_owner_fields(self.uid, caller) or writable):
             raise FsError(errno.EACCES)
+
+    @staticmethod
+    def _drops_privs_only(node: _Node, new_mode: int) -> bool:
+        """`new_mode` is the kernel's kill-priv mode: setuid cleared, and setgid where group-exec
+        is set (should_remove_suid), nothing else changed."""
+        cur = node.mode & 0o7777
+        kill = stat.S_ISUID | (stat.S_ISGID if cur & stat.S_IXGRP else 0)
+        new = new_mode & 0o7777
+        return new != cur and new == cur & ~kill
 
     def _permit_search(self, node: _Node, caller: Caller) -> None:
         if caller.root or not node.linked:
@@ -635,7 +697,8 @@ class Filesystem:
         if size is not None:
             if node.kind != _FILE:
                 raise FsError(errno.EISDIR)
-            self._truncate(node, size, t)
+            h = self._handles.get(fh) if fh is not None else None
+            self._truncate(node, size, t, h if h is not None and h.node is node else None)
         if mode is not None:
             if node.kind == _DIR and (node.mode ^ mode) & 0o111 and node.children:
                 for name in node.children:  # cached names may now need a check (Attr.guarded)
@@ -649,16 +712,26 @@ class Filesystem:
         node.ctime_ns = t
         return self._attr(node)
 
-    def _truncate(self, node: _Node, size: int, t: int) -> None:
+    def _truncate(self, node: _Node, size: int, t: int, h: _Handle | None = None) -> None:
+        """truncate(2) (`h` None) stages at once; ftruncate(2) through handle `h` changes the
+        buffer, staged with that handle's close (so a failed writer can still be undone)."""
         if size < 0:
             raise FsError(errno.EINVAL)
-        if size > MAX_CONTENT_BYTES:
-            raise FsError(errno.EFBIG)
         cur = self._cur_size(node)
-        if size > cur and node.linked and node.store.bytes + size - cur > self.max_bytes:  # type: ignore[union-attr]
-            raise FsError(errno.ENOSPC)
+        try:
+            if size > MAX_CONTENT_BYTES:
+                raise FsError(errno.EFBIG)
+            if size > cur and node.linked and node.store.bytes + size - cur > self.max_bytes:  # type: ignore[union-attr]
+                raise FsError(errno.ENOSPC)
+        except FsError as e:
+            if h is not None:
+                h.failed = h.failed or e.errno
+            raise
+        if h is not None:
+            self._make_dirty(node)
+            h.wrote = h.changed = True
         if node.buf is not None:
-            # Someone has unflushed writes: resize their buffer; their flush stages it.
+            # Unflushed writes (or this ftruncate's handle): resize the buffer; a close stages it.
             if size < cur:
                 del node.buf[size:]
             else:
@@ -727,7 +800,7 @@ class Filesystem:
         if sname in parent.children:  # type: ignore[operator]
             raise FsError(errno.EEXIST)
         t = self.now()
-        node = self._new_node(_DIR, parent.store, (mode & 0o7777) or 0o755, t)
+        node = self._new_node(_DIR, parent.store, mode & 0o7777, t)  # mkdir(d, 0) is 0000
         self._attach(parent, node, sname)
         self.state.upsert_dir(node.store.info.store_id, node.path, t, node.mode)  # type: ignore[union-attr]
         parent.mtime_ns = parent.ctime_ns = t
@@ -771,9 +844,10 @@ class Filesystem:
         if flags & os.O_TRUNC and writable and self._cur_size(node) > 0:
             # O_TRUNC empties the file; staged with the writer's close (no empty state staged first).
             node.store.bytes -= self._cur_size(node)  # type: ignore[union-attr]
+            self._make_dirty(node)
             node.buf = bytearray()
             node.mtime_ns = node.ctime_ns = self.now()
-            h.wrote = True
+            h.wrote = h.changed = True
         # Content is tied to mtime (auto_inval_data) and remote changes invalidate the inode, so
         # the kernel may keep its page cache across opens; not while a buffer is dirty.
         return OpenReply(h.fh, keep_cache=node.buf is None)
@@ -796,11 +870,13 @@ class Filesystem:
         if st.files >= self.max_files:  # type: ignore[union-attr]
             raise FsError(errno.ENOSPC)
         t = self.now()
-        node = self._new_node(_FILE, st, (mode & 0o7777) or 0o644, t)
+        node = self._new_node(_FILE, st, mode & 0o7777, t)  # `umask 777; touch f` is 0000
+        node.unborn = True
+        node.replaces = st.replaced.pop(f"{parent.path}/{sname}", None)  # type: ignore[union-attr]
         self._attach(parent, node, sname)
         st.files += 1  # type: ignore[union-attr]
-        # The file exists durably at once (empty); its content is staged at close.
-        self.state.upsert_file(st.info.store_id, node.path, None, EMPTY_SHA, 0, t, node.mode, 0)  # type: ignore[union-attr]
+        # The file exists durably at once (flagged unborn); its content is staged at close.
+        self._write_unborn_row(node)
         parent.mtime_ns = parent.ctime_ns = t
         h = self._new_handle(node, True)
         node.buf = bytearray()
@@ -826,22 +902,24 @@ class Filesystem:
         if not h.writable:
             raise FsError(errno.EBADF)
         end = off + len(data)
-        if end > MAX_CONTENT_BYTES:
-            raise FsError(errno.EFBIG)
         cur = self._cur_size(node)
         grow = max(0, end - cur)
+        if end > MAX_CONTENT_BYTES:
+            h.failed = h.failed or errno.EFBIG
+            raise FsError(errno.EFBIG)
         if grow and node.linked and node.store.bytes + grow > self.max_bytes:  # type: ignore[union-attr]
+            h.failed = h.failed or errno.ENOSPC
             raise FsError(errno.ENOSPC)
-        if node.buf is None:
-            node.buf = bytearray(self._committed(node))
+        self._make_dirty(node)
         buf = node.buf
+        assert buf is not None
         if off > len(buf):
             buf.extend(bytes(off - len(buf)))
         buf[off:end] = data
         if node.linked:
             node.store.bytes += grow  # type: ignore[union-attr]
         node.mtime_ns = node.ctime_ns = self.now()
-        h.wrote = True
+        h.wrote = h.changed = True
         return len(data)
 
     def _stage(self, node: _Node, data: bytes | bytearray) -> None:
@@ -865,6 +943,7 @@ class Filesystem:
         )
         node.sha, node.size, node.bad_utf8 = sha, len(data), bad
         node.buf = None
+        node.unborn, node.replaces = False, None  # a close/fsync succeeded: the sync may push it
         if bad:
             if node.bad_noticed != sha:
                 node.bad_noticed = sha
@@ -877,10 +956,23 @@ class Filesystem:
             raise FsError(errno.EILSEQ)
 
     def flush(self, fh: int) -> None:
-        """close(): stage what this handle wrote (EILSEQ if it is not UTF-8)."""
+        """close(): stage what this handle wrote (EILSEQ if it is not UTF-8). A failed handle
+        stages nothing: the file returns to its last staged state and close() gets the error."""
         h = self._handle(fh)
         node = h.node
+        if h.failed:
+            self._give_up(h)
+            raise FsError(h.failed)
         if not h.wrote:
+            return
+        if node.unborn and not h.changed and node.linked:
+            # A close of the creating handle before any write: bash's `> f` (open, dup2, close
+            # the original fd, then the command writes). The writer is still at work, so the file
+            # stays out of the sync; but a restart keeps it now (that close() returned). Its
+            # release (or a later flush after writes) stages it.
+            if node.replaces is None:
+                sid = node.store.info.store_id  # type: ignore[union-attr]
+                self.state.upsert_file(sid, node.path, None, EMPTY_SHA, 0, node.mtime_ns, node.mode, 0)
             return
         h.wrote = False
         if node.buf is not None and node.linked:
@@ -891,6 +983,11 @@ class Filesystem:
         node = h.node
         if node.kind != _FILE or not node.linked:
             return
+        if h.failed:
+            raise FsError(h.failed)  # nothing of a failed handle is staged, not even by fsync
+        if node.buf is not None and h.wrote and not _utf8_ok(node.buf):
+            h.failed = errno.EILSEQ  # the writer is told now; its close undoes it (SEMANTICS.md)
+            raise FsError(errno.EILSEQ)
         h.wrote = False
         try:
             if node.buf is not None:
@@ -904,12 +1001,85 @@ class Filesystem:
             return
         node = h.node
         node.open_count -= 1
-        if h.wrote and node.buf is not None and node.linked:
+        if h.failed:
+            self._give_up(h)  # release without a flush (or after one): still undone
+        elif h.wrote and node.buf is not None and node.linked:
             try:  # no close() reported this handle's writes (flush normally did)
                 self._stage(node, node.buf)
             except FsError:
                 pass
         self._maybe_free(node)
+
+    # ---- failed writers ------------------------------------------------------------------
+
+    def _make_dirty(self, node: _Node) -> None:
+        """Give `node` a buffer holding its staged content (remembering the staged mtime)."""
+        if node.buf is None:
+            node.clean_mtime = node.mtime_ns
+            node.buf = bytearray(self._committed(node))
+
+    def _write_unborn_row(self, node: _Node) -> None:
+        """The durable row of an unborn file: what a restart must show at its path. The file
+        it replaced, if any (a crash mid-`tar x` keeps the memory), else a row a restart drops."""
+        sid = node.store.info.store_id  # type: ignore[union-attr]
+        s = node.replaces
+        if s is None:
+            self.state.upsert_file(sid, node.path, None, EMPTY_SHA, 0, node.mtime_ns, node.mode, FLAG_UNBORN)
+        else:
+            flags = FLAG_BAD_UTF8 if s.bad_utf8 else 0
+            self.state.upsert_file(sid, node.path, s.memory_id, s.sha, s.size, s.mtime_ns, s.mode, flags)
+
+    def _staged_state(self, node: _Node) -> _Staged | None:
+        """What the sync sees of a file now (None: nothing, an unborn file of its own)."""
+        if node.unborn:
+            return node.replaces
+        mtime = node.clean_mtime if node.buf is not None else node.mtime_ns
+        return _Staged(node.memory_id, node.sha, node.size, node.mode, mtime, node.bad_utf8)
+
+    def _give_up(self, h: _Handle) -> None:
+        """The close of a failed handle: stage nothing; return the file to its last staged state
+        unless another handle still has unstaged writes in the shared buffer (its close stages
+        them). One notice per handle, when the file is still in the view."""
+        h.wrote = False
+        node = h.node
+        first, h.noticed = not h.noticed, True
+        if node.kind != _FILE or not node.linked:
+            return  # unlinked while open: nothing of it can be staged anyway
+        st = node.store
+        sid = st.info.store_id  # type: ignore[union-attr]
+        why = f"a write failed ({errno.errorcode.get(h.failed, h.failed)}: {os.strerror(h.failed)})"
+        if any(o is not h and o.node is node and o.wrote for o in self._handles.values()):
+            if first:
+                self.add_notice(sid, "write-failed", node.path, f"{why}; nothing of that writer was "
+                                "saved, but another writer still has the file open and its close "
+                                "saves what the file holds then")
+            return
+        path, parent = node.path, node.parent
+        if node.buf is not None:
+            st.bytes += node.size - len(node.buf)  # type: ignore[union-attr]
+            node.buf = None
+            node.mtime_ns = node.clean_mtime
+        if node.unborn and node.replaces is None:
+            with self.state.transaction():
+                self.state.delete_file(sid, path)
+            self._inval_entry(parent, node.name)  # type: ignore[arg-type]
+            self._unlink_node(node)
+            parent.mtime_ns = parent.ctime_ns = self.now()  # type: ignore[union-attr]
+            outcome = "the file it created was removed"
+        else:
+            if node.unborn:
+                s = node.replaces
+                st.bytes += s.size - node.size  # type: ignore[union-attr]
+                node.memory_id, node.sha, node.size, node.bad_utf8 = s.memory_id, s.sha, s.size, s.bad_utf8
+                node.mode, node.mtime_ns = s.mode, s.mtime_ns
+                node.unborn, node.replaces = False, None
+                flags = FLAG_BAD_UTF8 if s.bad_utf8 else 0
+                self.state.upsert_file(sid, path, s.memory_id, s.sha, s.size, s.mtime_ns, s.mode, flags)
+            self._inval_inode(node)
+            outcome = "the file keeps its previous content"
+        if first:
+            self.add_notice(sid, "write-failed", path, f"{why}; nothing of that writer was saved: {outcome}")
+        self._wake()
 
     def unlink(self, parent_ino: int, name: bytes) -> None:
         parent = self._dir(parent_ino)
@@ -920,7 +1090,10 @@ class Filesystem:
         if node.kind != _FILE:
             raise FsError(errno.EISDIR)
         self.state.delete_file(node.store.info.store_id, node.path)  # type: ignore[union-attr]
+        path, staged = node.path, self._staged_state(node)
         self._unlink_node(node)
+        if staged is not None:
+            node.store.replaced[path] = staged  # type: ignore[union-attr]  (unlink + create: tar x)
         parent.mtime_ns = parent.ctime_ns = self.now()
 
     @staticmethod
@@ -976,6 +1149,10 @@ class Filesystem:
         old_path = src.path
         new_path = f"{pnew.path}/{sname}"
         t = self.now()
+        if src.kind == _FILE and src.unborn and src.replaces is None and dst is not None and dst.kind == _FILE:
+            # A new file renamed over a staged one while its writer is still at work: the sync
+            # keeps seeing the replaced file there until that writer closes (or fails).
+            src.replaces = self._staged_state(dst)
         with self.state.transaction():
             if dst is not None:
                 if dst.kind == _FILE:
@@ -986,12 +1163,14 @@ class Filesystem:
                 else:
                     self.state.delete_dir(sid, dst.path)
             self.state.rename_prefix(sid, old_path, new_path)
-            if src.kind == _FILE and src.memory_id is not None:
+            if src.kind == _FILE and src.memory_id is not None and not src.unborn:
                 self.state.set_file_memory_id(sid, new_path, src.memory_id)
         if dst is not None:
             self._unlink_node(dst)
         self._detach(src)
         self._attach(pnew, src, sname)
+        if src.kind == _FILE and src.unborn:
+            self._write_unborn_row(src)
         src.ctime_ns = t
         pold.mtime_ns = pold.ctime_ns = pnew.mtime_ns = pnew.ctime_ns = t
 
@@ -1068,19 +1247,32 @@ class Filesystem:
         return st
 
     def local_view(self, store_id: str) -> dict[str, LocalFile]:
-        """path -> the committed state (last close/fsync) of every file in the view."""
+        """path -> the committed state (last close/fsync) of every file in the view: what the
+        sync may push. A file whose creating writer has not closed it is left out (or shows the
+        file it replaced). Calling this is "the sync has seen every unlink so far": a failed
+        writer's create after it no longer brings back a file unlinked before it."""
         st = self._store(store_id)
-        return {
-            p: LocalFile(p, n.memory_id, n.sha, n.size, n.bad_utf8)
-            for p, n in st.paths.items()
-            if n.kind == _FILE
-        }
+        st.replaced.clear()
+        out = {}
+        for p, n in st.paths.items():
+            if n.kind == _FILE:
+                lf = self._local_file(p, n)
+                if lf is not None:
+                    out[p] = lf
+        return out
 
     def local_file(self, store_id: str, path: str) -> LocalFile | None:
         """One entry of local_view() (without building all of it)."""
         n = self._store(store_id).paths.get(path)
         if n is None or n.kind != _FILE:
             return None
+        return self._local_file(path, n)
+
+    @staticmethod
+    def _local_file(path: str, n: _Node) -> LocalFile | None:
+        if n.unborn:
+            s = n.replaces
+            return None if s is None else LocalFile(path, s.memory_id, s.sha, s.size, s.bad_utf8)
         return LocalFile(path, n.memory_id, n.sha, n.size, n.bad_utf8)
 
     def dirty_paths(self, store_id: str) -> set[str]:
@@ -1148,6 +1340,7 @@ class Filesystem:
             node.buf = None
             self._inval_inode(node)
         node.memory_id, node.sha, node.size, node.bad_utf8 = memory_id, sha, len(content), bad
+        node.unborn, node.replaces = False, None  # the store's content: nothing left to wait for
         node.mtime_ns = node.ctime_ns = mtime_ns
         for h in self._handles.values():
             if h.node is node:
@@ -1231,6 +1424,9 @@ class Filesystem:
             raise FsError(errno.ENOENT, f"{path} is not a file in the view")
         self.state.set_file_memory_id(store_id, path, memory_id)
         node.memory_id = memory_id
+        if node.replaces is not None:  # what the sync sees of an unborn file
+            s = node.replaces
+            node.replaces = _Staged(memory_id, s.sha, s.size, s.mode, s.mtime_ns, s.bad_utf8)
 
     def add_notice(self, store_id: str, kind: str, path: str, details: str = "") -> str:
         """Append a line to the store's .sync-notices.log (last 100 kept); returns the line."""
@@ -1268,10 +1464,19 @@ class Filesystem:
     def committed_content(self, store_id: str, path: str) -> bytes:
         """The staged content at `path` (what a push would send)."""
         node = self._store(store_id).paths.get(path)
-        if node is None or node.kind != _FILE:
+        lf = None if node is None or node.kind != _FILE else self._local_file(path, node)
+        if lf is None:
             raise FsError(errno.ENOENT)
-        return self._committed(node)
+        try:
+            return self.state.get_blob(lf.sha)
+        except FileNotFoundError:
+            log.error("blob %s of %s is missing from the state dir", lf.sha, path)
+            raise FsError(errno.EIO) from None
 
     def live_shas(self) -> set[str]:
         """Shas in use by the view (for State.gc_blobs(keep=…))."""
-        return {n.sha for n in self._nodes.values() if n.kind == _FILE}
+        shas = {n.sha for n in self._nodes.values() if n.kind == _FILE}
+        shas |= {n.replaces.sha for n in self._nodes.values() if n.kind == _FILE and n.replaces}
+        for st in self._stores.values():
+            shas |= {s.sha for s in st.replaced.values()}
+        return shas

@@ -117,6 +117,7 @@ class FuseOps(pyfuse3.Operations):
             owner=fields.update_uid or fields.update_gid,
             times=fields.update_atime or fields.update_mtime,
             fh=fh,
+            new_mode=attr.st_mode if fields.update_mode else None,  # a writer's kill-suid request
         )
         return self._entry(
             self.fs.setattr(

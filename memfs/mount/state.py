@@ -35,6 +35,7 @@ from memfs.limits import NOTICES_KEPT
 SCHEMA_VERSION = 2
 DEFAULT_CACHE_BYTES = 64 * 1024 * 1024
 FLAG_BAD_UTF8 = 1  # files.flags bit: content is not UTF-8, never pushed
+FLAG_UNBORN = 2  # files.flags bit: created by a writer that has not closed it; dropped at restart
 EMPTY_SHA = hashlib.sha256(b"").hexdigest()
 
 # Each entry migrates from version i to i+1. Never edit a released entry: append.

@@ -154,7 +154,7 @@ def test_open_trunc_stages_only_at_close(h):
 
 def test_create_is_staged_at_once_and_dirty_until_close(h):
     reply, attr = h.fs.create(h.ino(W), b"new.md", 0o644, os.O_WRONLY)
-    assert h.fs.local_view(RW.store_id)["/new.md"].size == 0
+    assert "/new.md" not in h.fs.local_view(RW.store_id)  # staged, but unborn until its close
     assert "/new.md" in h.fs.dirty_paths(RW.store_id)
     h.assert_staged()
     h.fs.write(reply.fh, 0, b"x")
@@ -297,9 +297,13 @@ def test_efbig(h):
     fh = h.fs.open(ino, os.O_WRONLY).fh
     assert errno_of(h.fs.write, fh, MAX_CONTENT_BYTES, b"y") == errno.EFBIG
     assert errno_of(h.fs.write, fh, MAX_CONTENT_BYTES - 10, b"y" * 11) == errno.EFBIG
+    assert errno_of(h.fs.flush, fh) == errno.EFBIG  # a failed writer (see the tests below)
+    h.fs.release(fh)
+    fh = h.fs.open(ino, os.O_WRONLY).fh
     h.fs.write(fh, MAX_CONTENT_BYTES - 10, b"y" * 10)  # not crossing: fine
     h.fs.flush(fh)
     h.fs.release(fh)
+    assert h.read_file(f"{W}/big").endswith(b"x" + b"y" * 10)
     assert errno_of(h.fs.setattr, ino, size=MAX_CONTENT_BYTES + 1) == errno.EFBIG
     assert h.fs.getattr(ino).size == 102_400
     assert errno_of(h.write_file, f"{W}/big2", b"z" * (MAX_CONTENT_BYTES + 1)) == errno.EFBIG
@@ -327,9 +331,11 @@ def test_enospc_past_max_bytes(tmp_path):
         h.write_file(f"{W}/a", b"a" * 600)
         fh = h.fs.create(h.ino(W), b"b", 0o644, os.O_WRONLY)[0].fh
         h.fs.write(fh, 0, b"b" * 400)  # exactly 1000
-        assert errno_of(h.fs.write, fh, 400, b"b") == errno.ENOSPC
         h.fs.flush(fh)
+        assert errno_of(h.fs.write, fh, 400, b"b") == errno.ENOSPC
+        assert errno_of(h.fs.flush, fh) == errno.ENOSPC
         h.fs.release(fh)
+        assert h.read_file(f"{W}/b") == b"b" * 400
         assert errno_of(h.fs.setattr, h.ino(f"{W}/a"), size=601) == errno.ENOSPC
         h.fs.setattr(h.ino(f"{W}/a"), size=100)  # shrinking is always allowed
         h.write_file(f"{W}/a", b"c" * 600)  # O_TRUNC frees before the write
@@ -356,10 +362,17 @@ def test_eilseq_on_close_and_fsync_file_stays_local_one_notice(h):
     # The same content again: EILSEQ again, no second notice.
     fh = h.fs.open(ino, os.O_WRONLY).fh
     h.fs.write(fh, 0, b"\xff\xfe")
-    assert errno_of(h.fs.fsync, fh, False) == errno.EILSEQ
-    assert errno_of(h.fs.flush, fh) is None  # fsync staged it already
+    assert errno_of(h.fs.flush, fh) == errno.EILSEQ
     h.fs.release(fh)
     assert len(h.fs.notices(RW.store_id)) == 1
+    # At fsync it fails the handle instead (test_eilseq_at_fsync_fails_the_handle): stays as it was.
+    fh = h.fs.open(ino, os.O_WRONLY).fh
+    h.fs.write(fh, 0, b"\xfe")
+    assert errno_of(h.fs.fsync, fh, False) == errno.EILSEQ
+    assert errno_of(h.fs.flush, fh) == errno.EILSEQ
+    h.fs.release(fh)
+    assert h.read_file(f"{W}/ok") == b"\xff\xfene"
+    assert [n.split()[1] for n in h.fs.notices(RW.store_id)] == ["upload-refused", "write-failed"]
     # Fixed content clears the flag.
     h.write_file(f"{W}/ok", b"fixed")
     assert not h.fs.local_view(RW.store_id)["/ok"].bad_utf8
@@ -835,3 +848,368 @@ def test_wait_invalidated_is_a_barrier_for_the_adapter(h):
 def test_apply_remote_without_mtime_uses_now(h):
     h.fs.apply_remote(RW.store_id, "/n.md", "mem_n", sha(b"n"), b"n", None)
     assert h.fs.getattr(h.ino(f"{W}/n.md")).mtime_ns >= h.clock.t - 10_000
+
+
+# ---- the failed-writer rule (issue 11: SEMANTICS.md "Failed writers") ----------------------
+# A handle whose write or truncate failed (EFBIG, ENOSPC; EILSEQ at its fsync) stages nothing,
+# ever: at its close the file returns to its last staged state, one `write-failed` notice.
+
+BIG = MAX_CONTENT_BYTES + 47_600  # 150,000 bytes: what the agent's `write` tool was given
+
+
+def failed_notices(h: Harness) -> list[str]:
+    return [n for n in h.fs.notices(RW.store_id) if " write-failed " in n]
+
+
+def test_oversized_write_through_o_trunc_keeps_the_staged_content(h):
+    ino = h.write_file(f"{W}/f", b"original")
+    mtime = h.fs.getattr(ino).mtime_ns
+    fh = h.fs.open(ino, os.O_WRONLY | os.O_TRUNC).fh
+    assert errno_of(h.fs.write, fh, 0, b"x" * BIG) == errno.EFBIG
+    assert errno_of(h.fs.flush, fh) == errno.EFBIG  # close() says the content was not kept
+    h.fs.release(fh)
+    assert h.read_file(f"{W}/f") == b"original"
+    a = h.fs.getattr(ino)
+    assert (a.size, a.mtime_ns) == (8, mtime)
+    assert h.fs.local_view(RW.store_id)["/f"].sha == sha(b"original")
+    assert h.fs.totals(RW.store_id) == (1, 8)
+    assert h.fs.dirty_paths(RW.store_id) == set()
+    [n] = failed_notices(h)
+    assert " /f " in n and "EFBIG" in n
+    h.assert_staged()
+
+
+def test_a_good_first_chunk_then_a_failing_one_stages_nothing(h):
+    """tar/cp/printf write in chunks: the chunk that crosses the limit fails, the ones before
+    it landed in the buffer; none of it may reach the staged state."""
+    ino = h.write_file(f"{W}/f", b"old")
+    fh = h.fs.open(ino, os.O_WRONLY | os.O_TRUNC).fh
+    h.fs.write(fh, 0, b"a" * 100_000)
+    assert errno_of(h.fs.write, fh, 100_000, b"a" * 10_240) == errno.EFBIG
+    assert errno_of(h.fs.flush, fh) == errno.EFBIG
+    h.fs.release(fh)
+    assert h.read_file(f"{W}/f") == b"old"
+    assert h.fs.totals(RW.store_id) == (1, 3)
+    h.assert_staged()
+
+
+def test_a_file_created_by_a_failed_writer_disappears(h):
+    files_before = h.fs.totals(RW.store_id)
+    reply, attr = h.fs.create(h.ino(W), b"new.md", 0o644, os.O_WRONLY | os.O_CREAT)
+    h.fs.write(reply.fh, 0, b"a" * 100_000)
+    assert errno_of(h.fs.write, reply.fh, 100_000, b"a" * 4096) == errno.EFBIG
+    assert errno_of(h.fs.flush, reply.fh) == errno.EFBIG
+    assert "new.md" not in h.listdir(W)
+    assert errno_of(h.fs.lookup, h.ino(W), b"new.md") == errno.ENOENT
+    h.fs.release(reply.fh)
+    assert "/new.md" not in h.fs.local_view(RW.store_id)
+    assert h.fs.totals(RW.store_id) == files_before
+    [n] = failed_notices(h)
+    assert " /new.md " in n and "removed" in n
+    h.assert_staged()
+    h2 = h.reopen()
+    try:
+        assert "/new.md" not in h2.fs.local_view(RW.store_id)
+    finally:
+        h2.close()
+
+
+def test_enospc_writer_rolls_back(tmp_path):
+    h = Harness(tmp_path / "s", max_bytes=1000)
+    try:
+        h.write_file(f"{W}/a", b"a" * 600)
+        ino = h.write_file(f"{W}/b", b"keep me")
+        fh = h.fs.open(ino, os.O_WRONLY | os.O_TRUNC).fh
+        h.fs.write(fh, 0, b"b" * 300)
+        assert errno_of(h.fs.write, fh, 300, b"b" * 200) == errno.ENOSPC
+        assert errno_of(h.fs.flush, fh) == errno.ENOSPC
+        h.fs.release(fh)
+        assert h.read_file(f"{W}/b") == b"keep me"
+        assert h.fs.totals(RW.store_id) == (2, 607)
+        h.assert_staged()
+    finally:
+        h.close()
+
+
+def test_ftruncate_through_a_handle_is_staged_with_its_close(h):
+    ino = h.write_file(f"{W}/f", b"original")
+    fh = h.fs.open(ino, os.O_RDWR).fh
+    h.fs.setattr(ino, size=0, fh=fh)  # ftruncate(fd, 0)
+    assert h.fs.getattr(ino).size == 0
+    assert h.fs.local_view(RW.store_id)["/f"].sha == sha(b"original")  # not staged yet
+    assert errno_of(h.fs.write, fh, 0, b"x" * BIG) == errno.EFBIG
+    assert errno_of(h.fs.flush, fh) == errno.EFBIG
+    h.fs.release(fh)
+    assert h.read_file(f"{W}/f") == b"original"
+    # A good ftruncate + write: staged at close.
+    fh = h.fs.open(ino, os.O_RDWR).fh
+    h.fs.setattr(ino, size=0, fh=fh)
+    h.fs.write(fh, 0, b"new")
+    h.fs.flush(fh)
+    h.fs.release(fh)
+    assert h.read_file(f"{W}/f") == b"new"
+    # An ftruncate that fails itself fails the handle too.
+    fh = h.fs.open(ino, os.O_RDWR).fh
+    h.fs.write(fh, 0, b"NEW")
+    assert errno_of(h.fs.setattr, ino, size=BIG, fh=fh) == errno.EFBIG
+    assert errno_of(h.fs.flush, fh) == errno.EFBIG
+    h.fs.release(fh)
+    assert h.read_file(f"{W}/f") == b"new"
+    assert len(failed_notices(h)) == 2
+    h.assert_staged()
+
+
+def test_fsync_after_a_failure_stages_nothing_and_release_without_flush_rolls_back(h):
+    ino = h.write_file(f"{W}/f", b"original")
+    fh = h.fs.open(ino, os.O_WRONLY | os.O_TRUNC).fh
+    h.fs.write(fh, 0, b"partial")
+    assert errno_of(h.fs.write, fh, 7, b"x" * BIG) == errno.EFBIG
+    assert errno_of(h.fs.fsync, fh, False) == errno.EFBIG
+    assert h.fs.local_view(RW.store_id)["/f"].sha == sha(b"original")
+    h.fs.write(fh, 0, b"later")  # still accepted into the buffer, never staged
+    h.fs.release(fh)  # no flush (the kernel does that for a killed process too)
+    assert h.read_file(f"{W}/f") == b"original"
+    assert len(failed_notices(h)) == 1
+    h.assert_staged()
+
+
+def test_eilseq_at_fsync_fails_the_handle(h):
+    ino = h.write_file(f"{W}/f", b"fine")
+    fh = h.fs.open(ino, os.O_WRONLY | os.O_TRUNC).fh
+    h.fs.write(fh, 0, b"\xffbinary")
+    assert errno_of(h.fs.fsync, fh, False) == errno.EILSEQ
+    assert errno_of(h.fs.flush, fh) == errno.EILSEQ
+    h.fs.release(fh)
+    assert h.read_file(f"{W}/f") == b"fine"
+    assert not h.fs.local_view(RW.store_id)["/f"].bad_utf8
+    # sqlite-style: a new file whose fsync fails is removed at its close.
+    reply, _ = h.fs.create(h.ino(W), b"x.db", 0o644, os.O_RDWR | os.O_CREAT)
+    h.fs.write(reply.fh, 0, b"SQLite format 3\0\x10\x00\xff")
+    assert errno_of(h.fs.fsync, reply.fh, False) == errno.EILSEQ
+    assert errno_of(h.fs.flush, reply.fh) == errno.EILSEQ
+    h.fs.release(reply.fh)
+    assert "x.db" not in h.listdir(W)
+    assert [n.split()[1:3] for n in h.fs.notices(RW.store_id)] == [["write-failed", "/f"], ["write-failed", "/x.db"]]
+    h.assert_staged()
+
+
+def test_a_second_writers_good_data_survives_the_failed_ones_close(h):
+    """Both handles share the file's one buffer (like the page cache): the failed handle stages
+    nothing and rolls nothing back while another handle has unstaged writes; that writer's close
+    stages the buffer."""
+    ino = h.write_file(f"{W}/f", b"base content")
+    good = h.fs.open(ino, os.O_WRONLY).fh
+    h.fs.write(good, 0, b"GOOD")
+    bad = h.fs.open(ino, os.O_WRONLY).fh
+    assert errno_of(h.fs.write, bad, 0, b"x" * BIG) == errno.EFBIG
+    assert errno_of(h.fs.flush, bad) == errno.EFBIG
+    h.fs.release(bad)
+    assert h.read_file(f"{W}/f") == b"GOOD content"
+    assert h.fs.local_view(RW.store_id)["/f"].sha == sha(b"base content")
+    h.fs.flush(good)
+    h.fs.release(good)
+    assert h.fs.local_view(RW.store_id)["/f"].sha == sha(b"GOOD content")
+    [n] = failed_notices(h)
+    assert "another writer" in n
+    h.assert_staged()
+    # A reader (or a writer that wrote nothing) does not stop the rollback.
+    reader = h.fs.open(ino, os.O_RDONLY).fh
+    bad = h.fs.open(ino, os.O_WRONLY | os.O_TRUNC).fh
+    assert errno_of(h.fs.write, bad, 0, b"x" * BIG) == errno.EFBIG
+    assert errno_of(h.fs.flush, bad) == errno.EFBIG
+    assert h.fs.read(reader, 0, 100) == b"GOOD content"
+    h.fs.release(bad)
+    h.fs.release(reader)
+    h.assert_staged()
+
+
+def test_failed_writer_on_a_file_unlinked_while_open(h):
+    ino = h.write_file(f"{W}/f", b"x")
+    fh = h.fs.open(ino, os.O_WRONLY).fh
+    h.unlink(f"{W}/f")
+    assert errno_of(h.fs.write, fh, 0, b"x" * BIG) == errno.EFBIG
+    assert errno_of(h.fs.flush, fh) == errno.EFBIG
+    h.fs.release(fh)
+    assert failed_notices(h) == []  # nothing of the store was touched: no path to name
+    assert "/f" not in h.fs.local_view(RW.store_id)
+    h.assert_staged()
+
+
+# ---- a file created by a writer that has not closed it -----------------------------------
+
+
+def test_a_new_file_is_not_in_the_sync_view_until_its_writer_closes(h):
+    reply, attr = h.fs.create(h.ino(W), b"new.md", 0o644, os.O_WRONLY | os.O_CREAT)
+    h.fs.write(reply.fh, 0, b"x")
+    assert "new.md" in h.listdir(W)  # visible to the agent at once
+    assert "/new.md" not in h.fs.local_view(RW.store_id)  # but nothing to push, not even ""
+    assert h.fs.local_file(RW.store_id, "/new.md") is None
+    assert "/new.md" in h.fs.dirty_paths(RW.store_id)
+    h.assert_staged()
+    h.fs.flush(reply.fh)
+    assert h.fs.local_view(RW.store_id)["/new.md"].sha == sha(b"x")
+    h.fs.release(reply.fh)
+    h.assert_staged()
+    # touch: an empty new file is born at its close, empty.
+    reply, _ = h.fs.create(h.ino(W), b"empty.md", 0o644, os.O_WRONLY | os.O_CREAT)
+    h.fs.flush(reply.fh)
+    h.fs.release(reply.fh)
+    assert h.fs.local_view(RW.store_id)["/empty.md"].size == 0
+    # fsync is a successful close for this purpose.
+    reply, _ = h.fs.create(h.ino(W), b"synced.md", 0o644, os.O_WRONLY | os.O_CREAT)
+    h.fs.write(reply.fh, 0, b"s")
+    h.fs.fsync(reply.fh, False)
+    assert h.fs.local_view(RW.store_id)["/synced.md"].sha == sha(b"s")
+    h.fs.release(reply.fh)
+
+
+def test_a_never_closed_new_file_is_dropped_by_a_restart(h):
+    reply, _ = h.fs.create(h.ino(W), b"open.md", 0o644, os.O_WRONLY | os.O_CREAT)
+    h.fs.write(reply.fh, 0, b"half")
+    h.write_file(f"{W}/closed.md", b"done")
+    h2 = h.reopen()  # what a SIGKILLed daemon's successor sees
+    try:
+        view = h2.fs.local_view(RW.store_id)
+        assert "/open.md" not in view and "open.md" not in h2.listdir(W)
+        assert view["/closed.md"].sha == sha(b"done")
+        h2.assert_staged()
+    finally:
+        h2.close()
+    h.fs.release(reply.fh)
+
+
+def test_unlink_then_create_by_a_failed_writer_restores_the_file(h):
+    """GNU tar x unlinks a file and creates it anew (O_EXCL): a failed extraction must leave
+    the memory as it was, with its id, not deleted."""
+    h.fs.apply_remote(RW.store_id, "/m.md", "mem_1", sha(b"memory"), b"memory", 1_600_000_000_000_000_000)
+    before = h.fs.local_view(RW.store_id)["/m.md"]
+    h.unlink(f"{W}/m.md")
+    reply, attr = h.fs.create(h.ino(W), b"m.md", 0o644, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
+    h.fs.write(reply.fh, 0, b"a" * 100_000)
+    # While the writer holds it, the sync sees the memory unchanged (nothing to push).
+    assert h.fs.local_view(RW.store_id)["/m.md"] == before
+    h.assert_staged()
+    h2 = h.reopen()  # a crash now keeps the memory too
+    try:
+        assert h2.fs.local_view(RW.store_id)["/m.md"] == before
+    finally:
+        h2.close()
+    assert errno_of(h.fs.write, reply.fh, 100_000, b"a" * 10_240) == errno.EFBIG
+    assert errno_of(h.fs.flush, reply.fh) == errno.EFBIG
+    h.fs.release(reply.fh)
+    assert h.fs.local_view(RW.store_id)["/m.md"] == before
+    assert h.read_file(f"{W}/m.md") == b"memory"
+    assert h.fs.getattr(attr.ino).mtime_ns == 1_600_000_000_000_000_000
+    [n] = failed_notices(h)
+    assert "previous content" in n
+    h.assert_staged()
+    # The same with a writer that succeeds: the new content, as an update of the same path.
+    h.unlink(f"{W}/m.md")
+    h.write_file(f"{W}/m.md", b"replaced")
+    assert h.fs.local_view(RW.store_id)["/m.md"].sha == sha(b"replaced")
+
+
+def test_an_unlink_the_sync_has_seen_is_not_undone(h):
+    h.fs.apply_remote(RW.store_id, "/m.md", "mem_1", sha(b"memory"), b"memory", 1_600_000_000_000_000_000)
+    h.unlink(f"{W}/m.md")
+    assert "/m.md" not in h.fs.local_view(RW.store_id)  # a tick saw (and may push) the delete
+    reply, _ = h.fs.create(h.ino(W), b"m.md", 0o644, os.O_WRONLY | os.O_CREAT)
+    assert "/m.md" not in h.fs.local_view(RW.store_id)
+    assert errno_of(h.fs.write, reply.fh, 0, b"a" * BIG) == errno.EFBIG
+    assert errno_of(h.fs.flush, reply.fh) == errno.EFBIG
+    h.fs.release(reply.fh)
+    assert "m.md" not in h.listdir(W)
+    h.assert_staged()
+
+
+def test_a_new_file_renamed_over_a_memory_while_open(h):
+    h.fs.apply_remote(RW.store_id, "/m.md", "mem_1", sha(b"memory"), b"memory", 1_600_000_000_000_000_000)
+    before = h.fs.local_view(RW.store_id)["/m.md"]
+    reply, _ = h.fs.create(h.ino(W), b"tmp", 0o644, os.O_WRONLY | os.O_CREAT)
+    h.fs.write(reply.fh, 0, b"a" * 10)
+    h.rename(f"{W}/tmp", f"{W}/m.md")
+    assert h.fs.local_view(RW.store_id) == {"/m.md": before}
+    h.assert_staged()
+    assert errno_of(h.fs.write, reply.fh, 10, b"a" * BIG) == errno.EFBIG
+    assert errno_of(h.fs.flush, reply.fh) == errno.EFBIG
+    h.fs.release(reply.fh)
+    assert h.read_file(f"{W}/m.md") == b"memory"
+    assert h.fs.local_view(RW.store_id) == {"/m.md": before}
+    h.assert_staged()
+
+
+# ---- modes (SPEC §3.3) ---------------------------------------------------------------------
+
+
+def test_mode_zero_is_kept(h):
+    reply, attr = h.fs.create(h.ino(W), b"f", 0, os.O_WRONLY | os.O_CREAT)  # umask 777; touch f
+    assert stat.S_IMODE(attr.mode) == 0
+    h.fs.flush(reply.fh)
+    h.fs.release(reply.fh)
+    assert stat.S_IMODE(h.fs.mkdir(h.ino(W), b"d", 0).mode) == 0
+    h2 = h.reopen()
+    try:
+        assert stat.S_IMODE(h2.fs.getattr(h2.ino(f"{W}/f")).mode) == 0
+        assert stat.S_IMODE(h2.fs.getattr(h2.ino(f"{W}/d")).mode) == 0
+    finally:
+        h2.close()
+
+
+@pytest.mark.parametrize(
+    "mode, new, ok",
+    [
+        (0o4777, 0o0777, True),  # setuid goes
+        (0o2777, 0o0777, True),  # setgid goes when group-exec is set
+        (0o6777, 0o0777, True),
+        (0o4766, 0o0766, True),
+        (0o2767, 0o0767, False),  # setgid without group-exec stays (the kernel keeps it too)
+        (0o4777, 0o0700, False),  # anything beyond dropping the bits is a chmod: owner only
+        (0o0777, 0o0777, False),
+        (0o4777, 0o4777, False),
+    ],
+)
+def test_a_non_owner_may_only_drop_setuid_setgid(h, mode, new, ok):
+    from memfs.mount.access import Caller
+
+    ino = h.write_file(f"{W}/f", b"x")
+    h.fs.setattr(ino, mode=mode)
+    other = Caller(4321, 4321)
+    err = errno_of(
+        h.fs.permit_setattr, ino, other, size=False, mode=True, owner=False, times=False, fh=None, new_mode=new
+    )
+    assert err == (None if ok else errno.EPERM)
+    # Without write permission even that is refused (as for any other non-owner chmod).
+    h.fs.setattr(ino, mode=mode & ~0o002)
+    err = errno_of(
+        h.fs.permit_setattr, ino, other, size=False, mode=True, owner=False, times=False, fh=None,
+        new_mode=new & ~0o002,
+    )
+    assert err == errno.EPERM
+
+
+def test_a_close_before_any_write_keeps_a_new_file_out_of_the_sync(h):
+    """bash's `> f`: create, dup2 onto stdout, close the original fd (a FLUSH), then the command
+    writes through the dup. The writer is still at work: nothing to push; a restart keeps the
+    file (that close returned); a failure later still removes it."""
+    reply, _ = h.fs.create(h.ino(W), b"out.md", 0o644, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+    h.fs.flush(reply.fh)
+    assert "/out.md" not in h.fs.local_view(RW.store_id)
+    h2 = h.reopen()
+    try:
+        assert h2.fs.local_view(RW.store_id)["/out.md"].size == 0
+    finally:
+        h2.close()
+    h.fs.write(reply.fh, 0, b"a" * 100_000)
+    assert errno_of(h.fs.write, reply.fh, 100_000, b"a" * 4096) == errno.EFBIG
+    assert errno_of(h.fs.flush, reply.fh) == errno.EFBIG
+    h.fs.release(reply.fh)
+    assert "out.md" not in h.listdir(W)
+    h.assert_staged()
+    # The same without a failure: born at the release.
+    reply, _ = h.fs.create(h.ino(W), b"out.md", 0o644, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+    h.fs.flush(reply.fh)
+    h.fs.write(reply.fh, 0, b"printed\n")
+    h.fs.flush(reply.fh)
+    assert h.fs.local_view(RW.store_id)["/out.md"].sha == sha(b"printed\n")
+    h.fs.release(reply.fh)
+    h.assert_staged()
