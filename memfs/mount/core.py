@@ -153,7 +153,7 @@ class _Node:
     __slots__ = (
         "ino", "kind", "store", "parent", "name", "path", "seq", "children", "next_seq", "linked",
         "lookups", "open_count", "memory_id", "sha", "size", "buf", "bad_utf8", "bad_noticed",
-        "mode", "mtime_ns", "ctime_ns", "atime_ns", "clean_mtime", "unborn", "replaces",
+        "mode", "mtime_ns", "ctime_ns", "atime_ns", "clean_mtime", "unborn", "replaces", "creator_fh",
     )  # fmt: skip
 
     def __init__(self, ino: int, kind: int, store: _Store | None, mode: int, now: int):
@@ -184,6 +184,7 @@ class _Node:
         # `tar x` does; or renamed over one): what the sync keeps seeing there, and what the path
         # returns to if the writer fails.
         self.replaces: _Staged | None = None
+        self.creator_fh = 0  # the creating handle while it is open
 
 
 class _Store:
@@ -216,10 +217,11 @@ class _Store:
 
 
 class _Handle:
-    __slots__ = ("fh", "node", "writable", "wrote", "changed", "failed", "noticed")
+    __slots__ = ("fh", "node", "writable", "wrote", "changed", "failed", "noticed", "pid", "cause")
 
-    def __init__(self, fh: int, node: _Node, writable: bool):
-        self.fh, self.node, self.writable, self.wrote = fh, node, writable, False
+    def __init__(self, fh: int, node: _Node, writable: bool, pid: int = 0):
+        self.fh, self.node, self.writable, self.wrote, self.pid = fh, node, writable, False, pid
+        self.cause = ""  # failed with another file of the same process: that file's path
         # A write/truncate went through this handle (`wrote` alone: a create, to stage at close).
         self.changed = False
         self.failed = 0  # errno of this handle's failed write/truncate/fsync: it stages nothing, ever
@@ -725,7 +727,7 @@ class Filesystem:
                 raise FsError(errno.ENOSPC)
         except FsError as e:
             if h is not None:
-                h.failed = h.failed or e.errno
+                self._fail(h, e.errno)
             raise
         if h is not None:
             self._make_dirty(node)
@@ -823,15 +825,16 @@ class Filesystem:
 
     # ---- files -------------------------------------------------------------------------------
 
-    def _new_handle(self, node: _Node, writable: bool) -> _Handle:
+    def _new_handle(self, node: _Node, writable: bool, pid: int = 0) -> _Handle:
         fh = self._next_fh
         self._next_fh += 1
-        h = _Handle(fh, node, writable)
+        h = _Handle(fh, node, writable, pid)
         self._handles[fh] = h
         node.open_count += 1
         return h
 
-    def open(self, ino: int, flags: int) -> OpenReply:
+    def open(self, ino: int, flags: int, pid: int = 0) -> OpenReply:
+        """`pid`: the opening process (the failed-writer rule spans a process's new files)."""
         node = self._node(ino)
         if node.kind in _DIR_KINDS:
             raise FsError(errno.EISDIR)
@@ -840,7 +843,7 @@ class Filesystem:
             self._refuse_read_only(node)
             if node.kind in _VIRTUAL:
                 raise FsError(errno.EACCES)  # what a non-root user gets from 0444 (SEMANTICS.md)
-        h = self._new_handle(node, writable)
+        h = self._new_handle(node, writable, pid)
         if flags & os.O_TRUNC and writable and self._cur_size(node) > 0:
             # O_TRUNC empties the file; staged with the writer's close (no empty state staged first).
             node.store.bytes -= self._cur_size(node)  # type: ignore[union-attr]
@@ -853,7 +856,7 @@ class Filesystem:
         return OpenReply(h.fh, keep_cache=node.buf is None)
 
     def create(
-        self, parent_ino: int, name: bytes, mode: int = 0o644, flags: int = os.O_RDWR
+        self, parent_ino: int, name: bytes, mode: int = 0o644, flags: int = os.O_RDWR, pid: int = 0
     ) -> tuple[OpenReply, Attr]:
         """Create and open a new file (counts one lookup)."""
         parent = self._dir(parent_ino)
@@ -863,7 +866,7 @@ class Filesystem:
         if existing is not None:
             if flags & os.O_EXCL or existing.kind != _FILE:
                 raise FsError(errno.EEXIST)
-            reply = self.open(existing.ino, flags)
+            reply = self.open(existing.ino, flags, pid)
             existing.lookups += 1
             return reply, self._attr(existing)
         st = parent.store
@@ -878,8 +881,9 @@ class Filesystem:
         # The file exists durably at once (flagged unborn); its content is staged at close.
         self._write_unborn_row(node)
         parent.mtime_ns = parent.ctime_ns = t
-        h = self._new_handle(node, True)
+        h = self._new_handle(node, True, pid)
         node.buf = bytearray()
+        node.creator_fh = h.fh
         h.wrote = True
         node.lookups += 1
         return OpenReply(h.fh, keep_cache=False), self._attr(node)
@@ -905,10 +909,10 @@ class Filesystem:
         cur = self._cur_size(node)
         grow = max(0, end - cur)
         if end > MAX_CONTENT_BYTES:
-            h.failed = h.failed or errno.EFBIG
+            self._fail(h, errno.EFBIG)
             raise FsError(errno.EFBIG)
         if grow and node.linked and node.store.bytes + grow > self.max_bytes:  # type: ignore[union-attr]
-            h.failed = h.failed or errno.ENOSPC
+            self._fail(h, errno.ENOSPC)
             raise FsError(errno.ENOSPC)
         self._make_dirty(node)
         buf = node.buf
@@ -943,7 +947,6 @@ class Filesystem:
         )
         node.sha, node.size, node.bad_utf8 = sha, len(data), bad
         node.buf = None
-        node.unborn, node.replaces = False, None  # a close/fsync succeeded: the sync may push it
         if bad:
             if node.bad_noticed != sha:
                 node.bad_noticed = sha
@@ -965,17 +968,12 @@ class Filesystem:
             raise FsError(h.failed)
         if not h.wrote:
             return
-        if node.unborn and not h.changed and node.linked:
-            # A close of the creating handle before any write: bash's `> f` (open, dup2, close
-            # the original fd, then the command writes). The writer is still at work, so the file
-            # stays out of the sync; but a restart keeps it now (that close() returned). Its
-            # release (or a later flush after writes) stages it.
-            if node.replaces is None:
-                sid = node.store.info.store_id  # type: ignore[union-attr]
-                self.state.upsert_file(sid, node.path, None, EMPTY_SHA, 0, node.mtime_ns, node.mode, 0)
-            return
         h.wrote = False
         if node.buf is not None and node.linked:
+            # For a new file this is durability only: a FLUSH also comes for every close of a
+            # copy of the fd (bash's `> f` dup2s and closes the original; a fork + exec closes
+            # its O_CLOEXEC copies), while the writer is still at work. It becomes part of what
+            # the sync may push at its creating handle's release (_birth_at).
             self._stage(node, node.buf)
 
     def fsync(self, fh: int, datasync: bool = False) -> None:
@@ -986,7 +984,7 @@ class Filesystem:
         if h.failed:
             raise FsError(h.failed)  # nothing of a failed handle is staged, not even by fsync
         if node.buf is not None and h.wrote and not _utf8_ok(node.buf):
-            h.failed = errno.EILSEQ  # the writer is told now; its close undoes it (SEMANTICS.md)
+            self._fail(h, errno.EILSEQ)  # the writer is told now; its close undoes it (SEMANTICS.md)
             raise FsError(errno.EILSEQ)
         h.wrote = False
         try:
@@ -994,6 +992,7 @@ class Filesystem:
                 self._stage(node, node.buf)
         finally:
             self.state.durable()  # the content is in state.db with its row
+            self._birth_at(h)  # an fsync by its creator: the writer vouches for this state
 
     def release(self, fh: int) -> None:
         h = self._handles.pop(fh, None)
@@ -1003,14 +1002,44 @@ class Filesystem:
         node.open_count -= 1
         if h.failed:
             self._give_up(h)  # release without a flush (or after one): still undone
-        elif h.wrote and node.buf is not None and node.linked:
-            try:  # no close() reported this handle's writes (flush normally did)
-                self._stage(node, node.buf)
-            except FsError:
-                pass
+        else:
+            if h.wrote and node.buf is not None and node.linked:
+                try:  # no close() reported this handle's writes (flush normally did)
+                    self._stage(node, node.buf)
+                except FsError:
+                    pass
+            self._birth_at(h)
+        if node.creator_fh == h.fh:
+            node.creator_fh = 0
         self._maybe_free(node)
 
+    def _birth_at(self, h: _Handle) -> None:
+        """A new file's creating handle closed (or fsynced) without failing: from now on the sync
+        sees it. When the creator failed while another writer had the file open, that writer's
+        release does it."""
+        node = h.node
+        if not node.unborn or not node.linked or h.failed:
+            return
+        if node.creator_fh == h.fh or (node.creator_fh == 0 and h.changed):
+            if node.buf is None:
+                node.unborn, node.replaces = False, None
+                self.state.note_change(node.store.info.store_id)  # type: ignore[union-attr]
+
     # ---- failed writers ------------------------------------------------------------------
+
+    def _fail(self, h: _Handle, err: int) -> None:
+        """Handle `h` failed: it stages nothing from now on. The failure is its process's: a new
+        file that the same process created and still holds open goes with it (sqlite: the
+        journal's fsync fails, so the empty database file it created is not kept either)."""
+        if h.failed:
+            return
+        h.failed = err
+        if not h.pid:
+            return
+        for o in self._handles.values():
+            n = o.node
+            if o is not h and o.pid == h.pid and not o.failed and n.unborn and n.creator_fh == o.fh:
+                o.failed, o.cause = err, h.node.path
 
     def _make_dirty(self, node: _Node) -> None:
         """Give `node` a buffer holding its staged content (remembering the staged mtime)."""
@@ -1048,6 +1077,8 @@ class Filesystem:
         st = node.store
         sid = st.info.store_id  # type: ignore[union-attr]
         why = f"a write failed ({errno.errorcode.get(h.failed, h.failed)}: {os.strerror(h.failed)})"
+        if h.cause:
+            why = f"its writer's write to {h.cause} failed ({errno.errorcode.get(h.failed, h.failed)})"
         if any(o is not h and o.node is node and o.wrote for o in self._handles.values()):
             if first:
                 self.add_notice(sid, "write-failed", node.path, f"{why}; nothing of that writer was "

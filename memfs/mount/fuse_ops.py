@@ -186,7 +186,7 @@ class FuseOps(pyfuse3.Operations):
     @_handler
     def open(self, inode, flags, ctx):
         self.fs.permit(inode, self._caller(ctx), open_wants(flags))
-        return self._info(self.fs.open(inode, flags))
+        return self._info(self.fs.open(inode, flags, ctx.pid))
 
     @_handler
     def read(self, fh, off, size):
@@ -268,7 +268,7 @@ class FuseOps(pyfuse3.Operations):
     @_handler
     def create(self, parent_inode, name, mode, flags, ctx):
         self.fs.permit(parent_inode, self._caller(ctx), W | X)
-        reply, attr = self.fs.create(parent_inode, name, mode, flags)
+        reply, attr = self.fs.create(parent_inode, name, mode, flags, ctx.pid)
         return self._info(reply), self._entry(attr)
 
     # ---- kernel cache invalidation -----------------------------------------------------------

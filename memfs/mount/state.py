@@ -399,6 +399,10 @@ class State:
     def _bump(self, store_id: str) -> None:
         self._generations[store_id] = self._generations.get(store_id, 0) + 1
 
+    def note_change(self, store_id: str) -> None:
+        """What the sync may push changed without a write here (a new file's writer closed it)."""
+        self._bump(store_id)
+
     def generation(self, store_id: str) -> int:
         """Changes with every write to the tables that decide what is staged for this store
         (files, baseline, refused, skipped, held deletes): equal numbers mean nothing changed."""

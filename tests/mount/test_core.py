@@ -332,6 +332,8 @@ def test_enospc_past_max_bytes(tmp_path):
         fh = h.fs.create(h.ino(W), b"b", 0o644, os.O_WRONLY)[0].fh
         h.fs.write(fh, 0, b"b" * 400)  # exactly 1000
         h.fs.flush(fh)
+        h.fs.release(fh)
+        fh = h.fs.open(h.ino(f"{W}/b"), os.O_WRONLY).fh
         assert errno_of(h.fs.write, fh, 400, b"b") == errno.ENOSPC
         assert errno_of(h.fs.flush, fh) == errno.ENOSPC
         h.fs.release(fh)
@@ -1046,9 +1048,15 @@ def test_a_new_file_is_not_in_the_sync_view_until_its_writer_closes(h):
     assert h.fs.local_file(RW.store_id, "/new.md") is None
     assert "/new.md" in h.fs.dirty_paths(RW.store_id)
     h.assert_staged()
-    h.fs.flush(reply.fh)
+    h.fs.flush(reply.fh)  # also what closing a copy of the fd (dup2, fork + exec) sends
+    assert "/new.md" not in h.fs.local_view(RW.store_id)
+    h2 = h.reopen()  # but a close returned: a restart keeps it
+    try:
+        assert h2.fs.local_view(RW.store_id)["/new.md"].sha == sha(b"x")
+    finally:
+        h2.close()
+    h.fs.release(reply.fh)  # the creating handle is closed: now the sync sees it
     assert h.fs.local_view(RW.store_id)["/new.md"].sha == sha(b"x")
-    h.fs.release(reply.fh)
     h.assert_staged()
     # touch: an empty new file is born at its close, empty.
     reply, _ = h.fs.create(h.ino(W), b"empty.md", 0o644, os.O_WRONLY | os.O_CREAT)
@@ -1210,6 +1218,76 @@ def test_a_close_before_any_write_keeps_a_new_file_out_of_the_sync(h):
     h.fs.flush(reply.fh)
     h.fs.write(reply.fh, 0, b"printed\n")
     h.fs.flush(reply.fh)
-    assert h.fs.local_view(RW.store_id)["/out.md"].sha == sha(b"printed\n")
+    assert "/out.md" not in h.fs.local_view(RW.store_id)
     h.fs.release(reply.fh)
+    assert h.fs.local_view(RW.store_id)["/out.md"].sha == sha(b"printed\n")
+    h.assert_staged()
+
+
+def test_a_failure_after_a_durable_flush_still_removes_the_new_file(h):
+    """A fork + exec while writing flushes the file (durable), the writer then fails: the file
+    its handle created is still removed, and was never in the sync's view."""
+    reply, _ = h.fs.create(h.ino(W), b"n.md", 0o644, os.O_WRONLY | os.O_CREAT)
+    h.fs.write(reply.fh, 0, b"part")
+    h.fs.flush(reply.fh)
+    assert "/n.md" not in h.fs.local_view(RW.store_id)
+    assert errno_of(h.fs.write, reply.fh, 4, b"a" * BIG) == errno.EFBIG
+    h.fs.release(reply.fh)
+    assert "n.md" not in h.listdir(W)
+    h.assert_staged()
+    h2 = h.reopen()
+    try:
+        assert "/n.md" not in h2.fs.local_view(RW.store_id)
+    finally:
+        h2.close()
+
+
+def test_a_second_writer_of_a_new_file_whose_creator_failed_brings_it_to_the_sync(h):
+    reply, attr = h.fs.create(h.ino(W), b"n.md", 0o644, os.O_WRONLY | os.O_CREAT)
+    other = h.fs.open(attr.ino, os.O_WRONLY).fh
+    h.fs.write(other, 0, b"good")
+    assert errno_of(h.fs.write, reply.fh, 0, b"a" * BIG) == errno.EFBIG
+    assert errno_of(h.fs.flush, reply.fh) == errno.EFBIG
+    h.fs.release(reply.fh)
+    assert "/n.md" not in h.fs.local_view(RW.store_id)
+    h.fs.flush(other)
+    h.fs.release(other)
+    assert h.fs.local_view(RW.store_id)["/n.md"].sha == sha(b"good")
+    h.assert_staged()
+
+
+def test_the_sync_notices_a_new_file_when_its_writer_closes_it(h):
+    """The engine skips a store whose state generation did not move: the birth must move it."""
+    reply, _ = h.fs.create(h.ino(W), b"n.md", 0o644, os.O_WRONLY | os.O_CREAT)
+    h.fs.write(reply.fh, 0, b"x")
+    h.fs.flush(reply.fh)
+    gen = h.state.generation(RW.store_id)
+    h.fs.release(reply.fh)
+    assert h.state.generation(RW.store_id) > gen
+
+
+def test_a_process_whose_write_failed_loses_its_other_new_open_files(h):
+    """sqlite3: the database file is created (and left empty), the journal's fsync fails:
+    neither may reach the store. Another process's new file, and files that already existed,
+    are not touched."""
+    store = h.ino(W)
+    h.write_file(f"{W}/old.md", b"old")
+    db, _ = h.fs.create(store, b"x.db", 0o644, os.O_RDWR | os.O_CREAT, pid=7)
+    journal, _ = h.fs.create(store, b"x.db-journal", 0o644, os.O_RDWR | os.O_CREAT, pid=7)
+    old = h.fs.open(h.ino(f"{W}/old.md"), os.O_WRONLY, pid=7).fh
+    h.fs.write(old, 0, b"OLD")
+    other, _ = h.fs.create(store, b"other.md", 0o644, os.O_WRONLY | os.O_CREAT, pid=8)
+    h.fs.write(other.fh, 0, b"fine")
+    h.fs.write(journal.fh, 0, b"\xd9\xd5\x05\xf9 journal")
+    assert errno_of(h.fs.fsync, journal.fh, False) == errno.EILSEQ
+    h.fs.release(journal.fh)
+    assert errno_of(h.fs.flush, db.fh) == errno.EILSEQ
+    h.fs.release(db.fh)
+    for fh in (old, other.fh):
+        h.fs.flush(fh)
+        h.fs.release(fh)
+    assert sorted(h.fs.local_view(RW.store_id)) == ["/old.md", "/other.md"]
+    assert h.read_file(f"{W}/old.md") == b"OLD"
+    notes = failed_notices(h)
+    assert len(notes) == 2 and "x.db-journal" in notes[1] and " /x.db " in notes[1]
     h.assert_staged()
