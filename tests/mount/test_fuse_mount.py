@@ -571,3 +571,32 @@ def test_permissions_match_a_plain_directory_for_every_user(mount):
         assert sh(listing, cwd=store).stdout == sh(listing, cwd=plain).stdout
     finally:
         shutil.rmtree(plain, ignore_errors=True)
+
+
+def test_modes_asked_for_are_kept_and_a_non_owner_write_drops_setuid(mount):
+    """SPEC §3.3: `umask 777; touch f` is 0000, `mkdir(d, 0)` is 0000; a write by another user
+    (through --allow-other) to a 04777/02777 file succeeds and clears setuid/setgid, as the
+    kernel does on a plain directory."""
+    m = mount(agent=True, stores=(RW,))
+    store = m.path("notes")
+    plain = open_dir("memfs-plain-")
+    try:
+        os.chown(plain, 1000, 1000)
+        setup = (
+            "(umask 777; touch zero); \"$PY\" -c \"import os; os.mkdir('d0', 0)\"; "
+            "for mode in 4777 2777 6777 4755; do echo x > s$mode; chmod $mode s$mode; done"
+        )
+        for tree in (plain, store):
+            sh(setup, cwd=tree, user=AGENT, check=True)
+            for mode in ("4777", "2777", "6777"):
+                sh(f"echo more >> s{mode}", cwd=tree, user=User(2000, 2000), check=True)
+            sh("echo more >> s4755", cwd=tree, user=AGENT, check=True)  # the owner's write too
+        listing = "stat -c '%n %a' zero d0 s* | sort"
+        want = sh(listing, cwd=plain, check=True).stdout
+        assert sh(listing, cwd=store, check=True).stdout == want
+        assert dict(line.split() for line in want.splitlines()) == {
+            "zero": "0", "d0": "0", "s4777": "777", "s2777": "777", "s6777": "777", "s4755": "755"
+        }
+        assert sh("cat s4777", cwd=store, check=True).stdout == "x\nmore\n"
+    finally:
+        shutil.rmtree(plain, ignore_errors=True)
