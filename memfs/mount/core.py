@@ -1307,9 +1307,10 @@ class Filesystem:
         return LocalFile(path, n.memory_id, n.sha, n.size, n.bad_utf8)
 
     def dirty_paths(self, store_id: str) -> set[str]:
-        """Files with writes not yet staged by a close/fsync: not to be pushed in this tick."""
+        """Files with writes not yet staged by a close/fsync, and new files whose creating
+        writer is still at work (unborn): the engine does not apply a pull over them."""
         st = self._store(store_id)
-        return {p for p, n in st.paths.items() if n.kind == _FILE and n.buf is not None}
+        return {p for p, n in st.paths.items() if n.kind == _FILE and (n.buf is not None or n.unborn)}
 
     def dir_paths(self, store_id: str) -> set[str]:
         """Every directory of the store's view (not the store root)."""

@@ -1050,6 +1050,7 @@ def test_a_new_file_is_not_in_the_sync_view_until_its_writer_closes(h):
     h.assert_staged()
     h.fs.flush(reply.fh)  # also what closing a copy of the fd (dup2, fork + exec) sends
     assert "/new.md" not in h.fs.local_view(RW.store_id)
+    assert "/new.md" in h.fs.dirty_paths(RW.store_id)  # a pull must not overwrite it meanwhile
     h2 = h.reopen()  # but a close returned: a restart keeps it
     try:
         assert h2.fs.local_view(RW.store_id)["/new.md"].sha == sha(b"x")

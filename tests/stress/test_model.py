@@ -5,8 +5,12 @@ model) and to a fresh sub-directory of the read_write store of a real mount, and
 results and equal errnos. Where the SPEC deliberately differs from a local disk the model encodes
 the SPEC: a name the store cannot hold is EINVAL, a file crossing 102,400 bytes is EFBIG (nothing
 of that write lands), content that is not UTF-8 fails its close with EILSEQ (the content stays,
-local only). `memfs sync --force --wait` is interleaved; after each, the store read through the
-API must hold exactly what the mount shows (files -> content; empty directories are not stored).
+local only). Writers that fail (issue 11) are undone at their close: an oversized write after
+O_TRUNC, content that is not UTF-8 at fsync, a writer SIGKILLed after a failed write — the file
+is as it was before that writer, a file it created is gone; a writer SIGKILLed after good writes
+keeps them (the kernel closes its files). `memfs sync --force --wait` is interleaved; after
+each, the store read through the API must hold exactly what the mount shows (files -> content;
+empty directories are not stored).
 
 One mount serves every example (a fresh `exN/` directory each); the short profile runs in CI, the
 long one (MEMFS_STRESS=long) from scripts/stress.
@@ -18,6 +22,8 @@ import errno
 import itertools
 import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -76,6 +82,53 @@ def _write(p: Path, flags: int, chunks: list[tuple[int | None, bytes]]):
     if first:
         raise first
     return None
+
+
+# A writer in its own process: open, write the chunks (stop at the first error), report the
+# first errno (or "ok"), then wait to be SIGKILLed with the file still open: the kernel closes
+# it for the dead process (flush + release), as it does for an agent tool killed mid-write.
+KILLED_WRITER = """
+import errno, os, sys
+result = "ok"
+try:
+    fd = os.open(sys.argv[1], int(sys.argv[2]), 0o644)
+    for n in sys.argv[3:]:
+        os.write(fd, b"k" * int(n))
+except OSError as e:
+    result = errno.errorcode[e.errno]
+print(result, flush=True)
+sys.stdin.read()
+"""
+
+
+def _killed_writer(p: Path, flags: int, sizes: list[int]):
+    proc = subprocess.Popen([sys.executable, "-c", KILLED_WRITER, str(p), str(flags), *map(str, sizes)],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        line = proc.stdout.readline().strip()  # type: ignore[union-attr]
+    finally:
+        proc.kill()
+        proc.communicate(timeout=30)  # reaped: the kernel has closed (flushed) its files
+    if line != "ok":
+        raise OSError(getattr(errno, line, errno.EIO), line)
+    return None
+
+
+def _fsync_write(p: Path, body: bytes):
+    """append + fsync + close; the first error wins."""
+    fd = os.open(p, os.O_WRONLY | os.O_APPEND)
+    first: OSError | None = None
+    try:
+        os.write(fd, body)
+        os.fsync(fd)
+    except OSError as e:
+        first = e
+    try:
+        os.close(fd)
+    except OSError as e:
+        first = first or e
+    if first:
+        raise first
 
 
 def _stat(p: Path):
@@ -186,6 +239,53 @@ class MountModel(RuleBasedStateMachine):
             return
         # A truncate that cuts a character in half is not refused itself (SEMANTICS.md).
         self._both(f"truncate {rel} {size}", fn)
+
+    # -- writers that fail (issue 11): undone at their close --------------------------------
+    def _failing(self, op: str, fn, rel: str, err: str, *, creates: bool):
+        """Run a writer the SPEC makes fail with `err` (where nothing else fails first): the
+        model gets the plain-disk run, then is put back as it was before that writer."""
+        self.ctx.stats["faults"] += 1
+        if creates and self._creates_bad_name(rel) and self._kind(rel) is None:
+            self._both(op, fn, expected=("err", "EINVAL"))
+            return
+        target = self.model / rel
+        old = target.read_bytes() if self._kind(rel) == "file" else None
+        want = outcome(lambda: fn(self.model))
+        if want[0] == "ok" or want == ("err", err):
+            if old is not None:
+                target.write_bytes(old)
+            elif target.is_file():
+                target.unlink()
+            want = ("err", err)
+        self._both(op, fn, expected=want)
+
+    @rule(rel=paths, trunc=st.booleans())
+    def oversized_write(self, rel, trunc):
+        """The agent's `write` tool / cp / tar: a good chunk, then the one that crosses the limit."""
+        flags = os.O_WRONLY | os.O_CREAT | (os.O_TRUNC if trunc else 0)
+        fn = lambda top: _write(top / rel, flags, [(0, b"o" * (LIMIT - 10)), (LIMIT - 10, b"o" * 20)])  # noqa: E731
+        self._failing(f"oversized write {rel}", fn, rel, "EFBIG", creates=True)
+
+    @rule(rel=paths, body=data)
+    def fsync_not_utf8(self, rel, body):
+        fn = lambda top: _fsync_write(top / rel, body + b"\xff")  # noqa: E731
+        self._failing(f"fsync not-UTF-8 {rel}", fn, rel, "EILSEQ", creates=False)
+
+    @rule(rel=paths, fail=st.booleans(), n=st.sampled_from([0, 1, 5]))
+    def killed_writer(self, rel, fail, n):
+        """A writer SIGKILLed mid-write (file still open): its good writes stay (the kernel
+        closes the file for it), a failed one is undone."""
+        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC
+        sizes = [n, LIMIT + 1] if fail else [n]  # the second write always crosses the limit
+        fn = lambda top: _killed_writer(top / rel, flags, sizes)  # noqa: E731
+        if fail:
+            self._failing(f"killed failed writer {rel}", fn, rel, "EFBIG", creates=True)
+            return
+        self.ctx.stats["faults"] += 1
+        if self._creates_bad_name(rel) and self._kind(rel) is None:
+            self._both(f"killed writer {rel}", fn, expected=("err", "EINVAL"))
+            return
+        self._both(f"killed writer {rel}", fn)
 
     @rule(src=paths, dst=paths)
     def rename(self, src, dst):
