@@ -154,6 +154,7 @@ class _Node:
         "ino", "kind", "store", "parent", "name", "path", "seq", "children", "next_seq", "linked",
         "lookups", "open_count", "memory_id", "sha", "size", "buf", "bad_utf8", "bad_noticed",
         "mode", "mtime_ns", "ctime_ns", "atime_ns", "clean_mtime", "unborn", "replaces", "creator_fh",
+        "closed",
     )  # fmt: skip
 
     def __init__(self, ino: int, kind: int, store: _Store | None, mode: int, now: int):
@@ -185,6 +186,7 @@ class _Node:
         # returns to if the writer fails.
         self.replaces: _Staged | None = None
         self.creator_fh = 0  # the creating handle while it is open
+        self.closed = False  # an unborn file's close returned: its row holds that content now
 
 
 class _Store:
@@ -947,6 +949,7 @@ class Filesystem:
         )
         node.sha, node.size, node.bad_utf8 = sha, len(data), bad
         node.buf = None
+        node.closed = node.unborn
         if bad:
             if node.bad_noticed != sha:
                 node.bad_noticed = sha
@@ -1050,6 +1053,8 @@ class Filesystem:
     def _write_unborn_row(self, node: _Node) -> None:
         """The durable row of an unborn file: what a restart must show at its path. The file
         it replaced, if any (a crash mid-`tar x` keeps the memory), else a row a restart drops."""
+        if node.closed:
+            return  # a close returned: a restart keeps what it staged (the row says so already)
         sid = node.store.info.store_id  # type: ignore[union-attr]
         s = node.replaces
         if s is None:

@@ -1292,3 +1292,18 @@ def test_a_process_whose_write_failed_loses_its_other_new_open_files(h):
     notes = failed_notices(h)
     assert len(notes) == 2 and "x.db-journal" in notes[1] and " /x.db " in notes[1]
     h.assert_staged()
+
+
+def test_renaming_a_new_file_after_a_close_keeps_what_that_close_staged(h):
+    reply, _ = h.fs.create(h.ino(W), b"tmp", 0o644, os.O_WRONLY | os.O_CREAT)
+    h.fs.write(reply.fh, 0, b"closed once")
+    h.fs.flush(reply.fh)  # a copy of the fd was closed; the writer goes on
+    h.rename(f"{W}/tmp", f"{W}/kept.md")
+    h2 = h.reopen()
+    try:
+        assert h2.read_file(f"{W}/kept.md") == b"closed once"
+    finally:
+        h2.close()
+    h.fs.release(reply.fh)
+    assert h.fs.local_view(RW.store_id)["/kept.md"].sha == sha(b"closed once")
+    h.assert_staged()
