@@ -153,12 +153,17 @@ def test_refused_file_types_names_and_sizes(mounted):
     with pytest.raises(OSError) as e:
         os.open(os.fsencode(top) + b"/bad-\xff.md", os.O_CREAT | os.O_WRONLY)
     assert e.value.errno == errno.EINVAL
-    with open(top / "big.md", "wb", buffering=0) as f:
-        f.write(b"a" * 102_400)
-        with pytest.raises(OSError) as e:
-            f.write(b"b")
+    (top / "max.md").write_bytes(b"a" * 102_400)  # the limit itself fits
+    assert (top / "max.md").stat().st_size == 102_400
+    f = open(top / "big.md", "wb", buffering=0)
+    f.write(b"a" * 102_400)
+    with pytest.raises(OSError) as e:
+        f.write(b"b")
     assert e.value.errno == errno.EFBIG
-    assert (top / "big.md").stat().st_size == 102_400
+    with pytest.raises(OSError) as e:
+        f.close()  # a failed writer: nothing of it is kept, and its close says so
+    assert e.value.errno == errno.EFBIG
+    assert not (top / "big.md").exists()  # the file that writer created is gone again
     marker = top / ".anthropic-memory-store"
     for action in (lambda: marker.unlink(), lambda: marker.write_text("x"), lambda: marker.rename(top / "m")):
         with pytest.raises(OSError):

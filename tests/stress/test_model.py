@@ -93,7 +93,9 @@ result = "ok"
 try:
     fd = os.open(sys.argv[1], int(sys.argv[2]), 0o644)
     for n in sys.argv[3:]:
-        os.write(fd, b"k" * int(n))
+        data = b"k" * int(n)
+        while data:  # as tools do: a short write is retried with the rest
+            data = data[os.write(fd, data):]
 except OSError as e:
     result = errno.errorcode[e.errno]
 print(result, flush=True)
