@@ -541,6 +541,11 @@ class Filesystem:
         self.invalidations.append(("inode", node.ino, node.open_count > 0))
         self._inval_pushed += 1
 
+    @property
+    def invalidations_queued(self) -> int:
+        """How many invalidations were ever queued (the adapter compares two readings)."""
+        return self._inval_pushed
+
     def invalidations_done(self, n: int) -> None:
         """The adapter reports that `n` queued invalidations reached the kernel."""
         self._inval_done += n

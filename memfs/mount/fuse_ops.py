@@ -197,8 +197,21 @@ class FuseOps(pyfuse3.Operations):
         return self.fs.write(fh, off, buf)
 
     @_handler
-    def flush(self, fh):
+    def _flush(self, fh):
         self.fs.flush(fh)
+
+    async def flush(self, fh):
+        queued = self.fs.invalidations_queued
+        try:
+            await self._flush(fh)
+        finally:
+            if self.fs.invalidations_queued != queued:
+                # A failed writer was undone (its new file removed, or the old content back):
+                # close() returns once the kernel has dropped what it cached of that writer, so
+                # an `ls` or `cat` right after it never shows the undone state. Awaited, not run
+                # here: the invalidator's thread does it while other tasks keep serving requests
+                # (one of them may hold the directory lock the invalidation needs). Bounded.
+                await self.fs.wait_invalidated(1.0)
 
     @_handler
     def release(self, fh):
