@@ -1,4 +1,8 @@
-"""`memfs mount|sync|status|unmount|flush` (SPEC §1). pyfuse3 is imported only by the commands that mount."""
+"""`memfs mount|sync|status|unmount|flush` (SPEC §1).
+
+`memfs sync` is the hook a worker runs before every tool call: this module imports only what
+parsing and the control socket need at the top (no httpx, trio or pyfuse3: ~0.3 s of imports);
+every command imports the rest when it runs."""
 
 from __future__ import annotations
 
@@ -13,10 +17,11 @@ from pathlib import Path
 from typing import Any
 
 from memfs import limits
-from memfs.client import sessions_token_from_secret
 from memfs.mount import control
 
 log = logging.getLogger("memfs")
+EXIT_NOT_ON_STORE = 3  # changes are kept in the state dir, not on the store
+EXIT_NOT_ANSWERING = 4  # a daemon holds the socket but does not answer (stopped, wedged)
 
 
 def parse_size(text: str) -> int:
@@ -104,12 +109,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--state-dir", required=True)
     p.add_argument("--base-url", default=None, help="default: the one the mount used")
     p.add_argument("--flush-timeout", type=_float, default=limits.FLUSH_TIMEOUT)
-    p.add_argument("--sync-deletions", choices=["enabled", "log_only", "disabled"], default="enabled")
+    p.add_argument("--sync-deletions", choices=["enabled", "log_only", "disabled"], default=None,
+                   help="default: the one the mount used")
     p.add_argument("--log-format", choices=["text", "json"], default="text")
     p.set_defaults(func=cmd_flush)
 
 
 def _token() -> str | None:
+    from memfs.client import sessions_token_from_secret
+
     return sessions_token_from_secret(os.environ.get("ANTHROPIC_WORK_SECRET")) or os.environ.get("MEMFS_TOKEN") or None
 
 
@@ -251,12 +259,19 @@ def _run_foreground(
 
 
 # -- sync / status / unmount ---------------------------------------------------------------------
+# None of these touches the mount path before the daemon has answered (control.py): a stopped
+# daemon would hang that call for ever.
 def cmd_sync(args: argparse.Namespace) -> int:
     state_dir = control.lookup_state_dir(args.root)
     try:
         answer = control.call(state_dir, {"op": "sync", "force": args.force, "wait": args.wait}, timeout=120)
+    except control.DaemonNotAnswering as exc:
+        return _fail("sync", str(exc), EXIT_NOT_ANSWERING)
     except control.NoDaemon as exc:
         return _fail("sync", f"no memfs mount at {args.root}: {exc}")
+    except TimeoutError:
+        return _fail("sync", f"the memfs daemon for {args.root} is alive but its tick did not end within 120s; "
+                     f"see {state_dir / 'memfs.log'}", EXIT_NOT_ANSWERING)
     if args.json:
         print(json.dumps(answer, indent=2))
     elif answer.get("ran"):
@@ -269,15 +284,24 @@ def cmd_sync(args: argparse.Namespace) -> int:
     return 0
 
 
+NAMED_PER_STORE = 10  # paths `memfs status` names per store and category (the rest are counted)
+
+
 def cmd_status(args: argparse.Namespace) -> int:
     state_dir = control.lookup_state_dir(args.root)
     try:
-        answer: dict[str, Any] = control.call(state_dir, {"op": "status"}, timeout=10)
+        answer: dict[str, Any] = control.call(state_dir, {"op": "status"}, timeout=30)
         answer["live"] = True
+    except control.DaemonNotAnswering as exc:
+        return _fail("status", str(exc), EXIT_NOT_ANSWERING)
+    except TimeoutError:
+        return _fail("status", f"the memfs daemon for {args.root} answered the ping but not the status "
+                     f"within 30s; see {state_dir / 'memfs.log'}", EXIT_NOT_ANSWERING)
     except control.NoDaemon:
         answer = _offline_status(state_dir)
         if answer is None:
             return _fail("status", f"no memfs mount at {args.root} and no state dir at {state_dir}")
+    answer["state_dir"] = str(state_dir)
     if args.json:
         print(json.dumps(answer, indent=2))
         return 0
@@ -287,8 +311,16 @@ def cmd_status(args: argparse.Namespace) -> int:
         print(
             f"  {s['mount_path']}  {s['access']}  id={s['store_id']}  counter={s.get('counter')}  "
             f"last sync={s.get('last_sync_at') or '-'} ({s.get('last_result') or '-'})  staged={s.get('staged', 0)}  "
-            f"refused={s.get('refused', 0)}" + (f"  error: {s['last_error']}" if s.get("last_error") else "")
+            f"refused={s.get('refused', 0)}  held={s.get('held', 0)}  deletes held={s.get('deletes_held', 0)}"
+            + (f"  error: {s['last_error']}" if s.get("last_error") else "")
         )
+        reasons = s.get("reasons", {})
+        for category, paths in s.get("paths", {}).items():
+            for path in paths[:NAMED_PER_STORE]:
+                why = f": {reasons[path]}" if path in reasons else ""
+                print(f"    {category}: {path}{why}")
+            if len(paths) > NAMED_PER_STORE:
+                print(f"    {category}: and {len(paths) - NAMED_PER_STORE} more")
     return 0
 
 
@@ -300,6 +332,33 @@ def _offline_status(state_dir: Path) -> dict[str, Any] | None:
     return {"live": False, **offline_status(state_dir)}
 
 
+def _not_on_store_message(answer: dict[str, Any], state_dir: str) -> str:
+    """`N change(s) are not on the store service: <bounded list>; kept in STATE: the fix`."""
+    from memfs.sync.engine import describe_not_on_store
+
+    summaries = answer.get("not_on_store", {}).values()
+    staged = sum(s["staged"] for s in summaries)
+    named = "\n  ".join(describe_not_on_store(answer))
+    fixes = []
+    if staged:
+        fixes.append(f"staged changes: `memfs flush --state-dir {state_dir}` when the store service is "
+                     "reachable (or the next mount with this state dir uploads them)")
+    if sum(s["refused"] + s["held"] for s in summaries):
+        fixes.append(f"refused and held files: mount again with --state-dir {state_dir}, then change or "
+                     "remove them (`memfs status` names them)")
+    refused = sum(s["refused"] for s in summaries)
+    held = sum(s["held"] for s in summaries)
+    return (f"{answer.get('pending', 0)} change(s) are not on the store service ({staged} staged change(s), "
+            f"{refused} refused by the service, {held} held back); they are kept in the state dir "
+            f"{state_dir}:\n  {named}\n" + "\n".join(fixes))
+
+
+def _deletes_held_note(answer: dict[str, Any]) -> str:
+    held = sum(s.get("deletes_held", 0) for s in answer.get("not_on_store", {}).values())
+    return (f" ({held} local delete(s) held back by --sync-deletions: the store keeps those memories)"
+            if held else "")
+
+
 def cmd_unmount(args: argparse.Namespace) -> int:
     from memfs.mount.daemon import clear_stale_mount, fuse_mount_at, wait_until_unmounted
 
@@ -308,20 +367,25 @@ def cmd_unmount(args: argparse.Namespace) -> int:
     try:
         answer = control.call(state_dir, {"op": "unmount", "flush_timeout": args.flush_timeout},
                               timeout=args.flush_timeout + 30)
+    except control.DaemonNotAnswering as exc:
+        return _fail("unmount", str(exc), EXIT_NOT_ANSWERING)
+    except TimeoutError:
+        return _fail("unmount", f"the memfs daemon for {root} did not finish its final sync within "
+                     f"{args.flush_timeout + 30:g}s; see {state_dir / 'memfs.log'}", EXIT_NOT_ANSWERING)
     except control.NoDaemon:
-        if fuse_mount_at(root) is None:
+        entry = control.registry_entry(root)
+        mount_point = entry["root"] if entry and entry.get("root") else root
+        if fuse_mount_at(mount_point) is None:
             return _fail("unmount", f"nothing is mounted at {root}")
-        clear_stale_mount(root)
+        clear_stale_mount(mount_point)
         return _fail("unmount", f"the memfs daemon for {root} was dead; cleared its mount. Staged changes, "
                      f"if any, are kept in {state_dir}: upload them with `memfs flush --state-dir {state_dir}`")
-    if not wait_until_unmounted(root, 15):
+    if not wait_until_unmounted(answer.get("root") or root, 15, resolve=not answer.get("root")):
         return _fail("unmount", f"{root} is still mounted (busy?); try again or `fusermount3 -uz {root}`")
-    pending = int(answer.get("pending", 0))
-    if pending:
-        return _fail("unmount", f"{pending} staged change(s) could not be uploaded; they are kept in "
-                     f"{answer.get('state_dir')}: run `memfs flush --state-dir {answer.get('state_dir')}` "
-                     f"when the store service is reachable", 3)
-    print(f"memfs: unmounted {root}; every change is on the store service")
+    if int(answer.get("pending", 0)):
+        return _fail("unmount", _not_on_store_message(answer, str(answer.get("state_dir") or state_dir)),
+                     EXIT_NOT_ON_STORE)
+    print(f"memfs: unmounted {root}; every change is on the store service{_deletes_held_note(answer)}")
     return 0
 
 
@@ -342,7 +406,8 @@ def cmd_flush(args: argparse.Namespace) -> int:
     except Exception as exc:  # print one clear line, not a traceback
         return _fail("flush", f"{type(exc).__name__}: {exc}")
     if result["pending"]:
-        return _fail("flush", f"{result['pending']} staged change(s) still could not be uploaded: "
-                     f"{result.get('error') or 'see the log'}; they stay in {state_dir}", 3)
-    print(f"memfs flush: uploaded {result.get('pushed', 0)} change(s); nothing left staged in {state_dir}")
+        error = f" (last error: {result['error']})" if result.get("error") else ""
+        return _fail("flush", _not_on_store_message(result, str(state_dir)) + error, EXIT_NOT_ON_STORE)
+    print(f"memfs flush: uploaded {result.get('pushed', 0)} change(s); every change is on the store service"
+          f"{_deletes_held_note(result)}")
     return 0
