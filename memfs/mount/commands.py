@@ -6,25 +6,27 @@ every command imports the rest when it runs."""
 
 from __future__ import annotations
 
-import argparse
 import json
-import logging
 import os
-import re
 import sys
-import time
 from pathlib import Path
-from typing import Any
 
 from memfs import limits
 from memfs.mount import control
 
-log = logging.getLogger("memfs")
+TYPE_CHECKING = False  # typing itself costs the per-call hook ~5 ms of imports
+if TYPE_CHECKING:
+    import argparse
+    from typing import Any
+
 EXIT_NOT_ON_STORE = 3  # changes are kept in the state dir, not on the store
 EXIT_NOT_ANSWERING = 4  # a daemon holds the socket but does not answer (stopped, wedged)
 
 
 def parse_size(text: str) -> int:
+    import argparse
+    import re
+
     m = re.fullmatch(r"\s*(\d+)\s*([KMG]i?B?|B)?\s*", text, re.IGNORECASE)
     if not m:
         raise argparse.ArgumentTypeError(f"not a size: {text!r} (examples: 2000000, 512KiB, 32MiB)")
@@ -37,23 +39,27 @@ def _float(text: str) -> float:
     try:
         return float(text)
     except ValueError:
+        import argparse
+
         raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
 
 
-class JsonFormatter(logging.Formatter):
-    def format(self, record: logging.LogRecord) -> str:
-        out = {
-            "time": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created)) + f".{int(record.msecs):03d}Z",
-            "level": record.levelname.lower(),
-            "logger": record.name,
-            "message": record.getMessage(),
-        }
-        if record.exc_info:
-            out["exception"] = self.formatException(record.exc_info)
-        return json.dumps(out)
+def setup_logging(fmt: str = "text", level: int | None = None) -> None:
+    import logging
+    import time
 
+    class JsonFormatter(logging.Formatter):
+        def format(self, record: logging.LogRecord) -> str:
+            out = {
+                "time": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created)) + f".{int(record.msecs):03d}Z",
+                "level": record.levelname.lower(),
+                "logger": record.name,
+                "message": record.getMessage(),
+            }
+            if record.exc_info:
+                out["exception"] = self.formatException(record.exc_info)
+            return json.dumps(out)
 
-def setup_logging(fmt: str = "text", level: int = logging.INFO) -> None:
     handler = logging.StreamHandler(sys.stderr)
     if fmt == "json":
         handler.setFormatter(JsonFormatter())
@@ -61,7 +67,7 @@ def setup_logging(fmt: str = "text", level: int = logging.INFO) -> None:
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     root = logging.getLogger()
     root.handlers[:] = [handler]
-    root.setLevel(level)
+    root.setLevel(logging.INFO if level is None else level)
     logging.getLogger("httpx").setLevel(logging.WARNING)
 
 
@@ -248,7 +254,9 @@ def _run_foreground(
     try:
         return trio.run(daemon.run, on_ready)
     except MountError as exc:
-        log.error("%s", exc)
+        import logging
+
+        logging.getLogger("memfs").error("%s", exc)
         report(f"error: {exc}\n")
         if ready_file is None and ready_fd is None:
             print(f"memfs mount: error: {exc}", file=sys.stderr)
@@ -282,6 +290,32 @@ def cmd_sync(args: argparse.Namespace) -> int:
         print(f"memfs sync: error: {answer.get('error')}", file=sys.stderr)
         return 1
     return 0
+
+
+class _SyncArgs:
+    def __init__(self) -> None:
+        self.root, self.force, self.wait, self.json = "/mnt/memory", False, False, False
+
+
+def sync_fast(argv: list[str]) -> int | None:
+    """`memfs sync [--root R] [--force] [--wait] [--json]` without building the argparse parser
+    (~10 ms of the hook a worker runs before every tool call). None: anything else (--help, an
+    abbreviation, a mistake): the full parser handles it, with its messages."""
+    args = _SyncArgs()
+    i = 0
+    while i < len(argv):
+        a = argv[i]
+        if a in ("--force", "--wait", "--json"):
+            setattr(args, a[2:], True)
+        elif a == "--root" and i + 1 < len(argv) and not argv[i + 1].startswith("-"):
+            i += 1
+            args.root = argv[i]
+        elif a.startswith("--root=") and len(a) > 7:
+            args.root = a[7:]
+        else:
+            return None
+        i += 1
+    return cmd_sync(args)  # type: ignore[arg-type]
 
 
 NAMED_PER_STORE = 10  # paths `memfs status` names per store and category (the rest are counted)
