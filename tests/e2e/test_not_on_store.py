@@ -124,3 +124,31 @@ def test_offline_status_after_a_crash_shows_the_three_staged_changes(world):
     assert contents["/new.md"] == "created before the crash\n"
     assert "/profile.md" not in contents
     assert rw_status(box)["not_on_store"] == 0
+
+
+def test_the_daemon_exits_non_zero_on_sigterm_while_a_file_is_held_back(world):
+    """The daemon's own exit status (what a container's entrypoint reports on `docker stop`)."""
+    import signal
+    import sys
+    import time
+
+    from tests.support.sandbox import is_mounted
+
+    box = world.sandbox("a")
+    argv = [sys.executable, "-m", "memfs", "mount", "--foreground", "--root", str(box.root),
+            "--state-dir", str(box.state_dir), *QUIET]
+    daemon = subprocess.Popen(argv, env=box.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not is_mounted(box.root) and daemon.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert box.status()["live"] is True
+        sh(f"printf '\\xff' > '{box.root}/{RW}/bad.txt'")
+        daemon.send_signal(signal.SIGTERM)
+        _out, err = daemon.communicate(timeout=60)
+        assert daemon.returncode == 3, err
+        assert f"{RW}/bad.txt" in err and str(box.state_dir) in err
+    finally:
+        if daemon.poll() is None:
+            daemon.kill()
+            daemon.wait(10)
