@@ -144,10 +144,33 @@ def cmd_mount(args: argparse.Namespace) -> int:
     if args.max_files < 1 or args.max_bytes < 1:
         return _fail("mount", "--max-files and --max-bytes must be positive", 2)
     root = os.path.abspath(args.root)
+    problem = _live_mount_problem(root)
+    if problem:
+        return _fail("mount", problem, EXIT_NOT_ANSWERING if "does not answer" in problem else 1)
     state_dir = Path(args.state_dir).resolve() if args.state_dir else control.default_state_dir(root)
     if not args.foreground:
         return _spawn_daemon(args, root, state_dir, session_id, base_url)
     return _run_foreground(args, root, state_dir, session_id, base_url)
+
+
+def _live_mount_problem(root: str) -> str | None:
+    """Why root cannot be mounted when a memfs daemon still serves it, found without touching
+    the root (the preflight stats it, which hangs for ever on a stopped daemon's mount)."""
+    from memfs.mount.daemon import fuse_mount_at
+
+    entry = control.registry_entry(root)
+    if fuse_mount_at(entry["root"] if entry and entry.get("root") else control.registry_key(root),
+                     resolve=False) is None:
+        return None  # nothing mounted there (a symlinked root is checked again by the preflight)
+    state_dir = Path(entry["state_dir"]) if entry else control.lookup_state_dir(root)
+    try:
+        answer = control.call(state_dir, {"op": "ping"}, timeout=control.PING_TIMEOUT)
+    except control.DaemonNotAnswering as exc:
+        return str(exc)
+    except (control.NoDaemon, TimeoutError, OSError):
+        return None  # a dead mount: the preflight clears it
+    return (f"{root} is already a mounted memfs filesystem (pid {answer.get('pid', '?')}); "
+            f"run `memfs unmount --root {root}` first")
 
 
 def _spawn_daemon(args: argparse.Namespace, root: str, state_dir: Path, session_id: str, base_url: str) -> int:

@@ -26,6 +26,8 @@ def test_status_sync_unmount_on_a_stopped_daemon_answer_non_zero_with_the_fix(wo
             assert proc.returncode != 0, (args, proc.stdout)
             assert "does not answer (stopped?)" in proc.stderr, (args, proc.stderr)
             assert f"kill -CONT {pid}" in proc.stderr and str(mounted.root) in proc.stderr
+        proc = mounted.mount(check=False, timeout=BOUND)  # a second mount on that root
+        assert proc.returncode != 0 and "does not answer (stopped?)" in proc.stderr, proc.stderr
     finally:
         os.kill(pid, signal.SIGCONT)
     # resumed, the daemon is intact: it answers and unmounts cleanly
