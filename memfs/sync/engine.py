@@ -581,7 +581,8 @@ class SyncEngine:
 
 
 HELD_NOT_UTF8 = "its content is not UTF-8, which the store cannot hold; it stays local until it is changed"
-HELD_CLASH = "the store holds a memory at or around this path (a file/directory clash); it stays local"
+HELD_CLASH = ("the store holds a memory at or around this path (a file/directory clash); it stays local "
+              "until that memory is gone")
 
 
 @dataclass
