@@ -135,6 +135,11 @@ class DaemonNotAnswering(NoDaemon):
         )
 
 
+def _ping_wait(timeout: float | None) -> float:
+    """How long the ping may take: PING_TIMEOUT, or less when the whole call must be quicker."""
+    return PING_TIMEOUT if timeout is None else max(0.001, min(PING_TIMEOUT, timeout))
+
+
 def _connect(sock_path: Path, deadline: float) -> socket.socket:
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     sock.settimeout(max(0.001, deadline - time.monotonic()))
@@ -168,9 +173,8 @@ class _Lines:
 
 
 def _exchange(sock: socket.socket, lines: _Lines, state_dir: Path, request: dict[str, Any],
-              ping_deadline: float, timeout: float | None) -> dict[str, Any]:
+              ping_deadline: float, timeout: float | None, waited: float) -> dict[str, Any]:
     """Ping + request in one write; the ping's answer within the deadline, the request's within timeout."""
-    waited = PING_TIMEOUT
     try:
         sock.settimeout(max(0.001, ping_deadline - time.monotonic()))
         sock.sendall(_PING + json.dumps(request).encode() + b"\n")
@@ -189,16 +193,17 @@ def call(state_dir: Path, request: dict[str, Any], *, timeout: float | None = 60
     """Send one request to the daemon and wait for its answer (blocking; used by the CLI).
 
     Raises NoDaemon when nothing listens, DaemonNotAnswering (a NoDaemon) when a daemon holds the
-    socket but does not answer within PING_TIMEOUT, TimeoutError when the live daemon's answer
-    takes longer than `timeout`."""
+    socket but does not answer its ping within PING_TIMEOUT (or `timeout`, if shorter),
+    TimeoutError when the live daemon's answer takes longer than `timeout`."""
     sock_path = Path(state_dir) / SOCKET_NAME
-    ping_deadline = time.monotonic() + PING_TIMEOUT
+    waited = _ping_wait(timeout)
+    ping_deadline = time.monotonic() + waited
     try:
         sock = _connect(sock_path, ping_deadline)
     except TimeoutError as exc:
-        raise DaemonNotAnswering(Path(state_dir), PING_TIMEOUT) from exc
+        raise DaemonNotAnswering(Path(state_dir), waited) from exc
     try:
-        return _exchange(sock, _Lines(sock), Path(state_dir), request, ping_deadline, timeout)
+        return _exchange(sock, _Lines(sock), Path(state_dir), request, ping_deadline, timeout, waited)
     finally:
         sock.close()
 
@@ -230,16 +235,18 @@ class DaemonClient:
         timeout = self.timeout if timeout is None else timeout
         for attempt in (0, 1):
             fresh = self._sock is None
-            ping_deadline = time.monotonic() + PING_TIMEOUT
+            waited = _ping_wait(timeout)
+            ping_deadline = time.monotonic() + waited
             if fresh:
                 try:
                     self._sock = _connect(self.state_dir / SOCKET_NAME, ping_deadline)
                 except TimeoutError as exc:
-                    raise DaemonNotAnswering(self.state_dir, PING_TIMEOUT) from exc
+                    raise DaemonNotAnswering(self.state_dir, waited) from exc
                 self._lines = _Lines(self._sock)
             assert self._sock is not None and self._lines is not None
             try:
-                return _exchange(self._sock, self._lines, self.state_dir, request, ping_deadline, timeout)
+                return _exchange(self._sock, self._lines, self.state_dir, request, ping_deadline, timeout,
+                                 waited)
             except DaemonNotAnswering:
                 self.close()
                 raise

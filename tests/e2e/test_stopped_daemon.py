@@ -81,6 +81,9 @@ def test_a_stopped_daemon_is_reported_by_the_client_too(world, mounted, registry
         assert f"pid {pid}" in str(info.value)
         with pytest.raises(control.DaemonNotAnswering):
             control.call(mounted.state_dir, {"op": "status"}, timeout=60)
+        with pytest.raises(control.DaemonNotAnswering) as info:  # a shorter bound than the ping's
+            control.call(mounted.state_dir, {"op": "sync"}, timeout=0.5)
+        assert "within 0.5s" in str(info.value)
     finally:
         os.kill(pid, signal.SIGCONT)
         client.close()
