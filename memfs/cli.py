@@ -30,7 +30,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["sync"]:  # the per-call hook: no parser for the other twelve commands
-        from memfs.mount.commands import sync_fast
+        from memfs.mount.hook import sync_fast
 
         try:
             rc = sync_fast(argv[1:])

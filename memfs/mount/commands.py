@@ -1,8 +1,8 @@
 """`memfs mount|sync|status|unmount|flush` (SPEC §1).
 
-`memfs sync` is the hook a worker runs before every tool call: this module imports only what
-parsing and the control socket need at the top (no httpx, trio or pyfuse3: ~0.3 s of imports);
-every command imports the rest when it runs."""
+This module imports only what parsing and the control socket need at the top (no httpx, trio or
+pyfuse3: ~0.3 s of imports); every command imports the rest when it runs. `memfs sync` itself
+lives in hook.py, which the command line reaches without importing this module at all."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from pathlib import Path
 
 from memfs import limits
 from memfs.mount import control
+from memfs.mount.hook import EXIT_NOT_ANSWERING, cmd_sync
 
 TYPE_CHECKING = False  # typing itself costs the per-call hook ~5 ms of imports
 if TYPE_CHECKING:
@@ -20,7 +21,6 @@ if TYPE_CHECKING:
     from typing import Any
 
 EXIT_NOT_ON_STORE = 3  # changes are kept in the state dir, not on the store
-EXIT_NOT_ANSWERING = 4  # a daemon holds the socket but does not answer (stopped, wedged)
 
 
 def parse_size(text: str) -> int:
@@ -292,55 +292,6 @@ def _run_foreground(
 # -- sync / status / unmount ---------------------------------------------------------------------
 # None of these touches the mount path before the daemon has answered (control.py): a stopped
 # daemon would hang that call for ever.
-def cmd_sync(args: argparse.Namespace) -> int:
-    state_dir = control.lookup_state_dir(args.root)
-    try:
-        answer = control.call(state_dir, {"op": "sync", "force": args.force, "wait": args.wait}, timeout=120)
-    except control.DaemonNotAnswering as exc:
-        return _fail("sync", str(exc), EXIT_NOT_ANSWERING)
-    except control.NoDaemon as exc:
-        return _fail("sync", f"no memfs mount at {args.root}: {exc}")
-    except TimeoutError:
-        return _fail("sync", f"the memfs daemon for {args.root} is alive but its tick did not end within 120s; "
-                     f"see {state_dir / 'memfs.log'}", EXIT_NOT_ANSWERING)
-    if args.json:
-        print(json.dumps(answer, indent=2))
-    elif answer.get("ran"):
-        print(f"memfs sync: {answer.get('result', 'ok')}")
-    else:
-        print(f"memfs sync: not due (next in {answer.get('next_in', 0):.1f}s)")
-    if not answer.get("ok", False):
-        print(f"memfs sync: error: {answer.get('error')}", file=sys.stderr)
-        return 1
-    return 0
-
-
-class _SyncArgs:
-    def __init__(self) -> None:
-        self.root, self.force, self.wait, self.json = "/mnt/memory", False, False, False
-
-
-def sync_fast(argv: list[str]) -> int | None:
-    """`memfs sync [--root R] [--force] [--wait] [--json]` without building the argparse parser
-    (~10 ms of the hook a worker runs before every tool call). None: anything else (--help, an
-    abbreviation, a mistake): the full parser handles it, with its messages."""
-    args = _SyncArgs()
-    i = 0
-    while i < len(argv):
-        a = argv[i]
-        if a in ("--force", "--wait", "--json"):
-            setattr(args, a[2:], True)
-        elif a == "--root" and i + 1 < len(argv) and not argv[i + 1].startswith("-"):
-            i += 1
-            args.root = argv[i]
-        elif a.startswith("--root=") and len(a) > 7:
-            args.root = a[7:]
-        else:
-            return None
-        i += 1
-    return cmd_sync(args)  # type: ignore[arg-type]
-
-
 NAMED_PER_STORE = 10  # paths `memfs status` names per store and category (the rest are counted)
 
 

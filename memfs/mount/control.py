@@ -23,10 +23,12 @@ import json
 import os
 import socket
 import time
-from pathlib import Path
 
-TYPE_CHECKING = False  # typing costs the per-call hook ~5 ms of imports
+# Neither typing nor pathlib at import time: together ~10 ms of the per-call hook's start
+# (`memfs sync` as a process). Paths are strings inside; the public functions return Paths.
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from pathlib import Path
     from typing import Any
 
 SOCKET_NAME = "control.sock"
@@ -34,11 +36,21 @@ PING_TIMEOUT = 5.0  # connect + the daemon's answer to the ping: a live daemon a
 _PING = b'{"op":"ping"}\n'
 
 
-def runtime_dir() -> Path:
+def _path(p: str) -> Path:
+    from pathlib import Path
+
+    return Path(p)
+
+
+def _runtime_dir() -> str:
     env = os.environ.get("MEMFS_RUNTIME_DIR")
     if env:
-        return Path(env)
-    return Path("/run/memfs") if os.geteuid() == 0 else Path(f"/tmp/memfs-{os.geteuid()}")
+        return env
+    return "/run/memfs" if os.geteuid() == 0 else f"/tmp/memfs-{os.geteuid()}"
+
+
+def runtime_dir() -> Path:
+    return _path(_runtime_dir())
 
 
 def registry_key(root: str | os.PathLike[str]) -> str:
@@ -63,15 +75,19 @@ def _sha256_hex(data: bytes) -> str:
     return sha256(data).hexdigest()
 
 
-def _registry_path(key: str) -> Path:
-    return runtime_dir() / f"{_sha256_hex(key.encode())[:20]}.json"
+def _registry_file(key: str) -> str:
+    return os.path.join(_runtime_dir(), f"{_sha256_hex(key.encode())[:20]}.json")
+
+
+def _default_state_dir(root: str | os.PathLike[str]) -> str:
+    name = registry_key(root).strip("/").replace("/", "_") or "root"
+    base = "/var/lib/memfs" if os.geteuid() == 0 else os.path.join(os.path.expanduser("~"), ".local/state/memfs")
+    return os.path.join(base, name)
 
 
 def default_state_dir(root: str | os.PathLike[str]) -> Path:
     """One state dir per root under /var/lib/memfs (SPEC §3.4); per-user elsewhere when not root."""
-    name = registry_key(root).strip("/").replace("/", "_") or "root"
-    base = Path("/var/lib/memfs") if os.geteuid() == 0 else Path.home() / ".local/state/memfs"
-    return base / name
+    return _path(_default_state_dir(root))
 
 
 # The daemon passes its root already resolved, and the root as the user spelled it (`given`):
@@ -80,34 +96,40 @@ def register(real_root: str, state_dir: Path, pid: int, given: str | None = None
     body = json.dumps({"root": real_root, "state_dir": str(state_dir), "pid": pid})
     keys = {real_root} | ({registry_key(given)} if given else set())
     for key in keys:
-        path = _registry_path(key)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(f".tmp{os.getpid()}")
-        tmp.write_text(body)
+        path = _registry_file(key)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        tmp = f"{path}.tmp{os.getpid()}"
+        with open(tmp, "w") as f:
+            f.write(body)
         os.replace(tmp, path)
 
 
 def registry_entry(root: str | os.PathLike[str]) -> dict[str, Any] | None:
     """What the daemon of root registered ({root, state_dir, pid}), or None."""
     try:
-        entry = json.loads(_registry_path(registry_key(root)).read_text())
+        with open(_registry_file(registry_key(root))) as f:
+            entry = json.loads(f.read())
     except (OSError, ValueError):
         return None
     return entry if isinstance(entry, dict) and "state_dir" in entry else None
 
 
+def state_dir_of(root: str | os.PathLike[str]) -> str:
+    """lookup_state_dir() as a string (the per-call hook never needs pathlib)."""
+    entry = registry_entry(root)
+    return str(entry["state_dir"]) if entry is not None else _default_state_dir(root)
+
+
 def lookup_state_dir(root: str) -> Path:
     """The state dir of the mount at root: the registry's answer, else the default for root."""
-    entry = registry_entry(root)
-    if entry is not None:
-        return Path(entry["state_dir"])
-    return default_state_dir(root)
+    return _path(state_dir_of(root))
 
 
-def daemon_owner(state_dir: Path) -> dict[str, Any]:
+def daemon_owner(state_dir: str | os.PathLike[str]) -> dict[str, Any]:
     """The pid and root recorded in the state dir's lock file ({} when none)."""
     try:
-        info = json.loads((Path(state_dir) / "lock").read_text() or "{}")
+        with open(os.path.join(os.fspath(state_dir), "lock")) as f:
+            info = json.loads(f.read() or "{}")
     except (OSError, ValueError):
         return {}
     return info if isinstance(info, dict) else {}
@@ -120,10 +142,10 @@ class NoDaemon(Exception):
 class DaemonNotAnswering(NoDaemon):
     """A daemon holds the socket but did not answer the ping in time (stopped, or wedged)."""
 
-    def __init__(self, state_dir: Path, waited: float):
+    def __init__(self, state_dir: str | os.PathLike[str], waited: float):
         owner = daemon_owner(state_dir)
         pid, root = owner.get("pid"), owner.get("root") or "?"
-        self.state_dir, self.pid, self.root = Path(state_dir), pid, root
+        self.state_dir, self.pid, self.root = _path(os.fspath(state_dir)), pid, root
         who = f"pid {pid}" if pid else "its pid is in the lock file"
         resume = f"`kill -CONT {pid}`" if pid else "SIGCONT"
         end = f"`kill {pid}`" if pid else "SIGTERM"
@@ -140,11 +162,11 @@ def _ping_wait(timeout: float | None) -> float:
     return PING_TIMEOUT if timeout is None else max(0.001, min(PING_TIMEOUT, timeout))
 
 
-def _connect(sock_path: Path, deadline: float) -> socket.socket:
+def _connect(sock_path: str, deadline: float) -> socket.socket:
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     sock.settimeout(max(0.001, deadline - time.monotonic()))
     try:
-        sock.connect(str(sock_path))
+        sock.connect(sock_path)
     except (FileNotFoundError, ConnectionRefusedError) as exc:
         sock.close()
         raise NoDaemon(f"no memfs daemon answers at {sock_path}") from exc
@@ -172,7 +194,7 @@ class _Lines:
         return line
 
 
-def _exchange(sock: socket.socket, lines: _Lines, state_dir: Path, request: dict[str, Any],
+def _exchange(sock: socket.socket, lines: _Lines, state_dir: str, request: dict[str, Any],
               ping_deadline: float, timeout: float | None, waited: float) -> dict[str, Any]:
     """Ping + request in one write; the ping's answer within the deadline, the request's within timeout."""
     try:
@@ -189,21 +211,23 @@ def _exchange(sock: socket.socket, lines: _Lines, state_dir: Path, request: dict
         raise NoDaemon(f"the memfs daemon at {state_dir} closed the control connection") from exc
 
 
-def call(state_dir: Path, request: dict[str, Any], *, timeout: float | None = 60.0) -> dict[str, Any]:
+def call(state_dir: str | os.PathLike[str], request: dict[str, Any], *,
+         timeout: float | None = 60.0) -> dict[str, Any]:
     """Send one request to the daemon and wait for its answer (blocking; used by the CLI).
 
     Raises NoDaemon when nothing listens, DaemonNotAnswering (a NoDaemon) when a daemon holds the
     socket but does not answer its ping within PING_TIMEOUT (or `timeout`, if shorter),
     TimeoutError when the live daemon's answer takes longer than `timeout`."""
-    sock_path = Path(state_dir) / SOCKET_NAME
+    state_dir = os.fspath(state_dir)
+    sock_path = os.path.join(state_dir, SOCKET_NAME)
     waited = _ping_wait(timeout)
     ping_deadline = time.monotonic() + waited
     try:
         sock = _connect(sock_path, ping_deadline)
     except TimeoutError as exc:
-        raise DaemonNotAnswering(Path(state_dir), waited) from exc
+        raise DaemonNotAnswering(state_dir, waited) from exc
     try:
-        return _exchange(sock, _Lines(sock), Path(state_dir), request, ping_deadline, timeout, waited)
+        return _exchange(sock, _Lines(sock), state_dir, request, ping_deadline, timeout, waited)
     finally:
         sock.close()
 
@@ -226,7 +250,7 @@ class DaemonClient:
                  timeout: float | None = 120.0):
         if (root is None) == (state_dir is None):
             raise ValueError("give a mount root or state_dir=, not both")
-        self.state_dir = Path(state_dir) if state_dir is not None else lookup_state_dir(os.fspath(root))
+        self.state_dir = _path(os.fspath(state_dir)) if state_dir is not None else lookup_state_dir(os.fspath(root))
         self.timeout = timeout
         self._sock: socket.socket | None = None
         self._lines: _Lines | None = None
@@ -239,14 +263,14 @@ class DaemonClient:
             ping_deadline = time.monotonic() + waited
             if fresh:
                 try:
-                    self._sock = _connect(self.state_dir / SOCKET_NAME, ping_deadline)
+                    self._sock = _connect(str(self.state_dir / SOCKET_NAME), ping_deadline)
                 except TimeoutError as exc:
                     raise DaemonNotAnswering(self.state_dir, waited) from exc
                 self._lines = _Lines(self._sock)
             assert self._sock is not None and self._lines is not None
             try:
-                return _exchange(self._sock, self._lines, self.state_dir, request, ping_deadline, timeout,
-                                 waited)
+                return _exchange(self._sock, self._lines, str(self.state_dir), request, ping_deadline,
+                                 timeout, waited)
             except DaemonNotAnswering:
                 self.close()
                 raise
