@@ -7,9 +7,11 @@
 #   3. on SIGTERM/SIGINT (docker stop) or when the command ends: stops the command (SIGTERM, then
 #      SIGKILL after MEMFS_AGENT_GRACE seconds), runs `memfs unmount` (final
 #      sync, bounded by MEMFS_FLUSH_TIMEOUT; `memfs flush` if the daemon had died) and exits.
-# Exit status: non-zero when memory changes could not be uploaded (memfs's own status: 3 = changes
-# kept staged in the state dir) or the mount failed (78); otherwise the command's status, and 0
-# when the container was stopped with SIGTERM and every change reached the store service.
+# Exit status: non-zero whenever a memory change is not on the store service (memfs's own status:
+# 3 = changes staged, refused by the service or held back (not UTF-8), kept in the state dir and
+# named in the log; 4 = the daemon did not answer `memfs unmount`) or the mount failed (78);
+# otherwise the command's status, and 0 when the container was stopped with SIGTERM and every
+# change reached the store service.
 #
 # Environment: ANTHROPIC_BASE_URL, ANTHROPIC_SESSION_ID, ANTHROPIC_WORK_SECRET (or MEMFS_TOKEN) for
 # memfs; MEMFS_ROOT (/mnt/memory), MEMFS_STATE_DIR (/var/lib/memfs/state), MEMFS_SYNC_INTERVAL (15),

@@ -1,25 +1,32 @@
-"""`memfs mount|sync|status|unmount|flush` (SPEC §1). pyfuse3 is imported only by the commands that mount."""
+"""`memfs mount|sync|status|unmount|flush` (SPEC §1).
+
+This module imports only what parsing and the control socket need at the top (no httpx, trio or
+pyfuse3: ~0.3 s of imports); every command imports the rest when it runs. `memfs sync` itself
+lives in hook.py, which the command line reaches without importing this module at all."""
 
 from __future__ import annotations
 
-import argparse
 import json
-import logging
 import os
-import re
 import sys
-import time
 from pathlib import Path
-from typing import Any
 
 from memfs import limits
-from memfs.client import sessions_token_from_secret
 from memfs.mount import control
+from memfs.mount.hook import EXIT_NOT_ANSWERING, cmd_sync
 
-log = logging.getLogger("memfs")
+TYPE_CHECKING = False  # typing itself costs the per-call hook ~5 ms of imports
+if TYPE_CHECKING:
+    import argparse
+    from typing import Any
+
+EXIT_NOT_ON_STORE = 3  # changes are kept in the state dir, not on the store
 
 
 def parse_size(text: str) -> int:
+    import argparse
+    import re
+
     m = re.fullmatch(r"\s*(\d+)\s*([KMG]i?B?|B)?\s*", text, re.IGNORECASE)
     if not m:
         raise argparse.ArgumentTypeError(f"not a size: {text!r} (examples: 2000000, 512KiB, 32MiB)")
@@ -32,23 +39,27 @@ def _float(text: str) -> float:
     try:
         return float(text)
     except ValueError:
+        import argparse
+
         raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
 
 
-class JsonFormatter(logging.Formatter):
-    def format(self, record: logging.LogRecord) -> str:
-        out = {
-            "time": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created)) + f".{int(record.msecs):03d}Z",
-            "level": record.levelname.lower(),
-            "logger": record.name,
-            "message": record.getMessage(),
-        }
-        if record.exc_info:
-            out["exception"] = self.formatException(record.exc_info)
-        return json.dumps(out)
+def setup_logging(fmt: str = "text", level: int | None = None) -> None:
+    import logging
+    import time
 
+    class JsonFormatter(logging.Formatter):
+        def format(self, record: logging.LogRecord) -> str:
+            out = {
+                "time": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created)) + f".{int(record.msecs):03d}Z",
+                "level": record.levelname.lower(),
+                "logger": record.name,
+                "message": record.getMessage(),
+            }
+            if record.exc_info:
+                out["exception"] = self.formatException(record.exc_info)
+            return json.dumps(out)
 
-def setup_logging(fmt: str = "text", level: int = logging.INFO) -> None:
     handler = logging.StreamHandler(sys.stderr)
     if fmt == "json":
         handler.setFormatter(JsonFormatter())
@@ -56,7 +67,7 @@ def setup_logging(fmt: str = "text", level: int = logging.INFO) -> None:
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     root = logging.getLogger()
     root.handlers[:] = [handler]
-    root.setLevel(level)
+    root.setLevel(logging.INFO if level is None else level)
     logging.getLogger("httpx").setLevel(logging.WARNING)
 
 
@@ -104,12 +115,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--state-dir", required=True)
     p.add_argument("--base-url", default=None, help="default: the one the mount used")
     p.add_argument("--flush-timeout", type=_float, default=limits.FLUSH_TIMEOUT)
-    p.add_argument("--sync-deletions", choices=["enabled", "log_only", "disabled"], default="enabled")
+    p.add_argument("--sync-deletions", choices=["enabled", "log_only", "disabled"], default=None,
+                   help="default: the one the mount used")
     p.add_argument("--log-format", choices=["text", "json"], default="text")
     p.set_defaults(func=cmd_flush)
 
 
 def _token() -> str | None:
+    from memfs.client import sessions_token_from_secret
+
     return sessions_token_from_secret(os.environ.get("ANTHROPIC_WORK_SECRET")) or os.environ.get("MEMFS_TOKEN") or None
 
 
@@ -130,10 +144,33 @@ def cmd_mount(args: argparse.Namespace) -> int:
     if args.max_files < 1 or args.max_bytes < 1:
         return _fail("mount", "--max-files and --max-bytes must be positive", 2)
     root = os.path.abspath(args.root)
+    problem = _live_mount_problem(root)
+    if problem:
+        return _fail("mount", problem, EXIT_NOT_ANSWERING if "does not answer" in problem else 1)
     state_dir = Path(args.state_dir).resolve() if args.state_dir else control.default_state_dir(root)
     if not args.foreground:
         return _spawn_daemon(args, root, state_dir, session_id, base_url)
     return _run_foreground(args, root, state_dir, session_id, base_url)
+
+
+def _live_mount_problem(root: str) -> str | None:
+    """Why root cannot be mounted when a memfs daemon still serves it, found without touching
+    the root (the preflight stats it, which hangs for ever on a stopped daemon's mount)."""
+    from memfs.mount.daemon import fuse_mount_at
+
+    entry = control.registry_entry(root)
+    if fuse_mount_at(entry["root"] if entry and entry.get("root") else control.registry_key(root),
+                     resolve=False) is None:
+        return None  # nothing mounted there (a symlinked root is checked again by the preflight)
+    state_dir = Path(entry["state_dir"]) if entry else control.lookup_state_dir(root)
+    try:
+        answer = control.call(state_dir, {"op": "ping"}, timeout=control.PING_TIMEOUT)
+    except control.DaemonNotAnswering as exc:
+        return str(exc)
+    except (control.NoDaemon, TimeoutError, OSError):
+        return None  # a dead mount: the preflight clears it
+    return (f"{root} is already a mounted memfs filesystem (pid {answer.get('pid', '?')}); "
+            f"run `memfs unmount --root {root}` first")
 
 
 def _spawn_daemon(args: argparse.Namespace, root: str, state_dir: Path, session_id: str, base_url: str) -> int:
@@ -240,7 +277,9 @@ def _run_foreground(
     try:
         return trio.run(daemon.run, on_ready)
     except MountError as exc:
-        log.error("%s", exc)
+        import logging
+
+        logging.getLogger("memfs").error("%s", exc)
         report(f"error: {exc}\n")
         if ready_file is None and ready_fd is None:
             print(f"memfs mount: error: {exc}", file=sys.stderr)
@@ -251,33 +290,26 @@ def _run_foreground(
 
 
 # -- sync / status / unmount ---------------------------------------------------------------------
-def cmd_sync(args: argparse.Namespace) -> int:
-    state_dir = control.lookup_state_dir(args.root)
-    try:
-        answer = control.call(state_dir, {"op": "sync", "force": args.force, "wait": args.wait}, timeout=120)
-    except control.NoDaemon as exc:
-        return _fail("sync", f"no memfs mount at {args.root}: {exc}")
-    if args.json:
-        print(json.dumps(answer, indent=2))
-    elif answer.get("ran"):
-        print(f"memfs sync: {answer.get('result', 'ok')}")
-    else:
-        print(f"memfs sync: not due (next in {answer.get('next_in', 0):.1f}s)")
-    if not answer.get("ok", False):
-        print(f"memfs sync: error: {answer.get('error')}", file=sys.stderr)
-        return 1
-    return 0
+# None of these touches the mount path before the daemon has answered (control.py): a stopped
+# daemon would hang that call for ever.
+NAMED_PER_STORE = 10  # paths `memfs status` names per store and category (the rest are counted)
 
 
 def cmd_status(args: argparse.Namespace) -> int:
     state_dir = control.lookup_state_dir(args.root)
     try:
-        answer: dict[str, Any] = control.call(state_dir, {"op": "status"}, timeout=10)
+        answer: dict[str, Any] = control.call(state_dir, {"op": "status"}, timeout=30)
         answer["live"] = True
+    except control.DaemonNotAnswering as exc:
+        return _fail("status", str(exc), EXIT_NOT_ANSWERING)
+    except TimeoutError:
+        return _fail("status", f"the memfs daemon for {args.root} answered the ping but not the status "
+                     f"within 30s; see {state_dir / 'memfs.log'}", EXIT_NOT_ANSWERING)
     except control.NoDaemon:
         answer = _offline_status(state_dir)
         if answer is None:
             return _fail("status", f"no memfs mount at {args.root} and no state dir at {state_dir}")
+    answer["state_dir"] = str(state_dir)
     if args.json:
         print(json.dumps(answer, indent=2))
         return 0
@@ -287,8 +319,16 @@ def cmd_status(args: argparse.Namespace) -> int:
         print(
             f"  {s['mount_path']}  {s['access']}  id={s['store_id']}  counter={s.get('counter')}  "
             f"last sync={s.get('last_sync_at') or '-'} ({s.get('last_result') or '-'})  staged={s.get('staged', 0)}  "
-            f"refused={s.get('refused', 0)}" + (f"  error: {s['last_error']}" if s.get("last_error") else "")
+            f"refused={s.get('refused', 0)}  held={s.get('held', 0)}  deletes held={s.get('deletes_held', 0)}"
+            + (f"  error: {s['last_error']}" if s.get("last_error") else "")
         )
+        reasons = s.get("reasons", {})
+        for category, paths in s.get("paths", {}).items():
+            for path in paths[:NAMED_PER_STORE]:
+                why = f": {reasons[path]}" if path in reasons else ""
+                print(f"    {category}: {path}{why}")
+            if len(paths) > NAMED_PER_STORE:
+                print(f"    {category}: and {len(paths) - NAMED_PER_STORE} more")
     return 0
 
 
@@ -300,6 +340,33 @@ def _offline_status(state_dir: Path) -> dict[str, Any] | None:
     return {"live": False, **offline_status(state_dir)}
 
 
+def _not_on_store_message(answer: dict[str, Any], state_dir: str) -> str:
+    """`N change(s) are not on the store service: <bounded list>; kept in STATE: the fix`."""
+    from memfs.sync.engine import describe_not_on_store
+
+    summaries = answer.get("not_on_store", {}).values()
+    staged = sum(s["staged"] for s in summaries)
+    named = "\n  ".join(describe_not_on_store(answer))
+    fixes = []
+    if staged:
+        fixes.append(f"staged changes: `memfs flush --state-dir {state_dir}` when the store service is "
+                     "reachable (or the next mount with this state dir uploads them)")
+    if sum(s["refused"] + s["held"] for s in summaries):
+        fixes.append(f"refused and held files: mount again with --state-dir {state_dir}, then change or "
+                     "remove them (`memfs status` names them)")
+    refused = sum(s["refused"] for s in summaries)
+    held = sum(s["held"] for s in summaries)
+    return (f"{answer.get('pending', 0)} change(s) are not on the store service ({staged} staged change(s), "
+            f"{refused} refused by the service, {held} held back); they are kept in the state dir "
+            f"{state_dir}:\n  {named}\n" + "\n".join(fixes))
+
+
+def _deletes_held_note(answer: dict[str, Any]) -> str:
+    held = sum(s.get("deletes_held", 0) for s in answer.get("not_on_store", {}).values())
+    return (f" ({held} local delete(s) held back by --sync-deletions: the store keeps those memories)"
+            if held else "")
+
+
 def cmd_unmount(args: argparse.Namespace) -> int:
     from memfs.mount.daemon import clear_stale_mount, fuse_mount_at, wait_until_unmounted
 
@@ -308,20 +375,25 @@ def cmd_unmount(args: argparse.Namespace) -> int:
     try:
         answer = control.call(state_dir, {"op": "unmount", "flush_timeout": args.flush_timeout},
                               timeout=args.flush_timeout + 30)
+    except control.DaemonNotAnswering as exc:
+        return _fail("unmount", str(exc), EXIT_NOT_ANSWERING)
+    except TimeoutError:
+        return _fail("unmount", f"the memfs daemon for {root} did not finish its final sync within "
+                     f"{args.flush_timeout + 30:g}s; see {state_dir / 'memfs.log'}", EXIT_NOT_ANSWERING)
     except control.NoDaemon:
-        if fuse_mount_at(root) is None:
+        entry = control.registry_entry(root)
+        mount_point = entry["root"] if entry and entry.get("root") else root
+        if fuse_mount_at(mount_point) is None:
             return _fail("unmount", f"nothing is mounted at {root}")
-        clear_stale_mount(root)
+        clear_stale_mount(mount_point)
         return _fail("unmount", f"the memfs daemon for {root} was dead; cleared its mount. Staged changes, "
                      f"if any, are kept in {state_dir}: upload them with `memfs flush --state-dir {state_dir}`")
-    if not wait_until_unmounted(root, 15):
+    if not wait_until_unmounted(answer.get("root") or root, 15, resolve=not answer.get("root")):
         return _fail("unmount", f"{root} is still mounted (busy?); try again or `fusermount3 -uz {root}`")
-    pending = int(answer.get("pending", 0))
-    if pending:
-        return _fail("unmount", f"{pending} staged change(s) could not be uploaded; they are kept in "
-                     f"{answer.get('state_dir')}: run `memfs flush --state-dir {answer.get('state_dir')}` "
-                     f"when the store service is reachable", 3)
-    print(f"memfs: unmounted {root}; every change is on the store service")
+    if int(answer.get("pending", 0)):
+        return _fail("unmount", _not_on_store_message(answer, str(answer.get("state_dir") or state_dir)),
+                     EXIT_NOT_ON_STORE)
+    print(f"memfs: unmounted {root}; every change is on the store service{_deletes_held_note(answer)}")
     return 0
 
 
@@ -342,7 +414,8 @@ def cmd_flush(args: argparse.Namespace) -> int:
     except Exception as exc:  # print one clear line, not a traceback
         return _fail("flush", f"{type(exc).__name__}: {exc}")
     if result["pending"]:
-        return _fail("flush", f"{result['pending']} staged change(s) still could not be uploaded: "
-                     f"{result.get('error') or 'see the log'}; they stay in {state_dir}", 3)
-    print(f"memfs flush: uploaded {result.get('pushed', 0)} change(s); nothing left staged in {state_dir}")
+        error = f" (last error: {result['error']})" if result.get("error") else ""
+        return _fail("flush", _not_on_store_message(result, str(state_dir)) + error, EXIT_NOT_ON_STORE)
+    print(f"memfs flush: uploaded {result.get('pushed', 0)} change(s); every change is on the store service"
+          f"{_deletes_held_note(result)}")
     return 0

@@ -63,9 +63,10 @@ def check_interval(value: float) -> float:
 
 
 # -- preflight ----------------------------------------------------------------------------------
-def fuse_mount_at(path: str) -> str | None:
-    """The filesystem type of a FUSE mount at path ('fuse.memfs', ...) or None."""
-    real = os.path.realpath(path)
+def fuse_mount_at(path: str, *, resolve: bool = True) -> str | None:
+    """The filesystem type of a FUSE mount at path ('fuse.memfs', ...) or None. `resolve=False`:
+    path is already resolved (realpath stats the path itself, which a live mount must answer)."""
+    real = os.path.realpath(path) if resolve else path
     try:
         with open("/proc/mounts") as f:
             for line in f:
@@ -152,6 +153,7 @@ def stores_from_session(session: dict[str, Any], root: str) -> list[StoreInfo]:
 class Daemon:
     def __init__(self, opts: MountOptions):
         self.opts = opts
+        self.given_root = opts.root  # as the user spelled it (registered too: control.registry_key)
         self.stop_requested = trio.Event()
         self.stop_reason = ""
         self.final: dict[str, Any] | None = None
@@ -164,6 +166,7 @@ class Daemon:
         """Mount, call on_ready(), serve until asked to stop; returns the exit status."""
         opts = self.opts
         preflight_root(opts.root)
+        self.given_root = opts.root
         opts.root = os.path.realpath(opts.root)  # resolved once, before it becomes our own mount
         if not opts.token:
             raise MountError(
@@ -208,6 +211,10 @@ class Daemon:
             state.set_meta("session_id", opts.session_id)
             state.set_meta("base_url", opts.base_url)
             state.set_meta("root", opts.root)
+            # What decides "not on the store" offline (`memfs status` after a crash, `memfs flush`).
+            state.set_meta("sync_deletions", opts.sync_deletions)
+            state.set_meta("max_files", str(opts.max_files))
+            state.set_meta("max_bytes", str(opts.max_bytes))
             fs = Filesystem(
                 state, stores, max_files=opts.max_files, max_bytes=opts.max_bytes, uid=opts.uid, gid=opts.gid
             )
@@ -232,7 +239,7 @@ class Daemon:
             async with trio.open_nursery() as nursery:
                 await nursery.start(self._serve_mount, functools.partial(run_mount, fs, opts.root,
                                                                          allow_other=opts.allow_other))
-                control.register(opts.root, opts.state_dir, os.getpid())
+                control.register(opts.root, opts.state_dir, os.getpid(), given=self.given_root)
                 try:
                     await nursery.start(self._control_server)
                     nursery.start_soon(self._signals)
@@ -252,13 +259,14 @@ class Daemon:
                     nursery.cancel_scope.cancel()
         pending = self.final["pending"] if self.final else -1
         if pending:
-            log.error(
-                "%d staged change(s) could not be uploaded; they are kept in %s (run `memfs flush --state-dir %s`)",
-                pending,
-                opts.state_dir,
-                opts.state_dir,
-            )
+            from memfs.sync.engine import describe_not_on_store
+
+            named = "; ".join(describe_not_on_store(self.final or {}))
+            log.error("%s change(s) are not on the store service; they are kept in the state dir %s: %s "
+                      "(staged ones: `memfs flush --state-dir %s`)", pending if pending > 0 else "some",
+                      opts.state_dir, named or "the final sync did not run", opts.state_dir)
             return 3
+        log.info("every change is on the store service")
         return 0
 
     async def _serve_mount(self, run, task_status=trio.TASK_STATUS_IGNORED) -> None:
@@ -303,29 +311,40 @@ class Daemon:
                 pass
 
     async def _handle_control(self, stream: trio.SocketStream) -> None:
+        """JSON lines: each request line gets one answer line, in order, until the client closes
+        (control.py: a client pipelines a ping in front of its request; a DaemonClient keeps the
+        connection for many requests)."""
         async with stream:
             buf = b""
-            while not buf.endswith(b"\n"):
-                chunk = await stream.receive_some(65536)
-                if not chunk:
+            while True:
+                while b"\n" not in buf:
+                    try:
+                        chunk = await stream.receive_some(65536)
+                    except trio.BrokenResourceError:
+                        return
+                    if not chunk:
+                        return
+                    buf += chunk
+                line, buf = buf.split(b"\n", 1)
+                request: dict[str, Any] = {}
+                try:
+                    request = json.loads(line)
+                    answer = await self._answer(request)
+                except Exception as exc:  # a bad request must never take the daemon down
+                    log.exception("control request failed")
+                    answer = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
+                try:
+                    await stream.send_all(json.dumps(answer).encode() + b"\n")
+                except trio.BrokenResourceError:
                     return
-                buf += chunk
-            request: dict[str, Any] = {}
-            try:
-                request = json.loads(buf)
-                answer = await self._answer(request)
-            except Exception as exc:  # a bad request must never take the daemon down
-                log.exception("control request failed")
-                answer = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
-            try:
-                await stream.send_all(json.dumps(answer).encode() + b"\n")
-            except trio.BrokenResourceError:
-                pass
-            if request.get("op") == "unmount":
-                self.final_answered.set()
+                finally:
+                    if isinstance(request, dict) and request.get("op") == "unmount":
+                        self.final_answered.set()
 
     async def _answer(self, request: dict[str, Any]) -> dict[str, Any]:
         op = request.get("op")
+        if op == "ping":  # answered from the event loop at once: "alive", whatever a tick is doing
+            return {"ok": True, "pong": True, "pid": os.getpid()}
         if op == "sync":
             return await self.engine.sync_now(force=bool(request.get("force")), wait=bool(request.get("wait")))
         if op == "status":
@@ -335,7 +354,7 @@ class Daemon:
                 self.opts.flush_timeout = float(request["flush_timeout"])
             self.request_stop("unmount requested")
             await self.final_done.wait()
-            return {"ok": True, "state_dir": str(self.opts.state_dir), **self.final}
+            return {"ok": True, "state_dir": str(self.opts.state_dir), "root": self.opts.root, **self.final}
         return {"ok": False, "error": f"unknown request {op!r}"}
 
 
@@ -355,10 +374,10 @@ def _first_leaf(group: BaseExceptionGroup) -> BaseException:
     return exc
 
 
-def wait_until_unmounted(root: str, timeout: float) -> bool:
+def wait_until_unmounted(root: str, timeout: float, *, resolve: bool = True) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if fuse_mount_at(root) is None:
+        if fuse_mount_at(root, resolve=resolve) is None:
             return True
         time.sleep(0.05)
     return False

@@ -300,10 +300,7 @@ class SyncEngine:
         return list(plan.push_stages) if store.access == "read_write" else []
 
     def _remote_from_base(self, sid: str, base) -> tuple[dict, list]:
-        remote = {b.memory_id: P.RemoteEntry(b.memory_id, b.path, b.sha, b.size) for b in base.values()}
-        for mid, sk in self.state.skipped(sid).items():
-            remote.setdefault(mid, P.RemoteEntry(mid, sk.path, sk.sha, sk.size))
-        return remote, sorted(remote, key=lambda mid: remote[mid].path)
+        return _remote_from_base(self.state, sid, base)
 
     async def _remote_state(self, store, applied: int | None, base, contents: dict[str, bytes]):
         """The store's current memories: via the changes feed, a snapshot (first download) or a listing."""
@@ -391,12 +388,6 @@ class SyncEngine:
             if b is None or b.path != f.path or b.sha != f.sha:
                 return True
         return False
-
-    def _staged_actions(self, store, base) -> list:
-        if store.access != "read_write":
-            return []
-        remote, order = self._remote_from_base(store.store_id, base)
-        return list(self._plan(store, base, remote, order, False).push)
 
     def _apply(self, store, plan: P.Plan, contents: dict[str, bytes]) -> bool:
         """Apply view and bookkeeping actions. Runs without awaiting: atomic w.r.t. FUSE handlers.
@@ -537,27 +528,43 @@ class SyncEngine:
                 raise
 
     # -- end of session ---------------------------------------------------------------------
+    def not_on_store(self) -> dict[str, NotOnStore]:
+        """store id -> what this mount holds that its store does not (see `not_on_store`)."""
+        return {s.store_id: not_on_store(self.state, s, self.fs.local_view(s.store_id), deletions=self.deletions,
+                                         max_files=self.max_files, max_bytes=self.max_bytes)
+                for s in self.stores}
+
     def pending(self) -> int:
-        total = 0
-        for store in self.stores:
-            base = self.state.baseline(store.store_id)
-            total += sum(1 for a in self._staged_actions(store, base) if not isinstance(a, P.HoldDelete))
-        return total
+        """How many local changes are not on the store (held deletes are not: nothing is lost)."""
+        return sum(n.count for n in self.not_on_store().values())
 
     async def final_sync(self, timeout: float) -> dict[str, Any]:
-        """Pull and push once more, bounded; report what stays staged (never deleted)."""
+        """Pull and push, bounded; report what is not on the store (never deleted). A second tick
+        runs when the first one made progress and left pushes it could not yet make (a create on
+        the path a rename just freed goes out one tick after that rename)."""
         result: dict[str, Any] = {"ok": False, "error": "timed out", "pushed": 0}
+        pushed = 0
         with trio.move_on_after(timeout):
-            result = await self.sync_now(force=True, wait=True)
-        pending = self.pending()
-        return {"pending": pending, "pushed": result.get("pushed", 0), "error": result.get("error"),
-                "ok": bool(result.get("ok")) and pending == 0}
+            for _round in range(3):
+                result = await self.sync_now(force=True, wait=True)
+                pushed += result.get("pushed", 0)
+                if not result.get("ok") or not result.get("pushed") or not self._staged_left():
+                    break
+        missing = self.not_on_store()
+        pending = sum(n.count for n in missing.values())
+        return {"pending": pending, "pushed": pushed, "error": result.get("error"),
+                "ok": bool(result.get("ok")) and pending == 0,
+                "not_on_store": {sid: n.summary() for sid, n in missing.items()},
+                "slugs": {s.store_id: s.slug for s in self.stores}}
+
+    def _staged_left(self) -> bool:
+        return any(n.staged for n in self.not_on_store().values())
 
     def status(self, root: str | None = None) -> dict[str, Any]:
         out = []
+        missing = self.not_on_store()
         for store in self.stores:
             s = self.sync[store.store_id]
-            base = self.state.baseline(store.store_id)
             out.append({
                 "store_id": store.store_id,
                 "name": store.name,
@@ -568,15 +575,118 @@ class SyncEngine:
                 "last_sync_at": s.last_sync_at,
                 "last_result": s.last_result,
                 "last_error": s.last_error,
-                "staged": len(self._staged_actions(store, base)),
-                "refused": len(self.state.refused(store.store_id)),
+                **missing[store.store_id].summary(),
             })
         return {"stores": out, "next_tick_in": self.due_in(), "has_counter": self.has_counter}
 
 
+HELD_NOT_UTF8 = "its content is not UTF-8, which the store cannot hold; it stays local until it is changed"
+HELD_CLASH = ("the store holds a memory at or around this path (a file/directory clash); it stays local "
+              "until that memory is gone")
+
+
+@dataclass
+class NotOnStore:
+    """What one store's view holds that the store does not (SPEC §5.7), by category:
+    staged (pushes the next tick makes), refused (the service refused the upload; not retried
+    until the file changes), held (kept back locally because the store cannot hold it), and
+    deletes_held (deleted here, kept on the store by --sync-deletions log_only/disabled). The
+    first three are changes that exist only in the state dir: `count`, which makes `memfs unmount`
+    and the daemon exit non-zero. A held delete loses nothing (the store keeps more, as asked)."""
+
+    staged: list[str]
+    refused: dict[str, str]  # path -> the service's reason
+    held: dict[str, str]  # path -> why it is held back
+    deletes_held: list[str]
+
+    @property
+    def count(self) -> int:
+        return len(self.staged) + len(self.refused) + len(self.held)
+
+    def summary(self) -> dict[str, Any]:
+        """The fields `memfs status` (live and offline) and `memfs unmount` show for one store."""
+        return {
+            "staged": len(self.staged), "refused": len(self.refused), "held": len(self.held),
+            "deletes_held": len(self.deletes_held), "not_on_store": self.count,
+            "paths": {"staged": self.staged, "refused": sorted(self.refused), "held": sorted(self.held),
+                      "deletes_held": self.deletes_held},
+            "reasons": {**self.refused, **self.held},
+        }
+
+
+def _remote_from_base(state, sid: str, base) -> tuple[dict, list]:
+    """The store as the baseline last saw it (plus the memories not materialised here)."""
+    remote = {b.memory_id: P.RemoteEntry(b.memory_id, b.path, b.sha, b.size) for b in base.values()}
+    for mid, sk in state.skipped(sid).items():
+        remote.setdefault(mid, P.RemoteEntry(mid, sk.path, sk.sha, sk.size))
+    return remote, sorted(remote, key=lambda mid: remote[mid].path)
+
+
+def not_on_store(state, store, local, *, deletions: str, max_files: int, max_bytes: int) -> NotOnStore:
+    """The one rule for "what is not on the store", shared by live and offline `memfs status`,
+    the final sync of `memfs unmount` and the daemon's exit, and `memfs flush`: the difference
+    between the view (`local`: path -> committed file, from the state dir's `files`) and the
+    baseline, planned as the next tick would plan it against an unchanged store."""
+    sid = store.store_id
+    if store.access != "read_write":
+        return NotOnStore([], {}, {}, [])
+    base = state.baseline(sid)
+    refused = state.refused(sid)
+    held_ids = state.deletes_held(sid)
+    remote, order = _remote_from_base(state, sid, base)
+    plan = P.plan_store(P.Inputs(
+        base=base, local=local, remote=remote, remote_order=tuple(order), refused=refused,
+        skipped=state.skipped(sid), deletes_held=frozenset(held_ids), access=store.access,
+        deletions=deletions, max_files=max_files, max_bytes=max_bytes, remote_changed=False))
+    staged: set[str] = set()
+    deletes_held = {b.path for b in base.values() if b.memory_id in held_ids}
+    for a in plan.push:
+        if isinstance(a, P.HoldDelete):
+            deletes_held.add(a.path)
+            continue
+        path = a.local_path if isinstance(a, P.PushUpdate) else a.path
+        if not path.startswith(P.TEMP_PREFIX):  # the first hop of a swap is half of one change
+            staged.add(path)
+    synced = {(b.path, b.sha) for b in base.values()}
+    refused_now: dict[str, str] = {}
+    held: dict[str, str] = {}
+    for path, f in local.items():
+        if path in staged or (path, f.sha) in synced:
+            continue
+        row = refused.get(path)
+        if f.bad_utf8:
+            held[path] = HELD_NOT_UTF8
+        elif row is not None and row.sha == f.sha:
+            refused_now[path] = row.reason
+        else:
+            held[path] = HELD_CLASH
+    return NotOnStore(sorted(staged), refused_now, held, sorted(deletes_held - staged))
+
+
+def describe_not_on_store(answer: dict[str, Any], limit: int = 10) -> list[str]:
+    """Lines naming what is not on the store (at most `limit`, then a count of the rest), from
+    a `final_sync()` or `offline_status()` answer: "work-notes/bad.txt (held: …)"."""
+    lines: list[str] = []
+    total = 0
+    slugs = answer.get("slugs", {})
+    for sid, summary in answer.get("not_on_store", {}).items():
+        slug = slugs.get(sid, sid)
+        reasons = summary.get("reasons", {})
+        for category in ("staged", "refused", "held"):
+            for path in summary["paths"][category]:
+                total += 1
+                if len(lines) < limit:
+                    why = f": {reasons[path]}" if path in reasons else ""
+                    lines.append(f"{slug}{path} ({category}{why})")
+    if total > limit:
+        lines.append(f"and {total - limit} more")
+    return lines
+
+
 async def flush_state_dir(state_dir: Path, base_url: str | None, token: str, timeout: float,
-                          deletions: str) -> dict[str, Any]:
-    """`memfs flush`: push what a dead mount left staged, without mounting anything."""
+                          deletions: str | None) -> dict[str, Any]:
+    """`memfs flush`: push what a dead mount left staged, without mounting anything. `deletions`
+    None: the --sync-deletions the mount used (a delete it held back stays held)."""
     from memfs.mount.core import Filesystem, StoreInfo
     from memfs.mount.state import State
 
@@ -589,23 +699,45 @@ async def flush_state_dir(state_dir: Path, base_url: str | None, token: str, tim
         stores = [StoreInfo(s.store_id, s.name, s.slug, s.access) for s in state.stores()]
         fs = Filesystem(state, stores)
         async with StoreClient(url, token) as client:
-            engine = SyncEngine(client, state, fs, stores, interval=5, deletions=deletions,
-                                max_files=10**9, max_bytes=10**12)
+            engine = SyncEngine(client, state, fs, stores, interval=5,
+                                deletions=deletions or state.get_meta("sync_deletions") or "enabled",
+                                **_recorded_limits(state))
             return await engine.final_sync(timeout)
     finally:
         state.close()
 
 
+def _recorded_limits(state) -> dict[str, int]:
+    """The mount's --max-files/--max-bytes as recorded in the state dir (the plan needs them)."""
+    return {"max_files": int(state.get_meta("max_files") or 10**9),
+            "max_bytes": int(state.get_meta("max_bytes") or 10**12)}
+
+
 def offline_status(state_dir: Path) -> dict[str, Any]:
-    """What `memfs status` can say from a state dir when no daemon runs."""
+    """What `memfs status` can say from a state dir when no daemon runs: the same fields as the
+    live status, "not on the store" by the same rule (`not_on_store`) over the view the next
+    mount would load from this state dir."""
+    from memfs.mount.core import Filesystem, StoreInfo
     from memfs.mount.state import State
 
     state = State(state_dir)
     try:
         root = state.get_meta("root") or ""
-        return {"stores": [{"store_id": s.store_id, "name": s.name, "slug": s.slug,
-                            "mount_path": os.path.join(root, s.slug), "access": s.access,
-                            "counter": s.counter, "last_sync_at": s.last_sync_at, "last_result": s.last_result,
-                            "last_error": s.last_error} for s in state.stores()]}
+        rows = state.stores()
+        infos = [StoreInfo(s.store_id, s.name, s.slug, s.access) for s in rows]
+        fs = Filesystem(state, infos)
+        deletions = state.get_meta("sync_deletions") or "enabled"
+        limits_ = _recorded_limits(state)
+        stores = []
+        missing: dict[str, dict[str, Any]] = {}
+        for s, info in zip(rows, infos, strict=True):
+            summary = not_on_store(state, info, fs.local_view(s.store_id), deletions=deletions, **limits_).summary()
+            missing[s.store_id] = summary
+            stores.append({"store_id": s.store_id, "name": s.name, "slug": s.slug,
+                           "mount_path": os.path.join(root, s.slug), "access": s.access,
+                           "counter": s.counter, "last_sync_at": s.last_sync_at, "last_result": s.last_result,
+                           "last_error": s.last_error, **summary})
+        return {"stores": stores, "pending": sum(m["not_on_store"] for m in missing.values()),
+                "not_on_store": missing, "slugs": {s.store_id: s.slug for s in rows}}
     finally:
         state.close()

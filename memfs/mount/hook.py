@@ -1,0 +1,72 @@
+"""`memfs sync`: the hook a worker runs before every tool call (SPEC §1, §5.1).
+
+It runs as a process that often, so it imports as little as possible: json, socket and the
+control module (no argparse, logging, typing, pathlib, httpx, trio). A plain
+`memfs sync [--root R] [--force] [--wait] [--json]` is parsed here by `sync_fast` without building
+the whole command line's parser; anything else goes to argparse (memfs/mount/commands.py), which
+calls the same `cmd_sync`.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from memfs.mount import control
+
+EXIT_NOT_ANSWERING = 4  # a daemon holds the socket but does not answer (stopped, wedged)
+SYNC_TIMEOUT = 120.0  # a due tick's pull (and, with --wait, its uploads), once the daemon answered
+
+
+def _fail(message: str, code: int = 1) -> int:
+    print(f"memfs sync: error: {message}", file=sys.stderr)
+    return code
+
+
+def cmd_sync(args) -> int:
+    """args: .root, .force, .wait, .json (an argparse Namespace or `_SyncArgs`)."""
+    state_dir = control.state_dir_of(args.root)
+    try:
+        answer = control.call(state_dir, {"op": "sync", "force": args.force, "wait": args.wait},
+                              timeout=SYNC_TIMEOUT)
+    except control.DaemonNotAnswering as exc:
+        return _fail(str(exc), EXIT_NOT_ANSWERING)
+    except control.NoDaemon as exc:
+        return _fail(f"no memfs mount at {args.root}: {exc}")
+    except TimeoutError:
+        return _fail(f"the memfs daemon for {args.root} is alive but its tick did not end within "
+                     f"{SYNC_TIMEOUT:g}s; see {state_dir}/memfs.log", EXIT_NOT_ANSWERING)
+    if args.json:
+        print(json.dumps(answer, indent=2))
+    elif answer.get("ran"):
+        print(f"memfs sync: {answer.get('result', 'ok')}")
+    else:
+        print(f"memfs sync: not due (next in {answer.get('next_in', 0):.1f}s)")
+    if not answer.get("ok", False):
+        return _fail(str(answer.get("error")))
+    return 0
+
+
+class _SyncArgs:
+    def __init__(self) -> None:
+        self.root, self.force, self.wait, self.json = "/mnt/memory", False, False, False
+
+
+def sync_fast(argv: list[str]) -> int | None:
+    """Run `memfs sync ARGV` if ARGV is a plain invocation; None: anything else (--help, an
+    abbreviation, a mistake), for the full parser to handle with its messages."""
+    args = _SyncArgs()
+    i = 0
+    while i < len(argv):
+        a = argv[i]
+        if a in ("--force", "--wait", "--json"):
+            setattr(args, a[2:], True)
+        elif a == "--root" and i + 1 < len(argv) and not argv[i + 1].startswith("-"):
+            i += 1
+            args.root = argv[i]
+        elif a.startswith("--root=") and len(a) > 7:
+            args.root = a[7:]
+        else:
+            return None
+        i += 1
+    return cmd_sync(args)
