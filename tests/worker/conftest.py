@@ -129,3 +129,50 @@ def wworld(service, api, tmp_path, monkeypatch, caplog):
         yield w
     finally:
         w.close()
+
+
+class SocketSpy:
+    """A unix socket in front of the daemon's control socket that records every request the worker
+    sends (the worker is pointed at it with MEMFS_SYNC_SOCKET, as the sandbox image does)."""
+
+    def __init__(self, path: Path, state_dir: Path):
+        import socketserver
+        import threading
+
+        from memfs.mount import control
+
+        self.path = path
+        self.requests: list[dict] = []
+        spy = self
+
+        class Handler(socketserver.StreamRequestHandler):
+            def handle(self):
+                line = self.rfile.readline()
+                if not line:
+                    return
+                request = json.loads(line)
+                spy.requests.append(request)
+                try:
+                    answer = control.call(state_dir, request, timeout=60)
+                except control.NoDaemon:
+                    return  # close without answering, as a dead daemon would
+                self.wfile.write(json.dumps(answer).encode() + b"\n")
+
+        self.server = socketserver.ThreadingUnixStreamServer(str(path), Handler)
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def syncs(self) -> list[tuple[bool, bool]]:
+        return [(bool(r.get("force")), bool(r.get("wait"))) for r in self.requests if r.get("op") == "sync"]
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def spy(wworld, monkeypatch):
+    s = SocketSpy(wworld.tmp / "spy.sock", wworld.box.state_dir)
+    monkeypatch.setenv("MEMFS_SYNC_SOCKET", str(s.path))
+    yield s
+    s.close()
