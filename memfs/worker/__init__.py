@@ -8,6 +8,17 @@
     await worker.handle_item()
 """
 
-from memfs.worker.tools import MemfsSessionError, memfs_tools
+from __future__ import annotations
+
+from typing import Any
 
 __all__ = ["MemfsSessionError", "memfs_tools"]
+
+
+def __getattr__(name: str) -> Any:
+    # Lazy: `memfs worker --help` and the rest of the CLI must work without the extra installed.
+    if name in __all__:
+        from memfs.worker import tools
+
+        return getattr(tools, name)
+    raise AttributeError(name)
