@@ -125,8 +125,9 @@ class Session:
 class FakePlatform:
     """The app and its state; all state is touched on the fake's own event loop thread."""
 
-    def __init__(self, *, ttl_seconds: int = 4):
+    def __init__(self, *, ttl_seconds: int = 4, environment_key: str = "envkey-fake"):
         self.ttl_seconds = ttl_seconds
+        self.environment_key = environment_key
         self.works: dict[str, Work] = {}
         self.sessions: dict[str, Session] = {}
         self.queue: list[str] = []
@@ -208,6 +209,9 @@ class FakePlatform:
 
     # -- work -------------------------------------------------------------------------------------
     async def poll(self, request: Request) -> Response:
+        denied = self._auth(request, self.environment_key)  # polling is the environment's, not an item's
+        if denied:
+            return self._log(request, denied)
         env = request.path_params["env"]
         for work_id in list(self.queue):
             work = self.works[work_id]
@@ -221,6 +225,9 @@ class FakePlatform:
         work = self._work(request)
         if work is None:
             return self._log(request, self._error(404, "not_found_error", "no such work item"))
+        denied = self._auth(request, self.environment_key)
+        if denied:
+            return self._log(request, denied)
         work.acked, work.state = True, "starting"
         return self._log(request, JSONResponse(work.body()))
 

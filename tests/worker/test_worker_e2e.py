@@ -178,3 +178,32 @@ def _leaves(exc: BaseException) -> list[BaseException]:
     if isinstance(exc, BaseExceptionGroup):
         return [leaf for e in exc.exceptions for leaf in _leaves(e)]
     return [exc]
+
+
+def test_the_polling_worker_run_serves_a_claimed_item_the_same_way(wworld):
+    """EnvironmentWorker.run(): poll, ack, the item with memfs_tools(), stop; then cancelled."""
+    import asyncio
+
+    from anthropic.lib.environments import EnvironmentWorker
+
+    from memfs.worker import memfs_tools
+
+    wworld.mount()
+    work = wworld.item([Step("write", {"file_path": wworld.memory(RW, "polled.md"), "content": "via run()\n"})])
+
+    async def main():
+        worker = EnvironmentWorker(wworld.client(), environment_id=work.environment_id,
+                                   environment_key=wworld.platform.environment_key, memory_sync_interval=None,
+                                   workdir=wworld.workdir, max_idle=2, tools=memfs_tools(root=wworld.root))
+        task = asyncio.ensure_future(worker.run())
+        deadline = time.monotonic() + 60
+        while not work.stop_requests and time.monotonic() < deadline and not task.done():
+            await asyncio.sleep(0.1)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(main())
+    assert work.acked and work.stop_requests == [{"force": True}]
+    assert wworld.api.contents(wworld.rw)["/polled.md"] == "via run()\n"
+    assert wworld.platform.errors == []
