@@ -39,6 +39,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--sync-interval", default=None, help="for --mount: the mount's sync interval")
     p.add_argument("--max-idle", type=float, default=None,
                    help="seconds to keep serving after the session's turn ended (the SDK's default: 60)")
+    p.add_argument("--force-stop", action="store_true",
+                   help="only force-stop the work item and exit (a sandbox whose mount failed)")
     p.set_defaults(func=cmd_worker)
 
 
@@ -65,6 +67,8 @@ def cmd_worker(args: argparse.Namespace) -> int:
     if not os.environ.get("ANTHROPIC_WORK_SECRET") and not os.environ.get("ANTHROPIC_ENVIRONMENT_KEY"):
         print("memfs worker: neither ANTHROPIC_WORK_SECRET nor ANTHROPIC_ENVIRONMENT_KEY is set", file=sys.stderr)
         return 2
+    if args.force_stop:
+        return 0 if _force_stop_item() else 1
     if not make_non_dumpable():
         log.warning("could not make the worker non-dumpable: same-uid processes may read its environment")
     if args.mount:
@@ -162,7 +166,7 @@ def _unmount(args: argparse.Namespace) -> None:
         log.error("memfs unmount exited %d (see above); nothing staged is deleted", proc.returncode)
 
 
-def _force_stop_item() -> None:
+def _force_stop_item() -> bool:
     """Stop the work item so it does not sit queued until its lease expires."""
     import anyio
     from anthropic import AsyncAnthropic
@@ -171,7 +175,8 @@ def _force_stop_item() -> None:
 
     token = sessions_token_from_secret(os.environ.get("ANTHROPIC_WORK_SECRET")) or os.environ.get("ANTHROPIC_ENVIRONMENT_KEY")
     if not token:
-        return
+        log.error("cannot force-stop the work item: no ANTHROPIC_WORK_SECRET or ANTHROPIC_ENVIRONMENT_KEY")
+        return False
 
     async def stop() -> None:
         async with AsyncAnthropic(auth_token=token, api_key=None, base_url=os.environ.get("ANTHROPIC_BASE_URL"),
@@ -182,5 +187,9 @@ def _force_stop_item() -> None:
     try:
         anyio.run(stop)
         log.info("work item %s force-stopped", os.environ["ANTHROPIC_WORK_ID"])
+        return True
     except Exception as exc:  # noqa: BLE001
+        if getattr(exc, "status_code", None) == 409:  # already stopped
+            return True
         log.error("could not force-stop work item %s: %s", os.environ["ANTHROPIC_WORK_ID"], exc)
+        return False
