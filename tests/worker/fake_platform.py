@@ -21,6 +21,7 @@ import base64
 import contextlib
 import itertools
 import json
+import logging
 import threading
 import time
 from collections.abc import Callable
@@ -397,7 +398,10 @@ class PlatformServer:
             config = Config()
             config.bind = [f"fd://{sock.fileno()}"]  # the socket we bound: no free-port race
             config.accesslog = None
-            config.errorlog = "-"  # a handler that raised shows up in the test's output
+            # A handler that raised shows up in the test's log; the startup banner does not.
+            errorlog = logging.getLogger("fake-platform")
+            errorlog.setLevel(logging.WARNING)
+            config.errorlog = errorlog
             config.graceful_timeout = 1
             self.base_url = f"http://127.0.0.1:{port}"
             task = asyncio.ensure_future(serve(self.platform.app, config, shutdown_trigger=self._stop.wait))
