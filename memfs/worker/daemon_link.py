@@ -35,13 +35,19 @@ class DaemonLink:
         # control.call() takes a state dir and appends the socket's name: a sync-only socket
         # is given as its own path, so its directory stands in for the state dir.
         self._socket_override = Path(sock) if sock else None
+        self._state_dir: Path | None = None  # looked up once: resolving the root stats the mount
+
+    def state_dir(self) -> Path:
+        if self._state_dir is None:
+            self._state_dir = control.lookup_state_dir(self.root)
+        return self._state_dir
 
     def _call(self, request: dict[str, Any], timeout: float) -> dict[str, Any]:
         try:
             if self._socket_override is not None:
                 answer = _call_socket(self._socket_override, request, timeout)
             else:
-                answer = control.call(control.lookup_state_dir(self.root), request, timeout=timeout)
+                answer = control.call(self.state_dir(), request, timeout=timeout)
         except (control.NoDaemon, OSError, ValueError) as exc:  # OSError covers socket.timeout
             raise DaemonUnavailable(f"the memfs daemon of {self.root} did not answer: {exc}") from exc
         # A failed tick answers {"ok": false, "ran": true, ...}: that is a result, not a refusal.

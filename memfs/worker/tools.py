@@ -157,7 +157,7 @@ class SessionMemory:
         elif name == "edit":
             await self._refuse_oversized_edit(input_)
 
-    def _memory_file(self, op: str, file_path: object) -> Path | None:
+    def _memory_file(self, file_path: object) -> Path | None:
         """The resolved target when it lies in one of the session's stores, else None."""
         if not isinstance(file_path, str):
             return None
@@ -179,7 +179,7 @@ class SessionMemory:
 
     async def _refuse_oversized_write(self, input_: dict[str, Any]) -> None:
         file_path, content = input_.get("file_path"), input_.get("content")
-        if not isinstance(content, str) or self._memory_file("write", file_path) is None:
+        if not isinstance(content, str) or self._memory_file(file_path) is None:
             return
         size = len(content.encode("utf-8", "surrogatepass"))
         if size > limits.MAX_CONTENT_BYTES:
@@ -188,7 +188,7 @@ class SessionMemory:
     async def _refuse_oversized_edit(self, input_: dict[str, Any]) -> None:
         file_path = input_.get("file_path")
         old, new = input_.get("old_string"), input_.get("new_string")
-        target = self._memory_file("edit", file_path)
+        target = self._memory_file(file_path)
         if target is None or not isinstance(old, str) or not isinstance(new, str) or not old:
             return
 

@@ -89,3 +89,9 @@ def test_a_failed_mount_force_stops_the_item(wworld, tmp_path):
     assert "something already exists" in worker_log(wworld)
     assert work.stop_requests == [{"force": True}]
     assert wworld.platform.sessions[work.session_id].results == []
+
+
+def test_the_cli_works_without_the_worker_extra_imported():
+    code = "import sys, memfs.cli; memfs.cli.build_parser(); print('anthropic' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=30)
+    assert out.stdout.strip() == "False", out.stderr
