@@ -13,8 +13,18 @@
 # otherwise the command's status, and 0 when the container was stopped with SIGTERM and every
 # change reached the store service.
 #
+# Worker mode (MEMFS_MODE=worker, SPEC §8): the command (default `memfs worker`) is the official
+# EnvironmentWorker for one work item (ANTHROPIC_WORK_ID, ANTHROPIC_ENVIRONMENT_ID, ANTHROPIC_SESSION_ID,
+# ANTHROPIC_WORK_SECRET, ANTHROPIC_BASE_URL = the platform). It runs as the agent user, keeps the work
+# secret (and makes itself non-dumpable, so the agent's bash, its child, cannot read it from
+# /proc/<worker>/environ; bash itself gets no ANTHROPIC_* variables), and reaches the daemon through
+# the sync-only socket MEMFS_SYNC_SOCKET (/run/memfs-sync/sync.sock: sync and status, nothing else);
+# the state dir and the full control socket stay root's. Its grace is MEMFS_AGENT_GRACE=40 s (its
+# final sync is bounded by 30 s): stop the container with docker stop -t 75. A mount that fails
+# force-stops the work item (`memfs worker --force-stop`) so it does not wait for its lease to expire.
+#
 # Environment: ANTHROPIC_BASE_URL, ANTHROPIC_SESSION_ID, ANTHROPIC_WORK_SECRET (or MEMFS_TOKEN) for
-# memfs; MEMFS_ROOT (/mnt/memory), MEMFS_STATE_DIR (/var/lib/memfs/state), MEMFS_SYNC_INTERVAL (15),
+# memfs; MEMFS_STORE_URL (the memory store service when it is not ANTHROPIC_BASE_URL); MEMFS_ROOT (/mnt/memory), MEMFS_STATE_DIR (/var/lib/memfs/state), MEMFS_SYNC_INTERVAL (15),
 # MEMFS_MOUNT_ARGS (more `memfs mount` flags), MEMFS_FLUSH_TIMEOUT (30), MEMFS_AGENT_GRACE (5),
 # AGENT_UID / AGENT_GID (the `agent` user's, 1000), MEMFS_LOG_TO_STDERR (1: the daemon's log
 # goes to the container's log).
@@ -23,15 +33,24 @@ set -uo pipefail
 ROOT="${MEMFS_ROOT:-/mnt/memory}"
 STATE_DIR="${MEMFS_STATE_DIR:-/var/lib/memfs/state}"
 FLUSH_TIMEOUT="${MEMFS_FLUSH_TIMEOUT:-30}"
-AGENT_GRACE="${MEMFS_AGENT_GRACE:-5}"
+MODE="${MEMFS_MODE:-agent}"
+if [ "$MODE" = worker ]; then
+    AGENT_GRACE="${MEMFS_AGENT_GRACE:-40}"
+    export MEMFS_SYNC_SOCKET="${MEMFS_SYNC_SOCKET:-/run/memfs-sync/sync.sock}"
+    mkdir -p "$(dirname "$MEMFS_SYNC_SOCKET")"
+    chmod 0755 "$(dirname "$MEMFS_SYNC_SOCKET")"
+else
+    AGENT_GRACE="${MEMFS_AGENT_GRACE:-5}"
+fi
 AGENT_UID="${AGENT_UID:-$(id -u agent 2>/dev/null || echo 1000)}"
 AGENT_GID="${AGENT_GID:-$(id -g agent 2>/dev/null || echo 1000)}"
 EX_CONFIG=78
 
 say() { echo "memfs-sandbox: $*" >&2; }
 
+WORKER_DEFAULT=0
 if [ $# -eq 0 ]; then
-    set -- sleep infinity
+    if [ "$MODE" = worker ]; then WORKER_DEFAULT=1; else set -- sleep infinity; fi
 fi
 
 # Trapped from the start: as PID 1, bash would otherwise ignore a SIGTERM that comes during the mount.
@@ -66,10 +85,14 @@ stop_tail() {
 
 # shellcheck disable=SC2086  # MEMFS_MOUNT_ARGS is a list of flags
 memfs mount --root "$ROOT" --state-dir "$STATE_DIR" --uid "$AGENT_UID" --gid "$AGENT_GID" --allow-other \
-    --sync-interval "${MEMFS_SYNC_INTERVAL:-15}" --flush-timeout "$FLUSH_TIMEOUT" ${MEMFS_MOUNT_ARGS:-}
+    --sync-interval "${MEMFS_SYNC_INTERVAL:-15}" --flush-timeout "$FLUSH_TIMEOUT" \
+    ${MEMFS_STORE_URL:+--base-url "$MEMFS_STORE_URL"} ${MEMFS_MOUNT_ARGS:-}
 rc=$?
 if [ $rc -ne 0 ]; then
     say "the memory stores could not be mounted (memfs mount exit $rc); not starting the agent without its memory"
+    if [ "$MODE" = worker ]; then
+        memfs worker --force-stop --root "$ROOT" || say "the work item could not be force-stopped"
+    fi
     stop_tail
     exit $EX_CONFIG
 fi
@@ -84,8 +107,15 @@ else
     agent_name="agent"
     agent_home="/tmp"
 fi
+if [ "$WORKER_DEFAULT" = 1 ]; then
+    set -- memfs worker --root "$ROOT" --workdir "$agent_home"
+fi
+# The agent's command never gets the credentials; in worker mode the worker keeps the work secret
+# (it is the process that needs it, and it shields it: see the header).
+hide=(-u ANTHROPIC_WORK_SECRET -u MEMFS_TOKEN -u MEMFS_ADMIN_KEY)
+if [ "$MODE" = worker ]; then hide=(-u MEMFS_TOKEN -u MEMFS_ADMIN_KEY); fi
 run_agent() {
-    env -u ANTHROPIC_WORK_SECRET -u MEMFS_TOKEN -u MEMFS_ADMIN_KEY \
+    env "${hide[@]}" \
         HOME="$agent_home" USER="$agent_name" LOGNAME="$agent_name" \
         setpriv --reuid "$AGENT_UID" --regid "$AGENT_GID" "${groups_opt[@]}" --no-new-privs -- "$@" &
     AGENT_PID=$!

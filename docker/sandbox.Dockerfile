@@ -34,9 +34,9 @@ RUN set -eu; \
     export PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1; \
     python3 -m venv /opt/memfs; \
     wheel="$(ls /dist/memfs-*.whl | sort -V | tail -n 1)"; \
-    /opt/memfs/bin/pip wheel -q $PIP_OPTIONS --find-links /dist -w /wheels "$wheel"; \
-    /opt/memfs/bin/pip install -q --no-index --find-links /wheels "$wheel"; \
-    /opt/memfs/bin/python -c 'import memfs, pyfuse3, trio, httpx, starlette, hypercorn'; \
+    /opt/memfs/bin/pip wheel -q $PIP_OPTIONS --find-links /dist -w /wheels "$wheel[worker]"; \
+    /opt/memfs/bin/pip install -q --no-index --find-links /wheels "$wheel[worker]"; \
+    /opt/memfs/bin/python -c 'import memfs, pyfuse3, trio, httpx, starlette, hypercorn, anthropic, memfs.worker.tools'; \
     /opt/memfs/bin/memfs --help >/dev/null; \
     install -m 0755 /dist/entrypoint.sh /opt/memfs/bin/memfs-sandbox-entrypoint
 
@@ -62,4 +62,7 @@ COPY --from=build /opt/memfs /opt/memfs
 # No command given: the agent's command is `sleep infinity` (a worker then runs tool calls with
 # docker exec). docker stop sends SIGTERM: the entrypoint stops the agent's command, runs the final
 # sync and unmounts. Give it time: docker stop -t 40 (agent grace 5 s + final sync bounded by 30 s).
+# Worker mode (MEMFS_MODE=worker; docker/spawn-worker-sandbox.sh starts one per work item): the
+# command is `memfs worker`, the official EnvironmentWorker for one work item, run as `agent`; its
+# final sync runs before the unmount's: stop timeout 75 s (worker grace 40 s + unmount 30 s).
 ENTRYPOINT ["/opt/memfs/bin/memfs-sandbox-entrypoint"]

@@ -24,6 +24,9 @@ def build_parser() -> argparse.ArgumentParser:
     from memfs.mount import commands as mount_commands  # imports pyfuse3 lazily
 
     mount_commands.register(sub)
+    from memfs.worker import command as worker_commands  # imports anthropic lazily (extra memfs[worker])
+
+    worker_commands.register(sub)
     return parser
 
 

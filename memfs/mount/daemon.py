@@ -242,6 +242,7 @@ class Daemon:
                 control.register(opts.root, opts.state_dir, os.getpid(), given=self.given_root)
                 try:
                     await nursery.start(self._control_server)
+                    await nursery.start(serve_sync_only, self, os.environ.get(SYNC_ONLY_SOCKET_ENV))
                     nursery.start_soon(self._signals)
                     nursery.start_soon(engine.timer)
                     log.info("mounted %d store(s) at %s", len(stores), opts.root)
@@ -356,6 +357,92 @@ class Daemon:
             await self.final_done.wait()
             return {"ok": True, "state_dir": str(self.opts.state_dir), "root": self.opts.root, **self.final}
         return {"ok": False, "error": f"unknown request {op!r}"}
+
+
+# -- the sync-only socket (SPEC §8) ----------------------------------------------------------------
+# The sandbox image's worker runs as the agent's user, who must not reach the full control socket
+# (it can unmount). This second listener answers `sync` and `status` only, may be opened by anyone
+# who can reach its path, and spaces forced ticks at least SYNC_ONLY_FORCED_GAP apart: a forced
+# request that comes sooner waits its turn (it is never downgraded, so a final sync still pushes).
+SYNC_ONLY_SOCKET_ENV = "MEMFS_SYNC_SOCKET"
+SYNC_ONLY_FORCED_GAP = 1.0
+SYNC_ONLY_CONNECTIONS = 4
+SYNC_ONLY_MAX_REQUEST = 4096
+
+
+async def serve_sync_only(daemon: Daemon, path: str | None, task_status=trio.TASK_STATUS_IGNORED) -> None:
+    if not path:
+        task_status.started()
+        return
+    sock_path = Path(path)
+    sock_path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        sock_path.unlink()
+    except FileNotFoundError:
+        pass
+    listener_sock = trio.socket.socket(trio.socket.AF_UNIX, trio.socket.SOCK_STREAM)
+    await listener_sock.bind(str(sock_path))
+    os.chmod(sock_path, 0o666)  # it grants nothing but sync and status
+    listener_sock.listen(16)
+    forced = {"lock": trio.Lock(), "last": -math.inf}
+    limiter = trio.CapacityLimiter(SYNC_ONLY_CONNECTIONS)
+
+    async def handle(stream: trio.SocketStream) -> None:
+        async with stream:
+            if limiter.available_tokens == 0:
+                await _send_line(stream, {"ok": False, "error": "busy: too many open requests"})
+                return
+            async with limiter:
+                buf = b""
+                with trio.move_on_after(10):
+                    while not buf.endswith(b"\n") and len(buf) <= SYNC_ONLY_MAX_REQUEST:
+                        chunk = await stream.receive_some(SYNC_ONLY_MAX_REQUEST)
+                        if not chunk:
+                            return
+                        buf += chunk
+                try:
+                    request = json.loads(buf) if len(buf) <= SYNC_ONLY_MAX_REQUEST else None
+                except ValueError:
+                    request = None
+                op = request.get("op") if isinstance(request, dict) else None
+                if op == "status":
+                    answer = await daemon._answer({"op": "status"})
+                elif op == "sync":
+                    force, wait = bool(request.get("force")), bool(request.get("wait"))
+                    waited = 0.0
+                    if force:
+                        async with forced["lock"]:
+                            waited = max(0.0, forced["last"] + SYNC_ONLY_FORCED_GAP - trio.current_time())
+                            await trio.sleep(waited)
+                            forced["last"] = trio.current_time()
+                    answer = await daemon.engine.sync_now(force=force, wait=wait)
+                    if waited:
+                        answer = {**answer, "rate_limited_for": round(waited, 3)}
+                else:
+                    answer = {"ok": False, "error": "this socket answers only {\"op\": \"sync\"} and {\"op\": \"status\"}"}
+                await _send_line(stream, answer)
+
+    async def guarded(stream: trio.SocketStream) -> None:
+        try:
+            await handle(stream)
+        except Exception:  # a bad request must never take the daemon down
+            log.exception("sync-only socket request failed")
+
+    task_status.started()
+    try:
+        await trio.serve_listeners(guarded, [trio.SocketListener(listener_sock)])
+    finally:
+        try:
+            sock_path.unlink()
+        except FileNotFoundError:
+            pass
+
+
+async def _send_line(stream: trio.SocketStream, answer: dict[str, Any]) -> None:
+    try:
+        await stream.send_all(json.dumps(answer).encode() + b"\n")
+    except trio.BrokenResourceError:
+        pass
 
 
 def _release_freed_memory() -> None:

@@ -1,0 +1,195 @@
+"""`memfs worker`: the official `EnvironmentWorker.handle_item()` for one work item, memory by memfs.
+
+It reads what `ant beta:worker poll --on-work` hands a work item's process (ANTHROPIC_WORK_ID,
+ANTHROPIC_ENVIRONMENT_ID, ANTHROPIC_SESSION_ID, ANTHROPIC_WORK_SECRET, ANTHROPIC_BASE_URL,
+ANTHROPIC_ENVIRONMENT_KEY), makes itself non-dumpable (so the agent's `bash`, a child with the same
+uid, cannot read the secret from /proc/<worker>/environ), and runs the item with `memfs_tools()`.
+SIGTERM and SIGINT cancel the item cleanly: the runner closes the tools (the final sync runs), the
+worker stops the item, the command exits 0. The SDK installs no signal handlers of its own.
+
+With `--mount` it also mounts the session's stores first (from the store service at `--store-url`,
+default ANTHROPIC_BASE_URL: the memory store service may be another host than the platform) and
+unmounts them at the end; without it the stores must already be mounted at `--root`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import logging
+import os
+import signal
+import subprocess
+import sys
+
+log = logging.getLogger("memfs.worker")
+
+ITEM_VARS = ("ANTHROPIC_WORK_ID", "ANTHROPIC_ENVIRONMENT_ID", "ANTHROPIC_SESSION_ID")
+PR_SET_DUMPABLE = 4
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("worker", help="run the official EnvironmentWorker for one work item, memory by memfs")
+    p.add_argument("--root", default="/mnt/memory", help="where the session's stores are (or get) mounted")
+    p.add_argument("--workdir", default=None, help="the agent's working directory (default: the current one)")
+    p.add_argument("--mount", action="store_true", help="mount the session's stores first, unmount them at the end")
+    p.add_argument("--store-url", default=None,
+                   help="the memory store service, for --mount (default: $MEMFS_STORE_URL, else $ANTHROPIC_BASE_URL)")
+    p.add_argument("--state-dir", default=None, help="for --mount: the mount's state dir")
+    p.add_argument("--sync-interval", default=None, help="for --mount: the mount's sync interval")
+    p.add_argument("--max-idle", type=float, default=None,
+                   help="seconds to keep serving after the session's turn ended (the SDK's default: 60)")
+    p.add_argument("--force-stop", action="store_true",
+                   help="only force-stop the work item and exit (a sandbox whose mount failed)")
+    p.set_defaults(func=cmd_worker)
+
+
+def make_non_dumpable() -> bool:
+    """prctl(PR_SET_DUMPABLE, 0): /proc/<pid>/environ and ptrace are closed to same-uid processes."""
+    try:
+        return ctypes.CDLL(None, use_errno=True).prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def cmd_worker(args: argparse.Namespace) -> int:
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        import anthropic  # noqa: F401
+    except ImportError:
+        print("memfs worker needs the worker extra: pip install 'memfs[worker]'", file=sys.stderr)
+        return 2
+    missing = [v for v in ITEM_VARS if not os.environ.get(v)]
+    if missing:
+        print(f"memfs worker: {', '.join(missing)} not set (the work item's process gets them from "
+              "`ant beta:worker poll --on-work`)", file=sys.stderr)
+        return 2
+    if not os.environ.get("ANTHROPIC_WORK_SECRET") and not os.environ.get("ANTHROPIC_ENVIRONMENT_KEY"):
+        print("memfs worker: neither ANTHROPIC_WORK_SECRET nor ANTHROPIC_ENVIRONMENT_KEY is set", file=sys.stderr)
+        return 2
+    if args.force_stop:
+        return 0 if _force_stop_item() else 1
+    if not make_non_dumpable():
+        log.warning("could not make the worker non-dumpable: same-uid processes may read its environment")
+    if args.mount:
+        code = _mount(args)
+        if code != 0:
+            _force_stop_item()
+            return code
+    try:
+        import anyio
+
+        return anyio.run(_run_item, args)
+    finally:
+        if args.mount:
+            _unmount(args)
+
+
+async def _run_item(args: argparse.Namespace) -> int:
+    import anyio
+    from anthropic import AsyncAnthropic
+    from anthropic.lib.environments import EnvironmentWorker
+
+    from memfs.worker import memfs_tools
+
+    kwargs = {} if args.max_idle is None else {"max_idle": args.max_idle}
+    # No api key: every request of the item carries the work secret's sessions token (or the
+    # environment key), which the worker's own sub-clients set.
+    client = AsyncAnthropic(api_key="unused", base_url=os.environ.get("ANTHROPIC_BASE_URL"))
+    from memfs.worker import lease
+
+    lease.watch(client)  # before the first heartbeat, so a lease lost early is seen too
+    worker = EnvironmentWorker(client, memory_sync_interval=None, tools=memfs_tools(root=args.root),
+                               workdir=args.workdir or os.getcwd(), **kwargs)
+    stopped_by: list[str] = []
+    async with anyio.create_task_group() as tg:
+
+        async def on_signals() -> None:
+            with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+                async for signum in signals:
+                    stopped_by.append(signal.Signals(signum).name)
+                    log.info("%s: cancelling the work item (final sync, then stop)", stopped_by[-1])
+                    tg.cancel_scope.cancel()
+                    return
+
+        tg.start_soon(on_signals)
+        try:
+            await worker.handle_item()
+        except Exception as exc:  # noqa: BLE001 - reported, and the exit status says so
+            log.error("the work item failed: %s", _causes(exc))
+            tg.cancel_scope.cancel()
+            return 1
+        tg.cancel_scope.cancel()
+    await client.close()
+    if stopped_by:
+        log.info("work item cancelled by %s and stopped cleanly", stopped_by[0])
+    return 0
+
+
+def _causes(exc: BaseException) -> str:
+    inner = getattr(exc, "exceptions", None)
+    return "; ".join(_causes(e) for e in inner) if inner else f"{type(exc).__name__}: {exc}"
+
+
+def _memfs(*argv: str, env: dict[str, str] | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "memfs", *argv], env=env, timeout=timeout,
+                          stdout=sys.stderr, stderr=sys.stderr)
+
+
+def _mount(args: argparse.Namespace) -> int:
+    store_url = args.store_url or os.environ.get("MEMFS_STORE_URL") or os.environ.get("ANTHROPIC_BASE_URL")
+    argv = ["mount", "--root", args.root, "--session-id", os.environ["ANTHROPIC_SESSION_ID"]]
+    if store_url:
+        argv += ["--base-url", store_url]
+    if args.state_dir:
+        argv += ["--state-dir", args.state_dir]
+    if args.sync_interval:
+        argv += ["--sync-interval", str(args.sync_interval)]
+    try:
+        proc = _memfs(*argv)
+    except subprocess.TimeoutExpired:
+        log.error("memfs mount did not finish in time")
+        return 3
+    if proc.returncode != 0:
+        log.error("memfs mount failed (exit %d): the work item is stopped rather than run without its memory",
+                  proc.returncode)
+    return proc.returncode
+
+
+def _unmount(args: argparse.Namespace) -> None:
+    try:
+        proc = _memfs("unmount", "--root", args.root, timeout=60)
+    except subprocess.TimeoutExpired:
+        log.error("memfs unmount did not finish in 60 s; the staged changes stay in the state dir")
+        return
+    if proc.returncode != 0:
+        log.error("memfs unmount exited %d (see above); nothing staged is deleted", proc.returncode)
+
+
+def _force_stop_item() -> bool:
+    """Stop the work item so it does not sit queued until its lease expires."""
+    import anyio
+    from anthropic import AsyncAnthropic
+
+    from memfs.client import sessions_token_from_secret
+
+    token = sessions_token_from_secret(os.environ.get("ANTHROPIC_WORK_SECRET")) or os.environ.get("ANTHROPIC_ENVIRONMENT_KEY")
+    if not token:
+        log.error("cannot force-stop the work item: no ANTHROPIC_WORK_SECRET or ANTHROPIC_ENVIRONMENT_KEY")
+        return False
+
+    async def stop() -> None:
+        async with AsyncAnthropic(auth_token=token, api_key=None, base_url=os.environ.get("ANTHROPIC_BASE_URL"),
+                                  max_retries=2) as client:
+            await client.beta.environments.work.stop(
+                os.environ["ANTHROPIC_WORK_ID"], environment_id=os.environ["ANTHROPIC_ENVIRONMENT_ID"], force=True)
+
+    try:
+        anyio.run(stop)
+        log.info("work item %s force-stopped", os.environ["ANTHROPIC_WORK_ID"])
+        return True
+    except Exception as exc:  # noqa: BLE001
+        if getattr(exc, "status_code", None) == 409:  # already stopped
+            return True
+        log.error("could not force-stop work item %s: %s", os.environ["ANTHROPIC_WORK_ID"], exc)
+        return False

@@ -1,0 +1,178 @@
+"""Fixtures for the worker tests: a real `memfs serve`, a real mount, the fake platform, the real SDK."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from tests.support.api import Api
+from tests.support.sandbox import Sandbox
+from tests.worker.fake_platform import FakePlatform, PlatformServer, Step, Work
+
+RW, RO = "work-notes", "team-handbook"
+RW_SEED = {
+    "/notes/todo.md": "# TODO\n- buy milk\n",
+    "/profile.md": "name: agent\nlikes: grep\n",
+}
+RO_SEED = {"/handbook/style.md": "Write short sentences.\n"}
+
+
+def sessions_token(secret: str) -> str:
+    return json.loads(base64.urlsafe_b64decode(secret + "=" * (-len(secret) % 4)))["sessions_token"]
+
+
+@dataclass
+class ItemRun:
+    """What one handle_item() did, as the fake platform saw it."""
+
+    work: Work
+    session_id: str
+    platform: FakePlatform
+
+    @property
+    def session(self):
+        return self.platform.sessions[self.session_id]
+
+    def results(self) -> list[dict]:
+        return list(self.session.results)
+
+    def texts(self) -> list[str]:
+        return [" ".join(b.get("text", "") for b in r.get("content") or []) for r in self.results()]
+
+
+class WorkerWorld:
+    """Two stores (read_write, read_only) of one session, mounted, and the fake platform serving it."""
+
+    def __init__(self, service, api: Api, tmp_path: Path, monkeypatch):
+        self.service, self.api, self.tmp = service, api, tmp_path
+        self.rw = api.create_store("Work Notes")
+        self.ro = api.create_store("Team Handbook")
+        for path, content in RW_SEED.items():
+            api.create(self.rw, path, content)
+        for path, content in RO_SEED.items():
+            api.create(self.ro, path, content)
+        self.session = api.create_session([(self.rw, "read_write"), (self.ro, "read_only")])
+        self.token = sessions_token(self.session["work_secret"])
+        self.box = Sandbox(tmp_path, "sandbox", base_url=service.base_url, session_id=self.session["id"],
+                           work_secret=self.session["work_secret"])
+        monkeypatch.setenv("MEMFS_RUNTIME_DIR", self.box.env["MEMFS_RUNTIME_DIR"])
+        self.workdir = tmp_path / "workdir"
+        self.workdir.mkdir()
+        self.platform = FakePlatform(ttl_seconds=2)
+        self.server = PlatformServer(self.platform).__enter__()
+
+    @property
+    def root(self) -> Path:
+        return self.box.root
+
+    def memory(self, slug: str, path: str) -> str:
+        return str(self.root / slug / path.lstrip("/"))
+
+    def mount(self, *extra: str) -> None:
+        self.box.mount(*extra)
+
+    def item(self, script: list[Step], **kw) -> Work:
+        resources = self.session["resources"]
+        return self.server.call(lambda: self.platform.add_session(
+            session_id=self.session["id"], resources=resources, script=script, token=self.token, **kw))
+
+    def client(self):
+        from anthropic import AsyncAnthropic
+
+        return AsyncAnthropic(base_url=self.server.base_url, api_key="platform-key-unused", max_retries=0,
+                              _strict_response_validation=True)
+
+    def run_item(self, script: list[Step], *, tools=None, timeout: float = 60, **kw) -> ItemRun:
+        """The unchanged EnvironmentWorker.handle_item() for one scripted session."""
+        from anthropic.lib.environments import EnvironmentWorker
+
+        from memfs.worker import memfs_tools
+
+        work = self.item(script, **kw)
+
+        async def main():
+            worker = EnvironmentWorker(self.client(), memory_sync_interval=None, workdir=self.workdir, max_idle=2,
+                                       tools=tools if tools is not None else memfs_tools(root=self.root))
+            with_timeout = asyncio.wait_for(worker.handle_item(
+                work_id=work.id, environment_id=work.environment_id, session_id=self.session["id"],
+                work_secret=work.secret), timeout)
+            await with_timeout
+
+        asyncio.run(main())
+        return ItemRun(work, self.session["id"], self.platform)
+
+    def close(self) -> None:
+        try:
+            self.server.__exit__(None, None, None)
+        finally:
+            self.box.close()
+
+
+@pytest.fixture
+def api(service):
+    client = Api(service.base_url, service.admin_key)
+    yield client
+    client.close()
+
+
+@pytest.fixture
+def wworld(service, api, tmp_path, monkeypatch, caplog):
+    caplog.set_level(logging.INFO, logger="memfs.worker")
+    w = WorkerWorld(service, api, tmp_path, monkeypatch)
+    try:
+        yield w
+    finally:
+        w.close()
+
+
+class SocketSpy:
+    """A unix socket in front of the daemon's control socket that records every request the worker
+    sends (the worker is pointed at it with MEMFS_SYNC_SOCKET, as the sandbox image does)."""
+
+    def __init__(self, path: Path, state_dir: Path):
+        import socketserver
+        import threading
+
+        from memfs.mount import control
+
+        self.path = path
+        self.requests: list[dict] = []
+        spy = self
+
+        class Handler(socketserver.StreamRequestHandler):
+            def handle(self):
+                line = self.rfile.readline()
+                if not line:
+                    return
+                request = json.loads(line)
+                spy.requests.append(request)
+                try:
+                    answer = control.call(state_dir, request, timeout=60)
+                except control.NoDaemon:
+                    return  # close without answering, as a dead daemon would
+                self.wfile.write(json.dumps(answer).encode() + b"\n")
+
+        self.server = socketserver.ThreadingUnixStreamServer(str(path), Handler)
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def syncs(self) -> list[tuple[bool, bool]]:
+        return [(bool(r.get("force")), bool(r.get("wait"))) for r in self.requests if r.get("op") == "sync"]
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def spy(wworld, monkeypatch):
+    s = SocketSpy(wworld.tmp / "spy.sock", wworld.box.state_dir)
+    monkeypatch.setenv("MEMFS_SYNC_SOCKET", str(s.path))
+    yield s
+    s.close()

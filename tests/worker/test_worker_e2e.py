@@ -1,0 +1,209 @@
+"""The unchanged EnvironmentWorker.handle_item() + memfs_tools() against the fake platform, a real
+`memfs serve` and a real mount (SPEC §8, issue 14)."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from tests.worker.conftest import RO, RW
+from tests.worker.fake_platform import Step
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def test_every_tool_lands_in_the_store_before_the_item_stops(wworld):
+    wworld.mount()
+    m = wworld.memory
+    at_stop: dict = {}
+    wworld.platform.on_stop = lambda work: at_stop.update(wworld.api.contents(wworld.rw))
+    run = wworld.run_item([
+        Step("bash", {"command": f"echo 'from bash' > {m(RW, 'bash.md')} && cat {m(RW, 'notes/todo.md')}"}),
+        Step("read", {"file_path": m(RW, "notes/todo.md")}),
+        Step("write", {"file_path": m(RW, "new/written.md"), "content": "written by the write tool\n"}),
+        Step("edit", {"file_path": m(RW, "profile.md"), "old_string": "likes: grep", "new_string": "likes: memfs"}),
+        Step("glob", {"pattern": "**/*.md", "path": m(RW, "")}),
+        Step("grep", {"pattern": "buy milk", "path": m(RW, "")}),
+    ])
+    results = run.results()
+    assert [r["is_error"] for r in results] == [False] * 6, run.texts()
+    texts = run.texts()
+    assert "buy milk" in texts[0] and "buy milk" in texts[1]
+    assert "written.md" in texts[4] and "bash.md" in texts[4]
+    assert "todo.md" in texts[5]
+    assert run.work.stop_requests == [{"force": True}]
+    assert at_stop["/bash.md"] == "from bash\n"
+    assert at_stop["/new/written.md"] == "written by the write tool\n"
+    assert at_stop["/profile.md"] == "name: agent\nlikes: memfs\n"
+    assert wworld.platform.errors == []
+
+
+def test_each_call_syncs_first_and_the_end_syncs_forced_and_waits(wworld, spy):
+    wworld.mount()
+    m = wworld.memory
+    run = wworld.run_item([
+        Step("read", {"file_path": m(RW, "profile.md")}),
+        Step("bash", {"command": "true"}),
+        Step("glob", {"pattern": "*.md", "path": m(RW, "")}),
+    ])
+    assert [r["is_error"] for r in run.results()] == [False] * 3, run.texts()
+    # One non-forced, non-waiting sync before each of the three calls, then the final one.
+    assert spy.syncs() == [(False, False)] * 3 + [(True, True)]
+    assert run.work.stop_requests == [{"force": True}]
+
+
+def test_a_read_only_store_refuses_writes_through_every_tool(wworld):
+    wworld.mount()
+    m = wworld.memory
+    style = m(RO, "handbook/style.md")
+    run = wworld.run_item([
+        Step("write", {"file_path": style, "content": "overwritten\n"}),
+        Step("write", {"file_path": m(RO, "handbook/new.md"), "content": "new\n"}),
+        Step("edit", {"file_path": style, "old_string": "short", "new_string": "long"}),
+        Step("bash", {"command": f"echo more >> {style}"}),
+        Step("bash", {"command": f"rm {style}"}),
+        Step("read", {"file_path": style}),
+    ])
+    results, texts = run.results(), run.texts()
+    assert [r["is_error"] for r in results] == [True] * 5 + [False], texts
+    for text in texts[:3]:
+        assert "read-only directory" in text, text
+    for text in texts[3:5]:
+        assert "Read-only file system" in text, text  # EROFS from the mount itself
+    assert texts[5] == "Write short sentences.\n"
+    assert wworld.api.contents(wworld.ro) == {"/handbook/style.md": "Write short sentences.\n"}
+
+
+def test_an_oversized_write_or_edit_is_refused_and_the_memory_keeps_its_content(wworld):
+    wworld.mount()
+    m = wworld.memory
+    profile = m(RW, "profile.md")
+    big = "x" * 102_401
+    run = wworld.run_item([
+        Step("write", {"file_path": profile, "content": big}),
+        Step("read", {"file_path": profile}),
+        Step("edit", {"file_path": profile, "old_string": "grep", "new_string": "y" * 102_400}),
+        Step("read", {"file_path": profile}),
+        Step("write", {"file_path": m(RW, "fits.md"), "content": "é" * 51_200}),  # exactly 102,400 bytes
+    ])
+    results, texts = run.results(), run.texts()
+    assert [r["is_error"] for r in results] == [True, False, True, False, False], texts
+    assert "102,401 bytes" in texts[0] and "at most 102,400 bytes" in texts[0] and "Nothing was written" in texts[0]
+    assert "the edited file would be" in texts[2]
+    assert texts[1] == texts[3] == "name: agent\nlikes: grep\n"
+    contents = wworld.api.contents(wworld.rw)
+    assert contents["/profile.md"] == "name: agent\nlikes: grep\n"
+    assert contents["/fits.md"] == "é" * 51_200
+
+
+def test_a_remote_edit_between_two_calls_is_seen_by_the_later_read(wworld):
+    wworld.mount()
+    m = wworld.memory
+    memory_id = wworld.api.memories(wworld.rw)["/profile.md"]["id"]
+
+    def edit_remotely(_result):
+        wworld.api.update(wworld.rw, memory_id, content="name: agent\nlikes: remote edits\n")
+        # The model thinks until the mount's next tick is due (this service has no watch, so a
+        # change is pulled by the first sync once the interval has passed: SPEC §5.1).
+        time.sleep(wworld.box.status()["next_tick_in"] + 0.2)
+
+    run = wworld.run_item([
+        Step("read", {"file_path": m(RW, "profile.md")}, after=edit_remotely),
+        Step("read", {"file_path": m(RW, "profile.md")}),
+    ])
+    assert run.texts() == ["name: agent\nlikes: grep\n", "name: agent\nlikes: remote edits\n"]
+
+
+def test_a_lost_lease_stops_the_item_without_a_final_push(wworld, spy, caplog):
+    wworld.mount()
+    m = wworld.memory
+    holder: dict = {}
+
+    def another_worker_claims_it(_result):
+        wworld.server.call(lambda: wworld.platform.lose_lease(holder["work"].id))
+        time.sleep(3)  # heartbeats come every second (TTL 2 s): the worker meets the 412 meanwhile
+
+    script = [
+        Step("write", {"file_path": m(RW, "mine.md"), "content": "written before the lease was lost\n"},
+             after=another_worker_claims_it),
+        Step("write", {"file_path": m(RW, "late.md"), "content": "must not run\n"}),
+    ]
+    original = wworld.item
+    wworld.item = lambda s, **kw: holder.setdefault("work", original(s, **kw))
+    run = wworld.run_item(script)
+    assert len(run.results()) == 1
+    assert run.work.stop_requests == [], "a worker that lost the lease must not stop the item"
+    assert (True, True) not in spy.syncs(), "no final forced sync after a lost lease"
+    assert any("lease was lost; no final sync" in r.getMessage() for r in caplog.records)
+    assert not (wworld.root / RW / "late.md").exists()
+
+
+def test_a_mount_of_other_stores_fails_the_item_clearly(wworld, service, api):
+    other = api.create_session([(wworld.rw, "read_write")])  # the handbook is missing
+    wworld.box.env["ANTHROPIC_SESSION_ID"] = other["id"]
+    wworld.box.env["ANTHROPIC_WORK_SECRET"] = other["work_secret"]
+    wworld.mount()
+    with pytest.raises(BaseException) as info:
+        wworld.run_item([Step("bash", {"command": "true"})])
+    errors = _leaves(info.value)
+    from memfs.worker import MemfsSessionError
+
+    mismatch = [e for e in errors if isinstance(e, MemfsSessionError)]
+    assert mismatch, errors
+    message = str(mismatch[0])
+    assert "not this session's" in message and wworld.ro in message and "memfs mount" in message
+    work = next(iter(wworld.platform.works.values()))
+    assert work.stop_requests == [{"force": True}]  # failed, not left until its lease expires
+    assert wworld.platform.sessions[wworld.session["id"]].results == []
+
+
+def test_a_dead_daemon_is_logged_and_the_tool_fails_on_its_own_io(wworld, caplog):
+    wworld.mount()
+    m = wworld.memory
+    run = wworld.run_item([
+        Step("read", {"file_path": m(RW, "profile.md")}, after=lambda _r: wworld.box.kill9()),
+        Step("read", {"file_path": m(RW, "profile.md")}),
+    ])
+    results, texts = run.results(), run.texts()
+    assert [r["is_error"] for r in results] == [False, True], texts
+    assert "transport endpoint is not connected" in texts[1].lower(), texts[1]
+    messages = [r.getMessage() for r in caplog.records]
+    assert any("pre-call sync before read failed" in msg for msg in messages), messages
+    assert any("final sync failed" in msg for msg in messages), messages
+    assert run.work.stop_requests == [{"force": True}]
+
+
+def _leaves(exc: BaseException) -> list[BaseException]:
+    if isinstance(exc, BaseExceptionGroup):
+        return [leaf for e in exc.exceptions for leaf in _leaves(e)]
+    return [exc]
+
+
+def test_the_polling_worker_run_serves_a_claimed_item_the_same_way(wworld):
+    """EnvironmentWorker.run(): poll, ack, the item with memfs_tools(), stop; then cancelled."""
+    import asyncio
+
+    from anthropic.lib.environments import EnvironmentWorker
+
+    from memfs.worker import memfs_tools
+
+    wworld.mount()
+    work = wworld.item([Step("write", {"file_path": wworld.memory(RW, "polled.md"), "content": "via run()\n"})])
+
+    async def main():
+        worker = EnvironmentWorker(wworld.client(), environment_id=work.environment_id,
+                                   environment_key=wworld.platform.environment_key, memory_sync_interval=None,
+                                   workdir=wworld.workdir, max_idle=2, tools=memfs_tools(root=wworld.root))
+        task = asyncio.ensure_future(worker.run())
+        deadline = time.monotonic() + 60
+        while not work.stop_requests and time.monotonic() < deadline and not task.done():
+            await asyncio.sleep(0.1)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(main())
+    assert work.acked and work.stop_requests == [{"force": True}]
+    assert wworld.api.contents(wworld.rw)["/polled.md"] == "via run()\n"
+    assert wworld.platform.errors == []
