@@ -23,7 +23,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from memfs.limits import DEFAULT_MAX_MEMORIES, MAX_STORES_PER_SESSION
-from memfs.service import params, wire
+from memfs.service import body, params, wire
 from memfs.service.auth import (
     Principal,
     admin_key_id,
@@ -476,7 +476,12 @@ async def _on_unexpected(request: Request, exc: Exception) -> Response:
 
 
 class _RequestFrame:
-    """Outermost layer: request id on every response, one access-log line, metrics, last-resort 500."""
+    """Outermost layer: request id on every response, one access-log line, metrics, last-resort 500.
+
+    It also reads every request's body whole before the routes run (see `body.py`): a handler
+    can never leave a body unread on a keep-alive connection, and bodies over 1 MiB are 413
+    everywhere.
+    """
 
     def __init__(self, app, metrics: Metrics):
         self.app = app
@@ -499,7 +504,15 @@ class _RequestFrame:
             await send(message)
 
         try:
-            await self.app(scope, receive, send_with_id)
+            try:
+                raw = await body.read_whole(scope, receive)
+            except body.ClientGone:
+                status.append(499)  # nobody to answer; logged like nginx's "client closed request"
+                return
+            except (body.BadLength, body.BodyTooLarge) as e:
+                await self._refuse_body(e, request_id, scope, receive, send_with_id)
+                return
+            await self.app(scope, body.replaying(raw, receive), send_with_id)
         except Exception:
             # Starlette already answered with the envelope (handler for Exception) and re-raised.
             log.exception("unhandled error in %s %s", scope["method"], scope["path"])
@@ -513,6 +526,18 @@ class _RequestFrame:
             self.metrics.observe(scope["method"], route, code, seconds)
             # Path only: no query string (it can hold path prefixes), never headers (credentials).
             access_log.info("%s %s %d %.1fms", scope["method"], scope["path"], code, seconds * 1000)
+
+    @staticmethod
+    async def _refuse_body(exc: Exception, request_id: str, scope, receive, send) -> None:
+        if isinstance(exc, body.BodyTooLarge):
+            err = ApiError(413, "request_too_large", str(exc))
+        else:
+            err = invalid(str(exc))
+        resp = _error_response(err, request_id)
+        if not getattr(exc, "drained", False):
+            # The rest of the body is still on its way: only a new connection can carry a request.
+            resp.headers["connection"] = "close"
+        await resp(scope, receive, send)
 
 
 def create_app(
