@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 
 from starlette.requests import ClientDisconnect, Request
 
-from memfs.limits import MAX_REQUEST_BODY, PathError, check_content, check_memory_path
+from memfs.limits import MAX_REQUEST_BODY, PathError, check_content, check_store_path
 from memfs.service.errors import ApiError, invalid
 
 _SHA_RE = re.compile(r"^[0-9a-fA-F]{64}$")
@@ -101,7 +101,8 @@ def store_description(value: object) -> str:
 def metadata(value: object, *, patch: bool) -> dict:
     if not isinstance(value, dict):
         raise invalid(f"metadata: must be an object of string values, not {_type_name(value)}")
-    if len(value) > 16:
+    # On create the object is the result; a patch is limited by its result (checked by the storage).
+    if not patch and len(value) > 16:
         raise invalid(f"metadata: at most 16 key-value pairs (got {len(value)})")
     out: dict = {}
     for k, v in value.items():
@@ -117,7 +118,7 @@ def memory_path(value: object, field: str = "path") -> str:
     if not isinstance(value, str):
         raise invalid(f"{field}: must be a string, not {_type_name(value)}")
     try:
-        return check_memory_path(value)
+        return check_store_path(value)
     except PathError as e:
         raise invalid(f"{field}: {e}") from None
 

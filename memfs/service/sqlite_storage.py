@@ -10,7 +10,6 @@ report a deletion with the memory's last path even after its versions are redact
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import json
 import secrets
@@ -143,22 +142,6 @@ def now() -> str:
 
 def sha256_hex(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
-
-
-def encode_cursor(kind: str, value: object) -> str:
-    raw = json.dumps([kind, value], separators=(",", ":")).encode()
-    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
-
-
-def decode_cursor(kind: str, token: str, typ: type) -> object:
-    try:
-        raw = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4))
-        got_kind, value = json.loads(raw)
-    except Exception:
-        raise Invalid("page: not a page cursor returned by this service") from None
-    if got_kind != kind or not isinstance(value, typ) or isinstance(value, bool):
-        raise Invalid("page: this cursor belongs to a different listing")
-    return value
 
 
 def _upper(prefix_with_slash: str) -> str:
@@ -462,16 +445,16 @@ class SqliteStorage:
         self,
         *,
         limit: int,
-        page: str | None,
+        after: int | None,
         include_archived: bool,
         created_gte: str | None,
         created_lte: str | None,
         only_ids: Sequence[str] | None = None,
     ) -> Page:
         where, args = ["1"], []
-        if page is not None:
+        if after is not None:
             where.append("seq < ?")
-            args.append(decode_cursor("stores", page, int))
+            args.append(after)
         if not include_archived:
             where.append("archived_at IS NULL")
         if created_gte is not None:
@@ -488,7 +471,7 @@ class SqliteStorage:
                 f"SELECT * FROM stores WHERE {' AND '.join(where)} ORDER BY seq DESC LIMIT ?",
                 (*args, limit + 1),
             ).fetchall()
-        nxt = encode_cursor("stores", rows[limit - 1]["seq"]) if len(rows) > limit else None
+        nxt = rows[limit - 1]["seq"] if len(rows) > limit else None
         return Page([_store(r) for r in rows[:limit]], nxt)
 
     def get_store(self, store_id: str) -> StoreRecord:
@@ -588,17 +571,16 @@ class SqliteStorage:
         path_prefix: str,
         depth: int,
         limit: int,
-        page: str | None,
+        after: str | None,
         with_content: bool,
     ) -> Page:
         cols = _MEM_COLS + (", content" if with_content else "")
         base = f"SELECT {cols} FROM memories WHERE store_id = ? AND deleted_at IS NULL AND path >= ? AND path < ?"
         bounds = (store_id, path_prefix, _upper(path_prefix))
         # Resume after the last item of the previous page; a roll-up item resumes after its subtree.
-        after: tuple[str, str] | None = None
-        if page is not None:
-            last = decode_cursor("memories", page, str)
-            after = (">=", _upper(last)) if last.endswith("/") else (">", last)
+        resume: tuple[str, str] | None = None
+        if after is not None:
+            resume = (">=", _upper(after)) if after.endswith("/") else (">", after)
 
         def mem(r: sqlite3.Row) -> MemoryRecord:
             return _memory(r, r["content"] if with_content else None)
@@ -609,18 +591,18 @@ class SqliteStorage:
             counter = _counter(c, store_id)
             if depth == 0:
                 sql, args = base, list(bounds)
-                if after:
-                    sql += f" AND path {after[0]} ?"
-                    args.append(after[1])
+                if resume:
+                    sql += f" AND path {resume[0]} ?"
+                    args.append(resume[1])
                 rows = c.execute(sql + " ORDER BY path LIMIT ?", (*args, limit + 1)).fetchall()
                 items = [mem(r) for r in rows]
             else:
                 # Walk the children in path order; each deeper subtree is one roll-up, skipped at once.
                 while len(items) <= limit:
                     sql, args = base, list(bounds)
-                    if after:
-                        sql += f" AND path {after[0]} ?"
-                        args.append(after[1])
+                    if resume:
+                        sql += f" AND path {resume[0]} ?"
+                        args.append(resume[1])
                     row = c.execute(sql + " ORDER BY path LIMIT 1", args).fetchone()
                     if row is None:
                         break
@@ -628,14 +610,14 @@ class SqliteStorage:
                     if "/" in rest:
                         sub = path_prefix + rest.split("/", 1)[0] + "/"
                         items.append(PrefixRecord(sub))
-                        after = (">=", _upper(sub))
+                        resume = (">=", _upper(sub))
                     else:
                         items.append(mem(row))
-                        after = (">", row["path"])
+                        resume = (">", row["path"])
         nxt = None
         if len(items) > limit:
             items = items[:limit]
-            nxt = encode_cursor("memories", items[-1].path)
+            nxt = items[-1].path
         return Page(items, nxt, counter)
 
     def get_memory(self, store_id: str, memory_id: str) -> MemoryRecord:
@@ -711,12 +693,12 @@ class SqliteStorage:
     # --- versions ------------------------------------------------------------------------------
 
     def list_versions(
-        self, store_id: str, *, filters: VersionFilter, limit: int, page: str | None, with_content: bool
+        self, store_id: str, *, filters: VersionFilter, limit: int, after: int | None, with_content: bool
     ) -> Page:
         where, args = ["store_id = ?"], [store_id]
-        if page is not None:
+        if after is not None:
             where.append("seq < ?")
-            args.append(decode_cursor("versions", page, int))
+            args.append(after)
         for col, val in (
             ("memory_id", filters.memory_id),
             ("operation", filters.operation),
@@ -743,7 +725,7 @@ class SqliteStorage:
                 f"SELECT {cols} FROM versions WHERE {' AND '.join(where)} ORDER BY seq DESC LIMIT ?",
                 (*args, limit + 1),
             ).fetchall()
-        nxt = encode_cursor("versions", rows[limit - 1]["seq"]) if len(rows) > limit else None
+        nxt = rows[limit - 1]["seq"] if len(rows) > limit else None
         return Page([_version(r, r["content"] if with_content else None) for r in rows[:limit]], nxt)
 
     def _get_version(self, c: sqlite3.Connection, store_id: str, version_id: str) -> sqlite3.Row:
