@@ -1,43 +1,30 @@
-"""SQLite backend of the store service (SPEC §2.7).
+"""SQLite backend of the store service (SPEC §2.7): transactions and queries, no API rules.
 
 One file in WAL mode, schema versioned with PRAGMA user_version and migrated at start.
 Every write is one `BEGIN IMMEDIATE` transaction, so writers from several threads or service
-processes on one file are serialised by SQLite itself: the per-store counter (in `store_kv`) is
-bumped in the same transaction as the version it counts, and the path checks see every commit.
-Deleted memories stay as tombstones in `memories` (content dropped) so the changes feed can
-report a deletion with the memory's last path even after its versions are redacted.
+processes on one file are serialised by SQLite itself (the per-store lock of `backend.py` is the
+database lock here): the per-store counter (in `store_kv`) is bumped in the same transaction as
+the version it counts, and the rules' path checks see every commit. Deleted memories stay as
+tombstones in `memories` (content dropped) so the changes feed can report a deletion with the
+memory's last path even after its versions are redacted. TEXT compares with SQLite's BINARY
+collation: byte order of UTF-8, as the rules need.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
-import secrets
 import sqlite3
-import string
 import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from datetime import UTC, datetime
 from pathlib import Path
 
-from memfs.limits import slugify
+from memfs.service.backend import PathTaken
 from memfs.service.storage import (
     Actor,
-    Change,
-    Changes,
-    Invalid,
-    LimitExceeded,
     MemoryRecord,
-    NotFound,
-    Page,
-    PathConflict,
-    PreconditionFailed,
-    PrefixRecord,
     ResourceRecord,
-    ResourceSpec,
     SessionRecord,
-    StoreArchived,
     StoreRecord,
     VersionFilter,
     VersionRecord,
@@ -127,28 +114,8 @@ _MIGRATIONS: dict[int, list[str]] = {
     ],
 }
 
-_ID_ALPHABET = string.ascii_letters + string.digits
+
 _POOL_IDLE_MAX = 8
-
-
-def new_id(prefix: str) -> str:
-    return prefix + "".join(secrets.choice(_ID_ALPHABET) for _ in range(24))
-
-
-def now() -> str:
-    """RFC 3339 UTC with fixed width, so text order is time order in SQL."""
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
-def sha256_hex(text: str) -> str:
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
-
-
-def _upper(prefix_with_slash: str) -> str:
-    """Smallest string above every path under `prefix/` ('0' is the character after '/')."""
-    return prefix_with_slash[:-1] + "0"
-
-
 _MEM_COLS = "id, store_id, path, sha, size, version_id, created_at, updated_at"
 _VER_COLS = (
     "id, store_id, memory_id, operation, path, sha, size, created_at, actor_type, actor_id, "
@@ -203,28 +170,321 @@ def _version(row: sqlite3.Row, content: str | None) -> VersionRecord:
     )
 
 
-class _Snapshot:
-    """All live memories of one store read in one read transaction on a dedicated connection."""
+class SqliteTx:
+    """The queries of `backend.Tx` on one connection inside one transaction."""
 
-    def __init__(self, conn: sqlite3.Connection, store_id: str):
-        self._conn = conn
-        conn.execute("BEGIN")
+    def __init__(self, conn: sqlite3.Connection):
+        self.c = conn
+
+    # --- stores ----------------------------------------------------------------------------------
+
+    def store(self, store_id: str) -> StoreRecord | None:
+        row = self.c.execute("SELECT * FROM stores WHERE id = ?", (store_id,)).fetchone()
+        return _store(row) if row else None
+
+    def insert_store(self, s: StoreRecord) -> None:
+        self.c.execute(
+            "INSERT INTO stores (id, name, description, metadata, created_at, updated_at) VALUES (?,?,?,?,?,?)",
+            (s.id, s.name, s.description, json.dumps(s.metadata), s.created_at, s.updated_at),
+        )
+
+    def update_store(
+        self, store_id: str, *, name: str, description: str, metadata: dict[str, str], at: str
+    ) -> None:
+        self.c.execute(
+            "UPDATE stores SET name = ?, description = ?, metadata = ?, updated_at = ? WHERE id = ?",
+            (name, description, json.dumps(metadata), at, store_id),
+        )
+
+    def archive_store(self, store_id: str, at: str) -> None:
+        self.c.execute("UPDATE stores SET archived_at = ?, updated_at = ? WHERE id = ?", (at, at, store_id))
+
+    def delete_store(self, store_id: str) -> None:
+        for table, col in (
+            ("versions", "store_id"),
+            ("memories", "store_id"),
+            ("store_kv", "store_id"),
+            ("stores", "id"),
+        ):
+            self.c.execute(f"DELETE FROM {table} WHERE {col} = ?", (store_id,))
+
+    def list_stores(
+        self,
+        *,
+        after: int | None,
+        limit: int,
+        include_archived: bool,
+        created_gte: str | None,
+        created_lte: str | None,
+        only_ids: Sequence[str] | None,
+    ) -> list[tuple[int, StoreRecord]]:
+        where, args = ["1"], []
+        if after is not None:
+            where.append("seq < ?")
+            args.append(after)
+        if not include_archived:
+            where.append("archived_at IS NULL")
+        if created_gte is not None:
+            where.append("created_at >= ?")
+            args.append(created_gte)
+        if created_lte is not None:
+            where.append("created_at <= ?")
+            args.append(created_lte)
+        if only_ids is not None:
+            where.append(f"id IN ({','.join('?' * len(only_ids))})")
+            args.extend(only_ids)
+        rows = self.c.execute(
+            f"SELECT * FROM stores WHERE {' AND '.join(where)} ORDER BY seq DESC LIMIT ?", (*args, limit)
+        ).fetchall()
+        return [(r["seq"], _store(r)) for r in rows]
+
+    # --- the counter and the history floor --------------------------------------------------------
+
+    def _kv(self, store_id: str, key: str) -> int:
+        row = self.c.execute(
+            "SELECT value FROM store_kv WHERE store_id = ? AND key = ?", (store_id, key)
+        ).fetchone()
+        return int(row[0]) if row else 0  # a store that never had the key reads 0
+
+    def counter(self, store_id: str) -> int:
+        return self._kv(store_id, COUNTER_KEY)
+
+    def history_floor(self, store_id: str) -> int:
+        return self._kv(store_id, HISTORY_FLOOR_KEY)
+
+    def bump(self, store_id: str) -> int:
+        row = self.c.execute(
+            "INSERT INTO store_kv (store_id, key, value) VALUES (?, ?, 1) "
+            "ON CONFLICT (store_id, key) DO UPDATE SET value = value + 1 RETURNING value",
+            (store_id, COUNTER_KEY),
+        ).fetchone()
+        return int(row[0])
+
+    # --- memories --------------------------------------------------------------------------------
+
+    def live_memory(self, store_id: str, memory_id: str, *, content: bool) -> MemoryRecord | None:
+        cols = _MEM_COLS + (", content" if content else "")
+        row = self.c.execute(
+            f"SELECT {cols} FROM memories WHERE id = ? AND store_id = ? AND deleted_at IS NULL",
+            (memory_id, store_id),
+        ).fetchone()
+        return _memory(row, row["content"] if content else None) if row else None
+
+    def live_at(self, store_id: str, paths: Sequence[str]) -> list[tuple[str, str]]:
+        marks = ",".join("?" * len(paths))
+        rows = self.c.execute(
+            f"SELECT id, path FROM memories WHERE store_id = ? AND deleted_at IS NULL AND path IN ({marks}) "
+            "ORDER BY length(path)",
+            (store_id, *paths),
+        ).fetchall()
+        return [(r["id"], r["path"]) for r in rows]
+
+    def first_live_in(self, store_id: str, lo: str, hi: str, exclude_id: str | None) -> tuple[str, str] | None:
+        row = self.c.execute(
+            "SELECT id, path FROM memories WHERE store_id = ? AND deleted_at IS NULL AND path >= ? AND path < ? "
+            "AND id IS NOT ? ORDER BY path LIMIT 1",
+            (store_id, lo, hi, exclude_id),
+        ).fetchone()
+        return (row["id"], row["path"]) if row else None
+
+    def count_live(self, store_id: str) -> int:
+        return self.c.execute(
+            "SELECT count(*) FROM memories INDEXED BY memories_live_path WHERE store_id = ? AND deleted_at IS NULL",
+            (store_id,),
+        ).fetchone()[0]
+
+    def list_live(
+        self, store_id: str, *, lo: str, lo_inclusive: bool, hi: str, limit: int, content: bool
+    ) -> list[MemoryRecord]:
+        cols = _MEM_COLS + (", content" if content else "")
+        op = ">=" if lo_inclusive else ">"
+        rows = self.c.execute(
+            f"SELECT {cols} FROM memories WHERE store_id = ? AND deleted_at IS NULL AND path {op} ? AND path < ? "
+            "ORDER BY path LIMIT ?",
+            (store_id, lo, hi, limit),
+        ).fetchall()
+        return [_memory(r, r["content"] if content else None) for r in rows]
+
+    def insert_memory(self, m: MemoryRecord, counter: int) -> None:
         try:
-            _require_store(conn, store_id)
-            self.counter = _counter(conn, store_id)
-            self._cur = conn.execute(
-                f"SELECT {_MEM_COLS}, content FROM memories WHERE store_id = ? AND deleted_at IS NULL ORDER BY path",
-                (store_id,),
-            )
-        except BaseException:
-            self.close()
-            raise
+            self.c.execute(
+                "INSERT INTO memories (id, store_id, path, content, sha, size, version_id, counter, created_at, "
+                "updated_at) VALUES (?,?,?,?,?,?,?,?,?,?)",
+                (m.id, m.memory_store_id, m.path, m.content, m.content_sha256, m.content_size_bytes,
+                 m.memory_version_id, counter, m.created_at, m.updated_at),
+            )  # fmt: skip
+        except sqlite3.IntegrityError:
+            raise PathTaken(m.path) from None
 
-    def read(self, n: int) -> list[MemoryRecord]:
-        return [_memory(r, r["content"]) for r in self._cur.fetchmany(n)]
+    def update_memory(
+        self,
+        memory_id: str,
+        *,
+        path: str,
+        content: str,
+        sha: str,
+        size: int,
+        version_id: str,
+        counter: int,
+        at: str,
+    ) -> None:
+        try:
+            self.c.execute(
+                "UPDATE memories SET path = ?, content = ?, sha = ?, size = ?, version_id = ?, counter = ?, "
+                "updated_at = ? WHERE id = ?",
+                (path, content, sha, size, version_id, counter, at, memory_id),
+            )
+        except sqlite3.IntegrityError:
+            raise PathTaken(path) from None
+
+    def tombstone_memory(self, memory_id: str, *, version_id: str, counter: int, at: str) -> None:
+        self.c.execute(
+            "UPDATE memories SET deleted_at = ?, content = NULL, version_id = ?, counter = ?, updated_at = ? "
+            "WHERE id = ?",
+            (at, version_id, counter, at, memory_id),
+        )
+
+    def changed_since(self, store_id: str, since: int) -> list[tuple[MemoryRecord, bool]]:
+        rows = self.c.execute(
+            f"SELECT {_MEM_COLS}, deleted_at FROM memories WHERE store_id = ? AND counter > ? "
+            "ORDER BY path, deleted_at IS NULL, id",  # a tombstone before a live memory at its path
+            (store_id, since),
+        ).fetchall()
+        return [(_memory(r, None), r["deleted_at"] is not None) for r in rows]
+
+    def path_at(self, store_id: str, memory_id: str, counter: int) -> tuple[str, str | None] | None:
+        row = self.c.execute(
+            "SELECT operation, path FROM versions WHERE store_id = ? AND memory_id = ? AND counter <= ? "
+            "ORDER BY counter DESC LIMIT 1",
+            (store_id, memory_id, counter),
+        ).fetchone()
+        return (row["operation"], row["path"]) if row else None
+
+    def live_batches(self, store_id: str, n: int) -> Iterator[list[MemoryRecord]]:
+        cur = self.c.execute(
+            f"SELECT {_MEM_COLS}, content FROM memories WHERE store_id = ? AND deleted_at IS NULL ORDER BY path",
+            (store_id,),
+        )
+        while rows := cur.fetchmany(n):
+            yield [_memory(r, r["content"]) for r in rows]
+
+    # --- versions --------------------------------------------------------------------------------
+
+    def insert_version(self, v: VersionRecord, counter: int) -> None:
+        actor = v.created_by
+        self.c.execute(
+            "INSERT INTO versions (id, store_id, memory_id, operation, path, content, sha, size, counter, created_at, "
+            "actor_type, actor_id) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+            (v.id, v.memory_store_id, v.memory_id, v.operation, v.path, v.content, v.content_sha256,
+             v.content_size_bytes, counter, v.created_at, actor.type if actor else None, actor.id if actor else None),
+        )  # fmt: skip
+
+    def version(self, store_id: str, version_id: str) -> VersionRecord | None:
+        row = self.c.execute(
+            f"SELECT {_VER_COLS}, content FROM versions WHERE id = ? AND store_id = ?", (version_id, store_id)
+        ).fetchone()
+        return _version(row, row["content"]) if row else None
+
+    def list_versions(
+        self, store_id: str, *, filters: VersionFilter, after: int | None, limit: int, content: bool
+    ) -> list[tuple[int, VersionRecord]]:
+        where, args = ["store_id = ?"], [store_id]
+        if after is not None:
+            where.append("seq < ?")
+            args.append(after)
+        for col, val in (("memory_id", filters.memory_id), ("operation", filters.operation)):
+            if val is not None:
+                where.append(f"{col} = ?")
+                args.append(val)
+        if filters.session_id is not None:
+            where.append("actor_type = 'session_actor' AND actor_id = ?")
+            args.append(filters.session_id)
+        if filters.api_key_id is not None:
+            where.append("actor_type = 'api_actor' AND actor_id = ?")
+            args.append(filters.api_key_id)
+        if filters.created_gte is not None:
+            where.append("created_at >= ?")
+            args.append(filters.created_gte)
+        if filters.created_lte is not None:
+            where.append("created_at <= ?")
+            args.append(filters.created_lte)
+        cols = "seq, " + _VER_COLS + (", content" if content else "")
+        rows = self.c.execute(
+            f"SELECT {cols} FROM versions WHERE {' AND '.join(where)} ORDER BY seq DESC LIMIT ?", (*args, limit)
+        ).fetchall()
+        return [(r["seq"], _version(r, r["content"] if content else None)) for r in rows]
+
+    def redact_version(self, version_id: str, *, at: str, actor: Actor) -> None:
+        self.c.execute(
+            "UPDATE versions SET content = NULL, path = NULL, sha = NULL, size = NULL, redacted_at = ?, "
+            "redactor_type = ?, redactor_id = ? WHERE id = ?",
+            (at, actor.type, actor.id, version_id),
+        )
+
+    # --- sessions --------------------------------------------------------------------------------
+
+    def insert_session(self, s: SessionRecord, token_hash: str) -> None:
+        self.c.execute(
+            "INSERT INTO sessions (id, token_hash, title, metadata, created_at, updated_at) VALUES (?,?,?,?,?,?)",
+            (s.id, token_hash, s.title, json.dumps(s.metadata), s.created_at, s.updated_at),
+        )
+        self.c.executemany(
+            "INSERT INTO session_resources VALUES (?,?,?,?,?,?,?,?)",
+            [(s.id, pos, r.memory_store_id, r.access, r.name, r.description, r.instructions, r.mount_path)
+             for pos, r in enumerate(s.resources)],
+        )  # fmt: skip
+
+    def session(self, session_id: str) -> SessionRecord | None:
+        row = self.c.execute("SELECT * FROM sessions WHERE id = ?", (session_id,)).fetchone()
+        if row is None:
+            return None
+        res = self.c.execute(
+            "SELECT * FROM session_resources WHERE session_id = ? ORDER BY position", (session_id,)
+        ).fetchall()
+        return SessionRecord(
+            id=row["id"],
+            title=row["title"],
+            metadata=json.loads(row["metadata"]),
+            resources=[
+                ResourceRecord(
+                    memory_store_id=r["memory_store_id"],
+                    access=r["access"],
+                    name=r["name"],
+                    description=r["description"],
+                    instructions=r["instructions"],
+                    mount_path=r["mount_path"],
+                )
+                for r in res
+            ],
+            created_at=row["created_at"],
+            updated_at=row["updated_at"],
+            archived_at=row["archived_at"],
+        )
+
+    def session_id_for_token(self, token_hash: str) -> str | None:
+        row = self.c.execute(
+            "SELECT id FROM sessions WHERE token_hash = ? AND archived_at IS NULL", (token_hash,)
+        ).fetchone()
+        return row["id"] if row else None
+
+    def archive_session(self, session_id: str, at: str) -> None:
+        # Dropping the hash revokes the token for good.
+        self.c.execute(
+            "UPDATE sessions SET archived_at = coalesce(archived_at, ?), updated_at = ?, token_hash = NULL "
+            "WHERE id = ?",
+            (at, at, session_id),
+        )
+
+
+class _HeldRead(SqliteTx):
+    """A read transaction on its own connection, held open until close() (a streamed snapshot)."""
+
+    def __init__(self, conn: sqlite3.Connection):
+        super().__init__(conn)
+        conn.execute("BEGIN")
 
     def close(self) -> None:
-        conn, self._conn = self._conn, None
+        conn, self.c = self.c, None  # type: ignore[assignment]
         if conn is not None:
             try:
                 if conn.in_transaction:
@@ -233,110 +493,7 @@ class _Snapshot:
                 conn.close()
 
 
-def _require_store(conn: sqlite3.Connection, store_id: str) -> sqlite3.Row:
-    row = conn.execute("SELECT * FROM stores WHERE id = ?", (store_id,)).fetchone()
-    if row is None:
-        raise NotFound(f"memory store {store_id} not found")
-    return row
-
-
-def _require_writable(conn: sqlite3.Connection, store_id: str) -> sqlite3.Row:
-    row = _require_store(conn, store_id)
-    if row["archived_at"] is not None:
-        raise StoreArchived(f"memory store {store_id} is archived: its memories cannot be created or changed")
-    return row
-
-
-def _kv(conn: sqlite3.Connection, store_id: str, key: str) -> int:
-    row = conn.execute(
-        "SELECT value FROM store_kv WHERE store_id = ? AND key = ?", (store_id, key)
-    ).fetchone()
-    return int(row[0]) if row else 0  # a store that never had the key reads 0
-
-
-def _counter(conn: sqlite3.Connection, store_id: str) -> int:
-    return _kv(conn, store_id, COUNTER_KEY)
-
-
-def _bump(conn: sqlite3.Connection, store_id: str) -> int:
-    row = conn.execute(
-        "INSERT INTO store_kv (store_id, key, value) VALUES (?, ?, 1) "
-        "ON CONFLICT (store_id, key) DO UPDATE SET value = value + 1 RETURNING value",
-        (store_id, COUNTER_KEY),
-    ).fetchone()
-    return int(row[0])
-
-
-def _live_memory(
-    conn: sqlite3.Connection, store_id: str, memory_id: str, content: bool = True
-) -> sqlite3.Row:
-    cols = _MEM_COLS + (", content" if content else "")
-    row = conn.execute(
-        f"SELECT {cols} FROM memories WHERE id = ? AND store_id = ? AND deleted_at IS NULL",
-        (memory_id, store_id),
-    ).fetchone()
-    if row is None:
-        raise NotFound(f"memory {memory_id} not found in memory store {store_id}")
-    return row
-
-
-def _check_path_free(conn: sqlite3.Connection, store_id: str, path: str, exclude_id: str | None) -> None:
-    """A path must not be taken, below another memory, or above other memories (SPEC §2.3)."""
-    segs = path[1:].split("/")
-    candidates = ["/" + "/".join(segs[:i]) for i in range(1, len(segs) + 1)]
-    marks = ",".join("?" * len(candidates))
-    rows = conn.execute(
-        f"SELECT id, path FROM memories WHERE store_id = ? AND deleted_at IS NULL AND path IN ({marks}) "
-        "ORDER BY length(path)",
-        (store_id, *candidates),
-    ).fetchall()
-    for row in rows:
-        if row["id"] == exclude_id:
-            continue
-        if row["path"] == path:
-            raise PathConflict(f"a memory already exists at {path}", row["id"], row["path"])
-        raise PathConflict(
-            f"{path} cannot be created below the memory {row['path']}: a path cannot be both a memory and a directory",
-            row["id"],
-            row["path"],
-        )
-    row = conn.execute(
-        "SELECT id, path FROM memories WHERE store_id = ? AND deleted_at IS NULL AND path >= ? AND path < ? "
-        "AND id IS NOT ? ORDER BY path LIMIT 1",
-        (store_id, path + "/", _upper(path + "/"), exclude_id),
-    ).fetchone()
-    if row is not None:
-        raise PathConflict(
-            f"{path} is a directory holding the memory {row['path']}: a path cannot be both a memory and a directory",
-            row["id"],
-            row["path"],
-        )
-
-
-def _insert_version(
-    conn: sqlite3.Connection,
-    *,
-    store_id: str,
-    memory_id: str,
-    operation: str,
-    path: str,
-    content: str | None,
-    sha: str | None,
-    size: int | None,
-    counter: int,
-    at: str,
-    actor: Actor,
-) -> str:
-    vid = new_id("memver_")
-    conn.execute(
-        "INSERT INTO versions (id, store_id, memory_id, operation, path, content, sha, size, counter, created_at, "
-        "actor_type, actor_id) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
-        (vid, store_id, memory_id, operation, path, content, sha, size, counter, at, actor.type, actor.id),
-    )
-    return vid
-
-
-class SqliteStorage:
+class SqliteBackend:
     def __init__(self, path: str | Path, *, busy_timeout_s: float = 30.0):
         self.path = str(path)
         self._busy_timeout_s = busy_timeout_s
@@ -382,13 +539,14 @@ class SqliteStorage:
                 conn.close()
 
     @contextmanager
-    def _write(self) -> Iterator[sqlite3.Connection]:
-        # IMMEDIATE takes the write lock up front: the checks we make inside cannot be invalidated
-        # by another writer before we commit, and there is no lock upgrade to deadlock on.
+    def write(self, store_id: str | None = None) -> Iterator[SqliteTx]:
+        # IMMEDIATE takes the write lock up front: the checks the rules make inside cannot be
+        # invalidated by another writer before we commit, and there is no lock upgrade to deadlock
+        # on. One lock for the whole file: writers to different stores wait for each other here.
         with self._conn() as conn:
             conn.execute("BEGIN IMMEDIATE")
             try:
-                yield conn
+                yield SqliteTx(conn)
             except BaseException:
                 if conn.in_transaction:
                     conn.execute("ROLLBACK")
@@ -396,15 +554,18 @@ class SqliteStorage:
             conn.execute("COMMIT")
 
     @contextmanager
-    def _read(self) -> Iterator[sqlite3.Connection]:
+    def read(self) -> Iterator[SqliteTx]:
         # One read transaction: every query inside sees the same snapshot of the database.
         with self._conn() as conn:
             conn.execute("BEGIN")
             try:
-                yield conn
+                yield SqliteTx(conn)
             finally:
                 if conn.in_transaction:
                     conn.execute("ROLLBACK")
+
+    def open_read(self) -> _HeldRead:
+        return _HeldRead(self._connect())
 
     def _migrate(self, conn: sqlite3.Connection) -> None:
         conn.execute("BEGIN IMMEDIATE")
@@ -429,469 +590,3 @@ class SqliteStorage:
             pool, self._pool = self._pool, []
         for conn in pool:
             conn.close()
-
-    # --- stores --------------------------------------------------------------------------------
-
-    def create_store(self, name: str, description: str, metadata: dict[str, str]) -> StoreRecord:
-        sid, t = new_id("memstore_"), now()
-        with self._write() as c:
-            c.execute(
-                "INSERT INTO stores (id, name, description, metadata, created_at, updated_at) VALUES (?,?,?,?,?,?)",
-                (sid, name, description, json.dumps(metadata), t, t),
-            )
-            return _store(_require_store(c, sid))
-
-    def list_stores(
-        self,
-        *,
-        limit: int,
-        after: int | None,
-        include_archived: bool,
-        created_gte: str | None,
-        created_lte: str | None,
-        only_ids: Sequence[str] | None = None,
-    ) -> Page:
-        where, args = ["1"], []
-        if after is not None:
-            where.append("seq < ?")
-            args.append(after)
-        if not include_archived:
-            where.append("archived_at IS NULL")
-        if created_gte is not None:
-            where.append("created_at >= ?")
-            args.append(created_gte)
-        if created_lte is not None:
-            where.append("created_at <= ?")
-            args.append(created_lte)
-        if only_ids is not None:
-            where.append(f"id IN ({','.join('?' * len(only_ids))})")
-            args.extend(only_ids)
-        with self._read() as c:
-            rows = c.execute(
-                f"SELECT * FROM stores WHERE {' AND '.join(where)} ORDER BY seq DESC LIMIT ?",
-                (*args, limit + 1),
-            ).fetchall()
-        nxt = rows[limit - 1]["seq"] if len(rows) > limit else None
-        return Page([_store(r) for r in rows[:limit]], nxt)
-
-    def get_store(self, store_id: str) -> StoreRecord:
-        with self._read() as c:
-            return _store(_require_store(c, store_id))
-
-    def update_store(
-        self,
-        store_id: str,
-        *,
-        name: str | None,
-        description: str | None,
-        metadata_patch: dict[str, str | None] | None,
-    ) -> StoreRecord:
-        with self._write() as c:
-            row = _require_store(c, store_id)
-            if row["archived_at"] is not None:
-                raise StoreArchived(f"memory store {store_id} is archived: it cannot be updated")
-            metadata = json.loads(row["metadata"])
-            for k, v in (metadata_patch or {}).items():
-                if v is None:
-                    metadata.pop(k, None)
-                else:
-                    metadata[k] = v
-            if len(metadata) > 16:
-                raise Invalid(
-                    f"metadata: a memory store holds at most 16 pairs; this update would leave {len(metadata)}"
-                )
-            new = (
-                row["name"] if name is None else name,
-                row["description"] if description is None else description,
-                json.dumps(metadata),
-            )
-            if new != (row["name"], row["description"], row["metadata"]):
-                c.execute(
-                    "UPDATE stores SET name = ?, description = ?, metadata = ?, updated_at = ? WHERE id = ?",
-                    (*new, now(), store_id),
-                )
-            return _store(_require_store(c, store_id))
-
-    def archive_store(self, store_id: str) -> StoreRecord:
-        with self._write() as c:
-            row = _require_store(c, store_id)
-            if row["archived_at"] is None:
-                t = now()
-                c.execute("UPDATE stores SET archived_at = ?, updated_at = ? WHERE id = ?", (t, t, store_id))
-            return _store(_require_store(c, store_id))
-
-    def delete_store(self, store_id: str) -> None:
-        with self._write() as c:
-            _require_store(c, store_id)
-            for table, col in (
-                ("versions", "store_id"),
-                ("memories", "store_id"),
-                ("store_kv", "store_id"),
-                ("stores", "id"),
-            ):
-                c.execute(f"DELETE FROM {table} WHERE {col} = ?", (store_id,))
-
-    # --- memories ------------------------------------------------------------------------------
-
-    def create_memory(
-        self, store_id: str, path: str, content: str, actor: Actor, *, max_memories: int
-    ) -> MemoryRecord:
-        sha, size = sha256_hex(content), len(content.encode("utf-8"))
-        with self._write() as c:
-            _require_writable(c, store_id)
-            _check_path_free(c, store_id, path, None)
-            live = c.execute(
-                "SELECT count(*) FROM memories INDEXED BY memories_live_path WHERE store_id = ? AND deleted_at IS NULL", (store_id,)
-            ).fetchone()[0]
-            if live >= max_memories:
-                raise LimitExceeded(
-                    f"memory store {store_id} already holds {live} memories, the limit of this service "
-                    f"(--max-memories {max_memories}); delete memories before creating more"
-                )
-            mid, t = new_id("mem_"), now()
-            counter = _bump(c, store_id)
-            vid = _insert_version(
-                c, store_id=store_id, memory_id=mid, operation="created", path=path, content=content,
-                sha=sha, size=size, counter=counter, at=t, actor=actor,
-            )  # fmt: skip
-            try:
-                c.execute(
-                    "INSERT INTO memories (id, store_id, path, content, sha, size, version_id, counter, created_at, "
-                    "updated_at) VALUES (?,?,?,?,?,?,?,?,?,?)",
-                    (mid, store_id, path, content, sha, size, vid, counter, t, t),
-                )
-            except sqlite3.IntegrityError:  # only reachable if the checks above were bypassed
-                raise PathConflict(f"a memory already exists at {path}", "", path) from None
-            return _memory(_live_memory(c, store_id, mid, content=False), content)
-
-    def list_memories(
-        self,
-        store_id: str,
-        *,
-        path_prefix: str,
-        depth: int,
-        limit: int,
-        after: str | None,
-        with_content: bool,
-    ) -> Page:
-        cols = _MEM_COLS + (", content" if with_content else "")
-        base = f"SELECT {cols} FROM memories WHERE store_id = ? AND deleted_at IS NULL AND path >= ? AND path < ?"
-        bounds = (store_id, path_prefix, _upper(path_prefix))
-        # Resume after the last item of the previous page; a roll-up item resumes after its subtree.
-        resume: tuple[str, str] | None = None
-        if after is not None:
-            resume = (">=", _upper(after)) if after.endswith("/") else (">", after)
-
-        def mem(r: sqlite3.Row) -> MemoryRecord:
-            return _memory(r, r["content"] if with_content else None)
-
-        items: list = []
-        with self._read() as c:
-            _require_store(c, store_id)
-            counter = _counter(c, store_id)
-            if depth == 0:
-                sql, args = base, list(bounds)
-                if resume:
-                    sql += f" AND path {resume[0]} ?"
-                    args.append(resume[1])
-                rows = c.execute(sql + " ORDER BY path LIMIT ?", (*args, limit + 1)).fetchall()
-                items = [mem(r) for r in rows]
-            else:
-                # Walk the children in path order; each deeper subtree is one roll-up, skipped at once.
-                while len(items) <= limit:
-                    sql, args = base, list(bounds)
-                    if resume:
-                        sql += f" AND path {resume[0]} ?"
-                        args.append(resume[1])
-                    row = c.execute(sql + " ORDER BY path LIMIT 1", args).fetchone()
-                    if row is None:
-                        break
-                    rest = row["path"][len(path_prefix) :]
-                    if "/" in rest:
-                        sub = path_prefix + rest.split("/", 1)[0] + "/"
-                        items.append(PrefixRecord(sub))
-                        resume = (">=", _upper(sub))
-                    else:
-                        items.append(mem(row))
-                        resume = (">", row["path"])
-        nxt = None
-        if len(items) > limit:
-            items = items[:limit]
-            nxt = items[-1].path
-        return Page(items, nxt, counter)
-
-    def get_memory(self, store_id: str, memory_id: str) -> MemoryRecord:
-        with self._read() as c:
-            _require_store(c, store_id)
-            row = _live_memory(c, store_id, memory_id)
-            return _memory(row, row["content"])
-
-    def update_memory(
-        self,
-        store_id: str,
-        memory_id: str,
-        *,
-        content: str | None,
-        path: str | None,
-        expected_sha256: str | None,
-        actor: Actor,
-    ) -> MemoryRecord:
-        with self._write() as c:
-            _require_writable(c, store_id)
-            row = _live_memory(c, store_id, memory_id)
-            new_path = row["path"] if path is None else path
-            new_sha = row["sha"] if content is None else sha256_hex(content)
-            unchanged = new_sha == row["sha"] and new_path == row["path"]
-            if expected_sha256 is not None and expected_sha256 != row["sha"]:
-                if unchanged:  # the store already holds what was asked: a retry that already landed
-                    return _memory(row, row["content"])
-                raise PreconditionFailed(
-                    f"memory {memory_id} has content_sha256 {row['sha']}, not the expected {expected_sha256}"
-                )
-            if unchanged:  # no-op: no version, no counter bump
-                return _memory(row, row["content"])
-            if new_path != row["path"]:
-                _check_path_free(c, store_id, new_path, memory_id)
-            new_content = row["content"] if content is None else content
-            size = len(new_content.encode("utf-8"))
-            t = now()
-            counter = _bump(c, store_id)
-            vid = _insert_version(
-                c, store_id=store_id, memory_id=memory_id, operation="modified", path=new_path,
-                content=new_content, sha=new_sha, size=size, counter=counter, at=t, actor=actor,
-            )  # fmt: skip
-            c.execute(
-                "UPDATE memories SET path = ?, content = ?, sha = ?, size = ?, version_id = ?, counter = ?, "
-                "updated_at = ? WHERE id = ?",
-                (new_path, new_content, new_sha, size, vid, counter, t, memory_id),
-            )
-            return _memory(_live_memory(c, store_id, memory_id, content=False), new_content)
-
-    def delete_memory(
-        self, store_id: str, memory_id: str, *, expected_sha256: str | None, actor: Actor
-    ) -> None:
-        with self._write() as c:
-            _require_store(c, store_id)  # archived stores can still be deleted from
-            row = _live_memory(c, store_id, memory_id, content=False)
-            if expected_sha256 is not None and expected_sha256 != row["sha"]:
-                raise PreconditionFailed(
-                    f"memory {memory_id} has content_sha256 {row['sha']}, not the expected {expected_sha256}; "
-                    "nothing was deleted"
-                )
-            t = now()
-            counter = _bump(c, store_id)
-            vid = _insert_version(
-                c, store_id=store_id, memory_id=memory_id, operation="deleted", path=row["path"],
-                content=None, sha=None, size=None, counter=counter, at=t, actor=actor,
-            )  # fmt: skip
-            c.execute(
-                "UPDATE memories SET deleted_at = ?, content = NULL, version_id = ?, counter = ?, updated_at = ? "
-                "WHERE id = ?",
-                (t, vid, counter, t, memory_id),
-            )
-
-    # --- versions ------------------------------------------------------------------------------
-
-    def list_versions(
-        self, store_id: str, *, filters: VersionFilter, limit: int, after: int | None, with_content: bool
-    ) -> Page:
-        where, args = ["store_id = ?"], [store_id]
-        if after is not None:
-            where.append("seq < ?")
-            args.append(after)
-        for col, val in (
-            ("memory_id", filters.memory_id),
-            ("operation", filters.operation),
-        ):
-            if val is not None:
-                where.append(f"{col} = ?")
-                args.append(val)
-        if filters.session_id is not None:
-            where.append("actor_type = 'session_actor' AND actor_id = ?")
-            args.append(filters.session_id)
-        if filters.api_key_id is not None:
-            where.append("actor_type = 'api_actor' AND actor_id = ?")
-            args.append(filters.api_key_id)
-        if filters.created_gte is not None:
-            where.append("created_at >= ?")
-            args.append(filters.created_gte)
-        if filters.created_lte is not None:
-            where.append("created_at <= ?")
-            args.append(filters.created_lte)
-        cols = "seq, " + _VER_COLS + (", content" if with_content else "")
-        with self._read() as c:
-            _require_store(c, store_id)
-            rows = c.execute(
-                f"SELECT {cols} FROM versions WHERE {' AND '.join(where)} ORDER BY seq DESC LIMIT ?",
-                (*args, limit + 1),
-            ).fetchall()
-        nxt = rows[limit - 1]["seq"] if len(rows) > limit else None
-        return Page([_version(r, r["content"] if with_content else None) for r in rows[:limit]], nxt)
-
-    def _get_version(self, c: sqlite3.Connection, store_id: str, version_id: str) -> sqlite3.Row:
-        _require_store(c, store_id)
-        row = c.execute(
-            f"SELECT {_VER_COLS}, content FROM versions WHERE id = ? AND store_id = ?", (version_id, store_id)
-        ).fetchone()
-        if row is None:
-            raise NotFound(f"memory version {version_id} not found in memory store {store_id}")
-        return row
-
-    def get_version(self, store_id: str, version_id: str) -> VersionRecord:
-        with self._read() as c:
-            row = self._get_version(c, store_id, version_id)
-            return _version(row, row["content"])
-
-    def redact_version(self, store_id: str, version_id: str, actor: Actor) -> VersionRecord:
-        # Redaction rewrites history only; the mount never sees it, so the counter does not move.
-        with self._write() as c:
-            row = self._get_version(c, store_id, version_id)
-            if row["redacted_at"] is None:
-                c.execute(
-                    "UPDATE versions SET content = NULL, path = NULL, sha = NULL, size = NULL, redacted_at = ?, "
-                    "redactor_type = ?, redactor_id = ? WHERE id = ?",
-                    (now(), actor.type, actor.id, version_id),
-                )
-                row = self._get_version(c, store_id, version_id)
-            return _version(row, row["content"])
-
-    # --- counter extension ---------------------------------------------------------------------
-
-    def get_counters(self, store_ids: Sequence[str]) -> dict[str, int]:
-        with self._read() as c:
-            out = {}
-            for sid in store_ids:
-                _require_store(c, sid)
-                out[sid] = _counter(c, sid)
-            return out
-
-    def changes_since(self, store_id: str, since: int) -> Changes:
-        with self._read() as c:
-            _require_store(c, store_id)
-            counter = _counter(c, store_id)
-            if since < 0 or since > counter:
-                raise Invalid(f"since: {since} is not between 0 and the store's current counter {counter}")
-            if since < _kv(c, store_id, HISTORY_FLOOR_KEY):
-                return Changes(store_id, since, counter, too_old=True)
-            rows = c.execute(
-                f"SELECT {_MEM_COLS}, deleted_at FROM memories WHERE store_id = ? AND counter > ? "
-                "ORDER BY path, deleted_at IS NULL, id",  # a tombstone before a live memory at its path
-                (store_id, since),
-            ).fetchall()
-            changes = []
-            for r in rows:
-                before = c.execute(
-                    "SELECT operation, path FROM versions WHERE store_id = ? AND memory_id = ? AND counter <= ? "
-                    "ORDER BY counter DESC LIMIT 1",
-                    (store_id, r["id"], since),
-                ).fetchone()
-                previous = None
-                if (
-                    before is not None
-                    and before["operation"] != "deleted"
-                    and before["path"] not in (None, r["path"])
-                ):
-                    previous = before["path"]
-                deleted = r["deleted_at"] is not None
-                changes.append(
-                    Change(
-                        memory_id=r["id"],
-                        operation="deleted" if deleted else "upserted",
-                        path=r["path"],
-                        previous_path=previous,
-                        content_sha256=None if deleted else r["sha"],
-                        content_size_bytes=None if deleted else r["size"],
-                        memory_version_id=r["version_id"],
-                        updated_at=r["updated_at"],
-                    )
-                )
-            return Changes(store_id, since, counter, too_old=False, changes=changes)
-
-    def open_snapshot(self, store_id: str) -> _Snapshot:
-        return _Snapshot(self._connect(), store_id)
-
-    # --- sessions ------------------------------------------------------------------------------
-
-    def create_session(
-        self,
-        resources: Sequence[ResourceSpec],
-        *,
-        token_hash: str,
-        title: str | None,
-        metadata: dict[str, str],
-    ) -> SessionRecord:
-        sid, t = new_id("sesn_"), now()
-        with self._write() as c:
-            used: set[str] = set()
-            rows = []
-            for pos, spec in enumerate(resources):
-                store = _require_store(c, spec.memory_store_id)
-                if store["archived_at"] is not None:
-                    raise StoreArchived(
-                        f"memory store {spec.memory_store_id} is archived and cannot be attached"
-                    )
-                base = "/mnt/memory/" + slugify(store["name"])
-                mount, n = base, 2
-                while mount in used:
-                    mount, n = f"{base}-{n}", n + 1
-                used.add(mount)
-                rows.append(
-                    (sid, pos, spec.memory_store_id, spec.access, store["name"], store["description"],
-                     spec.instructions, mount)
-                )  # fmt: skip
-            c.execute(
-                "INSERT INTO sessions (id, token_hash, title, metadata, created_at, updated_at) VALUES (?,?,?,?,?,?)",
-                (sid, token_hash, title, json.dumps(metadata), t, t),
-            )
-            c.executemany("INSERT INTO session_resources VALUES (?,?,?,?,?,?,?,?)", rows)
-            return self._session(c, sid)
-
-    def _session(self, c: sqlite3.Connection, session_id: str) -> SessionRecord:
-        row = c.execute("SELECT * FROM sessions WHERE id = ?", (session_id,)).fetchone()
-        if row is None:
-            raise NotFound(f"session {session_id} not found")
-        res = c.execute(
-            "SELECT * FROM session_resources WHERE session_id = ? ORDER BY position", (session_id,)
-        ).fetchall()
-        return SessionRecord(
-            id=row["id"],
-            title=row["title"],
-            metadata=json.loads(row["metadata"]),
-            resources=[
-                ResourceRecord(
-                    memory_store_id=r["memory_store_id"],
-                    access=r["access"],
-                    name=r["name"],
-                    description=r["description"],
-                    instructions=r["instructions"],
-                    mount_path=r["mount_path"],
-                )
-                for r in res
-            ],
-            created_at=row["created_at"],
-            updated_at=row["updated_at"],
-            archived_at=row["archived_at"],
-        )
-
-    def get_session(self, session_id: str) -> SessionRecord:
-        with self._read() as c:
-            return self._session(c, session_id)
-
-    def session_for_token(self, token_hash: str) -> SessionRecord | None:
-        with self._read() as c:
-            row = c.execute(
-                "SELECT id FROM sessions WHERE token_hash = ? AND archived_at IS NULL", (token_hash,)
-            ).fetchone()
-            return self._session(c, row["id"]) if row else None
-
-    def archive_session(self, session_id: str) -> SessionRecord:
-        with self._write() as c:
-            self._session(c, session_id)
-            t = now()
-            # Dropping the hash revokes the token for good.
-            c.execute(
-                "UPDATE sessions SET archived_at = coalesce(archived_at, ?), updated_at = ?, token_hash = NULL "
-                "WHERE id = ?",
-                (t, t, session_id),
-            )
-            return self._session(c, session_id)
