@@ -33,6 +33,10 @@ from memfs.service.storage import (
 )
 
 
+class DatabaseError(RuntimeError):
+    """The database cannot be used (unreachable, or a schema newer than this memfs)."""
+
+
 class PathTaken(Exception):
     """A live memory already holds the path (raised by the unique index, should the checks miss)."""
 

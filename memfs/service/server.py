@@ -14,6 +14,7 @@ from hypercorn.trio import serve
 
 from memfs.limits import DEFAULT_MAX_MEMORIES
 from memfs.service.app import create_app
+from memfs.service.backend import DatabaseError
 from memfs.service.database import DatabaseUrlError, open_storage
 
 log = logging.getLogger("memfs.service")
@@ -70,7 +71,7 @@ def run(
     key, generated = resolve_admin_key(admin_key)
     try:
         storage = open_storage(db_path)
-    except DatabaseUrlError as e:
+    except (DatabaseUrlError, DatabaseError) as e:
         print(f"memfs serve: {e}", file=sys.stderr)
         return 2
     if generated:
