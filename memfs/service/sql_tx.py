@@ -158,7 +158,7 @@ class SqlTx:
         created_lte: str | None,
         only_ids: Sequence[str] | None,
     ) -> list[tuple[int, StoreRecord]]:
-        where, args = ["1"], []
+        where, args = ["1 = 1"], []
         if after is not None:
             where.append("seq < ?")
             args.append(after)

@@ -14,6 +14,8 @@ import time
 
 import httpx
 
+from tests.service.dbcheck import rows
+
 MEMORY = {"anthropic-beta": "agent-memory-2026-07-22"}
 
 
@@ -41,15 +43,15 @@ def test_sigterm_restart_schema_and_request_log(service):
     service.start()
     with service.admin_client() as c:
         assert c.get(f"/v1/memory_stores/{store}/counter").json()["counter"] == 1
-    with sqlite3.connect(service.db_path) as db:
-        assert db.execute("PRAGMA user_version").fetchone()[0] == 1
-        assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
-        assert db.execute("SELECT key, value FROM store_kv WHERE store_id = ?", (store,)).fetchall() == [
-            ("counter", 1)
-        ]
-        # tokens are stored hashed
-        hashes = [r[0] for r in db.execute("SELECT token_hash FROM sessions")]
-        assert token not in hashes and len(hashes[0]) == 64
+    assert rows(service, "SELECT key, value FROM store_kv WHERE store_id = ?", (store,)) == [("counter", 1)]
+    hashes = [r[0] for r in rows(service, "SELECT token_hash FROM sessions")]
+    assert token not in hashes and len(hashes[0]) == 64  # tokens are stored hashed
+    if service.db_url:
+        assert rows(service, "SELECT version FROM memfs_schema") == [(1,)]
+    else:
+        with sqlite3.connect(service.db_path) as db:
+            assert db.execute("PRAGMA user_version").fetchone()[0] == 1
+            assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
 
 
 def test_generated_and_env_admin_keys(tmp_path):
