@@ -177,6 +177,9 @@ class PostgresBackend:
         )
         self._closed = threading.Event()
         try:
+            # One direct connection first: an unreachable database fails at once with libpq's own
+            # reason, instead of the pool's retries ending in "initialization incomplete".
+            psycopg.connect(url, connect_timeout=max(1, int(connect_timeout_s))).close()
             self._pool.open(wait=True, timeout=connect_timeout_s)
             self._migrate()
         except DatabaseError:
