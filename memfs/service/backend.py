@@ -5,8 +5,8 @@ precondition/no-op rule, metadata merge, mount paths, --max-memories, the change
 live in `rules.py`, above every backend. A backend (SQLite, PostgreSQL) only stores and finds
 rows, and guarantees what the rules cannot:
 
-- `write(store_id)` is one transaction that commits when the block ends without an exception
-  and rolls back otherwise. With a `store_id`, every other writer to that store waits until it
+- `write(*store_ids)` is one transaction that commits when the block ends without an exception
+  and rolls back otherwise. For each store named, every other writer to that store waits until it
   ends (the per-store lock the rules' check-then-write relies on); writers to other stores need
   not wait. `bump` inside it returns the store's counter + 1, committed with the writes it counts.
 - `read()` is one transaction that sees one consistent state of the database throughout.
@@ -142,7 +142,7 @@ class ReadTx(Tx, Protocol):
 
 class Backend(Protocol):
     def read(self) -> AbstractContextManager[Tx]: ...
-    def write(self, store_id: str | None = None) -> AbstractContextManager[Tx]: ...
+    def write(self, *store_ids: str) -> AbstractContextManager[Tx]: ...
     def open_read(self) -> ReadTx:
         """A read transaction on its own connection, for a snapshot streamed over many calls."""
 

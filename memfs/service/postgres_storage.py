@@ -202,10 +202,11 @@ class PostgresBackend:
             conn.execute("COMMIT")
 
     @contextmanager
-    def write(self, store_id: str | None = None) -> Iterator[PostgresTx]:
+    def write(self, *store_ids: str) -> Iterator[PostgresTx]:
         with self._transaction("BEGIN") as conn:
-            if store_id is not None:
-                # Writers to one store queue here; a hash collision only makes two stores share a queue.
+            # Writers to one store queue here; a hash collision only makes two stores share a queue.
+            # Several stores (a session attaching them) are locked in one order: no deadlock.
+            for store_id in sorted(set(store_ids)):
                 conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (store_id,))
             yield PostgresTx(conn)
 

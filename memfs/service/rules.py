@@ -461,7 +461,8 @@ class StoreService:
         metadata: dict[str, str],
     ) -> SessionRecord:
         sid, t = new_id("sesn_"), now()
-        with self.backend.write() as tx:
+        # The attached stores' write locks: none can be archived between the check and the commit.
+        with self.backend.write(*(spec.memory_store_id for spec in resources)) as tx:
             stores = []
             for spec in resources:
                 store = _require_store(tx, spec.memory_store_id)

@@ -173,7 +173,7 @@ class SqliteBackend:
                 conn.close()
 
     @contextmanager
-    def write(self, store_id: str | None = None) -> Iterator[SqliteTx]:
+    def write(self, *store_ids: str) -> Iterator[SqliteTx]:
         # IMMEDIATE takes the write lock up front: the checks the rules make inside cannot be
         # invalidated by another writer before we commit, and there is no lock upgrade to deadlock
         # on. One lock for the whole file: writers to different stores wait for each other here.

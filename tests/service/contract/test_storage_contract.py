@@ -439,3 +439,23 @@ def test_writers_to_different_stores_never_wait_on_each_other(storage, backend, 
         release.set()
         holder.join(10)
     assert counter(storage, s1) == 1 and counter(storage, s2) == 1
+
+
+def test_attaching_a_store_waits_for_its_writers(storage, backend):
+    """A session's stores are checked (not archived) under their write locks: an archive
+    committing meanwhile is seen, never raced past."""
+    sid = new_store(storage)
+    holder, release = _held_write(backend, sid)
+    result: list = []
+    t = threading.Thread(target=lambda: result.append(
+        storage.create_session([ResourceSpec(sid, "read_write", None)], token_hash="h", title=None, metadata={})
+    ))  # fmt: skip
+    t.start()
+    try:
+        t.join(0.5)
+        assert t.is_alive()  # queued behind the store's open write
+    finally:
+        release.set()
+        holder.join(10)
+    t.join(30)
+    assert result and result[0].resources[0].memory_store_id == sid
