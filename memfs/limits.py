@@ -1,7 +1,9 @@
 """Limits shared by the service and the mount (SPEC §4), and the memory path rules (SPEC §2.3).
 
-Both halves validate with the same functions so that the mount refuses locally (errno) exactly
-what the service would refuse remotely (400).
+Two path rules: `check_store_path` is what the store service accepts (the hosted API's rule, no
+limit per segment); `check_memory_path` is what a mount can hold as a file (the same, plus the
+255-byte name limit). The mount refuses locally (errno) everything the service would refuse
+remotely (400), and a little more: names the kernel cannot carry.
 """
 
 from __future__ import annotations
@@ -44,17 +46,24 @@ def _bad_char(ch: str) -> bool:
     return cat in ("Cc", "Cf")
 
 
-def check_component(name: str) -> None:
-    """Validate one path segment (a file or directory name)."""
+def _check_segment(name: str) -> None:
+    """The rules one path segment breaks on the store too: empty, `.`/`..`, characters, NFC."""
     if name in ("", ".", ".."):
         raise PathError(f"path segment {name!r} is not allowed")
-    if len(name.encode("utf-8")) > MAX_COMPONENT_BYTES:
-        raise PathError(f"path segment is longer than {MAX_COMPONENT_BYTES} bytes", too_long=True)
     for ch in name:
         if _bad_char(ch):
             raise PathError(f"path segment contains a forbidden character U+{ord(ch):04X}")
     if unicodedata.normalize("NFC", name) != name:
         raise PathError("path segment is not NFC-normalised")
+
+
+def check_component(name: str) -> None:
+    """Validate one file or directory name in a mount: a store segment of at most 255 bytes."""
+    if name in ("", ".", ".."):
+        raise PathError(f"path segment {name!r} is not allowed")
+    if len(name.encode("utf-8", errors="surrogatepass")) > MAX_COMPONENT_BYTES:
+        raise PathError(f"path segment is longer than {MAX_COMPONENT_BYTES} bytes", too_long=True)
+    _check_segment(name)
 
 
 def check_component_bytes(raw: bytes) -> str:
@@ -67,8 +76,7 @@ def check_component_bytes(raw: bytes) -> str:
     return name
 
 
-def check_memory_path(path: object) -> str:
-    """Validate a memory path (SPEC §2.3). Returns it unchanged; raises PathError with a clear message."""
+def _segments(path: object) -> list[str]:
     if not isinstance(path, str):
         raise PathError("path must be a string")
     if not path.startswith("/"):
@@ -82,11 +90,30 @@ def check_memory_path(path: object) -> str:
     segments = path[1:].split("/")
     if len(segments) > MAX_SEGMENTS:
         raise PathError(f"path has more than {MAX_SEGMENTS} segments")
+    return segments
+
+
+def check_store_path(path: object) -> str:
+    """The store service's path rule (SPEC §2.3): no limit per segment, as on the hosted API.
+
+    Returns the path unchanged; raises PathError with a clear message."""
+    segments = _segments(path)
     for seg in segments:
         if seg == "":
             raise PathError("path has an empty segment")
+        _check_segment(seg)
+    return path  # type: ignore[return-value]  # _segments checked it is a str
+
+
+def check_memory_path(path: object) -> str:
+    """A memory path that a mount can hold as a file: the store's rule, and every segment a valid
+    name (at most 255 bytes, the kernel's NAME_MAX). A memory that passes `check_store_path` but
+    not this one stays on the store and is not materialised (SPEC §5.3)."""
+    for seg in _segments(path):
+        if seg == "":
+            raise PathError("path has an empty segment")
         check_component(seg)
-    return path
+    return path  # type: ignore[return-value]
 
 
 def check_content(content: object) -> bytes:

@@ -51,6 +51,34 @@ ensure_python() {
     export PATH="$VENV/bin:$PATH"
 }
 
+ensure_postgresql() {
+    # The PostgreSQL backend's tests start a throwaway cluster (tests/support/postgres.py) with
+    # Debian's initdb/pg_ctl. Installing the package must not leave the system cluster running:
+    # policy-rc.d forbids starting services during the install (the package still creates its
+    # "main" cluster on disk; nothing here starts it).
+    if compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null; then
+        return 0
+    fi
+    if [ "$(id -u)" != 0 ]; then
+        echo "memfs: PostgreSQL is missing (run as root, or: sudo apt-get install postgresql)" >&2
+        exit 1
+    fi
+    echo "memfs: installing Debian's postgresql (for the PostgreSQL backend's tests)" >&2
+    export DEBIAN_FRONTEND=noninteractive
+    local policy=/usr/sbin/policy-rc.d had_policy=0
+    [ -e "$policy" ] && had_policy=1
+    if [ "$had_policy" = 0 ]; then
+        printf '#!/bin/sh\nexit 101\n' >"$policy"
+        chmod +x "$policy"
+    fi
+    local rc=0
+    { apt-get update -q >/dev/null && apt-get install -y -q postgresql >/dev/null; } || rc=$?
+    [ "$had_policy" = 1 ] || rm -f "$policy"
+    [ "$rc" = 0 ] || { echo "memfs: installing postgresql failed (apt-get exit $rc)" >&2; exit 1; }
+    compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null \
+        || { echo "memfs: installing postgresql did not provide initdb" >&2; exit 1; }
+}
+
 ensure_fuse_device() {
     if [ ! -e /dev/fuse ]; then
         echo "memfs: /dev/fuse is missing: this machine (or container) cannot mount FUSE filesystems" >&2

@@ -7,6 +7,7 @@ threads; the event loop only parses, checks and serialises.
 from __future__ import annotations
 
 import base64
+import dataclasses
 import functools
 import json
 import logging
@@ -23,7 +24,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from memfs.limits import DEFAULT_MAX_MEMORIES, MAX_STORES_PER_SESSION
-from memfs.service import params, wire
+from memfs.service import body, params, wire
 from memfs.service.auth import (
     Principal,
     admin_key_id,
@@ -34,6 +35,7 @@ from memfs.service.auth import (
     presented_credential,
     unauthenticated,
 )
+from memfs.service.cursors import CursorError, Cursors
 from memfs.service.errors import ApiError, envelope, from_storage, invalid, not_found
 from memfs.service.metrics import CONTENT_TYPE, Metrics
 from memfs.service.storage import Actor, ResourceSpec, Storage, StorageError, VersionFilter
@@ -61,6 +63,14 @@ class _Service:
         self.metrics = metrics
         self._admin_key = admin_key
         self._admin_actor = Actor("api_actor", admin_key_id(admin_key))
+        self.cursors = Cursors(admin_key)
+
+    def after(self, request: Request, listing: tuple) -> str | int | None:
+        """The position the `page` cursor resumes after, checked against this listing."""
+        try:
+            return self.cursors.decode(listing, request.query_params.get("page") or None)
+        except CursorError as e:
+            raise invalid(str(e)) from None
 
     async def call(self, fn, *args, **kwargs):
         try:
@@ -100,16 +110,22 @@ class _Service:
 
     async def list_stores(self, request: Request) -> Response:
         p = await self.principal(request)
+        limit = params.q_int(request, "limit", 20, 1, 100)
+        include_archived = params.q_bool(request, "include_archived", False)
+        gte, lte = params.q_time(request, "created_at[gte]"), params.q_time(request, "created_at[lte]")
+        only_ids = p.store_ids()  # a session lists only its own stores
+        listing = ("stores", include_archived, gte, lte, only_ids)
         page = await self.call(
             self.storage.list_stores,
-            limit=params.q_int(request, "limit", 20, 1, 100),
-            page=request.query_params.get("page") or None,
-            include_archived=params.q_bool(request, "include_archived", False),
-            created_gte=params.q_time(request, "created_at[gte]"),
-            created_lte=params.q_time(request, "created_at[lte]"),
-            only_ids=p.store_ids(),  # a session lists only its own stores
+            limit=limit,
+            after=self.after(request, listing),
+            include_archived=include_archived,
+            created_gte=gte,
+            created_lte=lte,
+            only_ids=only_ids,
         )
-        return _json({"data": [wire.store(s) for s in page.items], "next_page": page.next_page})
+        next_page = self.cursors.encode(listing, page.next_after)
+        return _json({"data": [wire.store(s) for s in page.items], "next_page": next_page})
 
     async def get_store(self, request: Request) -> Response:
         sid = request.path_params["store_id"]
@@ -124,6 +140,7 @@ class _Service:
         body = await params.json_object(request, ("name", "description", "metadata"))
         name = None if body.get("name") is None else params.store_name(body["name"])
         desc = None if body.get("description") is None else params.store_description(body["description"])
+        # A patch may name more than 16 keys (deletions among them): the storage checks the result.
         meta = None if body.get("metadata") is None else params.metadata(body["metadata"], patch=True)
         store = await self.call(
             self.storage.update_store, sid, name=name, description=desc, metadata_patch=meta
@@ -170,17 +187,20 @@ class _Service:
         depth = request.query_params.get("depth", "0")
         if depth not in ("0", "1"):
             raise invalid(f"depth: must be 0 (whole subtree) or 1 (direct children) (got {depth!r})")
+        prefix, limit = params.q_path_prefix(request), params.q_limit(request, full)
+        listing = ("memories", sid, prefix, int(depth), full)
         page = await self.call(
             self.storage.list_memories,
             sid,
-            path_prefix=params.q_path_prefix(request),
+            path_prefix=prefix,
             depth=int(depth),
-            limit=params.q_limit(request, full),
-            page=request.query_params.get("page") or None,
+            limit=limit,
+            after=self.after(request, listing),
             with_content=full,
         )
+        next_page = self.cursors.encode(listing, page.next_after)
         return _json(
-            {"data": [wire.list_item(i, full) for i in page.items], "next_page": page.next_page},
+            {"data": [wire.list_item(i, full) for i in page.items], "next_page": next_page},
             headers={COUNTER_HEADER: str(page.counter)} if self.extensions else None,
         )
 
@@ -199,6 +219,8 @@ class _Service:
         # null is treated like an omitted field (the client types make both Optional).
         content = None if body.get("content") is None else params.memory_content(body["content"])
         path = None if body.get("path") is None else params.memory_path(body["path"])
+        if content is None and path is None:
+            raise invalid("an update needs content or path (or both); this one names neither")
         expected = params.precondition(body.get("precondition"))
         mem = await self.call(
             self.storage.update_memory,
@@ -238,15 +260,17 @@ class _Service:
         if request.query_params.get("service_account_id") is not None:
             # This service has no service accounts: nothing was written by one.
             return _json({"data": [], "next_page": None})
+        listing = ("versions", sid, dataclasses.astuple(filters), full)
         page = await self.call(
             self.storage.list_versions,
             sid,
             filters=filters,
             limit=limit,
-            page=request.query_params.get("page") or None,
+            after=self.after(request, listing),
             with_content=full,
         )
-        return _json({"data": [wire.version(v, full) for v in page.items], "next_page": page.next_page})
+        next_page = self.cursors.encode(listing, page.next_after)
+        return _json({"data": [wire.version(v, full) for v in page.items], "next_page": next_page})
 
     async def get_version(self, request: Request) -> Response:
         sid, vid = request.path_params["store_id"], request.path_params["version_id"]
@@ -476,7 +500,12 @@ async def _on_unexpected(request: Request, exc: Exception) -> Response:
 
 
 class _RequestFrame:
-    """Outermost layer: request id on every response, one access-log line, metrics, last-resort 500."""
+    """Outermost layer: request id on every response, one access-log line, metrics, last-resort 500.
+
+    It also reads every request's body whole before the routes run (see `body.py`): a handler
+    can never leave a body unread on a keep-alive connection, and bodies over 1 MiB are 413
+    everywhere.
+    """
 
     def __init__(self, app, metrics: Metrics):
         self.app = app
@@ -499,7 +528,15 @@ class _RequestFrame:
             await send(message)
 
         try:
-            await self.app(scope, receive, send_with_id)
+            try:
+                raw = await body.read_whole(scope, receive)
+            except body.ClientGone:
+                status.append(499)  # nobody to answer; logged like nginx's "client closed request"
+                return
+            except (body.BadLength, body.BodyTooLarge) as e:
+                await self._refuse_body(e, request_id, scope, receive, send_with_id)
+                return
+            await self.app(scope, body.replaying(raw, receive), send_with_id)
         except Exception:
             # Starlette already answered with the envelope (handler for Exception) and re-raised.
             log.exception("unhandled error in %s %s", scope["method"], scope["path"])
@@ -513,6 +550,18 @@ class _RequestFrame:
             self.metrics.observe(scope["method"], route, code, seconds)
             # Path only: no query string (it can hold path prefixes), never headers (credentials).
             access_log.info("%s %s %d %.1fms", scope["method"], scope["path"], code, seconds * 1000)
+
+    @staticmethod
+    async def _refuse_body(exc: Exception, request_id: str, scope, receive, send) -> None:
+        if isinstance(exc, body.BodyTooLarge):
+            err = ApiError(413, "request_too_large", str(exc))
+        else:
+            err = invalid(str(exc))
+        resp = _error_response(err, request_id)
+        if not getattr(exc, "drained", False):
+            # The rest of the body is still on its way: only a new connection can carry a request.
+            resp.headers["connection"] = "close"
+        await resp(scope, receive, send)
 
 
 def create_app(

@@ -10,57 +10,25 @@ import re
 import unicodedata
 from datetime import UTC, datetime
 
-import anyio
 from starlette.requests import ClientDisconnect, Request
 
-from memfs.limits import MAX_REQUEST_BODY, PathError, check_content, check_memory_path
+from memfs.limits import MAX_REQUEST_BODY, PathError, check_content, check_store_path
 from memfs.service.errors import ApiError, invalid
 
-# After deciding 413 we still read (and discard) this much, so that a client still writing its
-# body gets our answer instead of a reset connection. Beyond it we answer and let the server close.
-_DRAIN_CAP = 16 * 1024 * 1024
 _SHA_RE = re.compile(r"^[0-9a-fA-F]{64}$")
 
 
-def _too_large() -> ApiError:
-    return ApiError(413, "request_too_large", f"request body is larger than {MAX_REQUEST_BODY} bytes (1 MiB)")
-
-
-_DRAIN_SECONDS = 2.0
-
-
-async def _drain(stream, seen: int) -> None:
-    # Bounded in bytes and time: a client that declares much and sends little cannot hold us.
-    with anyio.move_on_after(_DRAIN_SECONDS):
-        try:
-            async for chunk in stream:
-                seen += len(chunk)
-                if seen > _DRAIN_CAP:
-                    return
-        except ClientDisconnect:
-            pass
-
-
 async def read_body(request: Request) -> bytes:
-    """The body, refused with 413 past 1 MiB whatever Content-Length claims, never buffered past it."""
-    stream = request.stream()
-    declared = request.headers.get("content-length")
-    if declared is not None:
-        if not declared.isdigit():
-            raise invalid("Content-Length header is not a number")
-        if int(declared) > MAX_REQUEST_BODY:
-            if int(declared) <= _DRAIN_CAP:
-                await _drain(stream, 0)
-            raise _too_large()
+    """The body. The app's outermost layer has already read it whole and refused it past 1 MiB
+    (`memfs.service.body`), so this only collects what it replays."""
     buf = bytearray()
     try:
-        async for chunk in stream:
+        async for chunk in request.stream():
             buf += chunk
-            if len(buf) > MAX_REQUEST_BODY:
-                await _drain(stream, len(buf))
-                raise _too_large()
     except ClientDisconnect:
         raise invalid("the client disconnected before sending the whole body") from None
+    if len(buf) > MAX_REQUEST_BODY:  # a defence, should the app ever run without its frame
+        raise ApiError(413, "request_too_large", f"request body is larger than {MAX_REQUEST_BODY} bytes (1 MiB)")
     return bytes(buf)
 
 
@@ -133,7 +101,8 @@ def store_description(value: object) -> str:
 def metadata(value: object, *, patch: bool) -> dict:
     if not isinstance(value, dict):
         raise invalid(f"metadata: must be an object of string values, not {_type_name(value)}")
-    if len(value) > 16:
+    # On create the object is the result; a patch is limited by its result (checked by the storage).
+    if not patch and len(value) > 16:
         raise invalid(f"metadata: at most 16 key-value pairs (got {len(value)})")
     out: dict = {}
     for k, v in value.items():
@@ -149,7 +118,7 @@ def memory_path(value: object, field: str = "path") -> str:
     if not isinstance(value, str):
         raise invalid(f"{field}: must be a string, not {_type_name(value)}")
     try:
-        return check_memory_path(value)
+        return check_store_path(value)
     except PathError as e:
         raise invalid(f"{field}: {e}") from None
 

@@ -7,7 +7,6 @@ import os
 import secrets
 import signal
 import sys
-from pathlib import Path
 
 import trio
 from hypercorn.config import Config
@@ -15,7 +14,8 @@ from hypercorn.trio import serve
 
 from memfs.limits import DEFAULT_MAX_MEMORIES
 from memfs.service.app import create_app
-from memfs.service.sqlite_storage import SqliteStorage
+from memfs.service.backend import DatabaseError
+from memfs.service.database import DatabaseUrlError, open_storage
 
 log = logging.getLogger("memfs.service")
 
@@ -62,16 +62,18 @@ async def _serve(app, config: Config, host: str) -> None:
 def run(
     host: str = "127.0.0.1",
     port: int = 8470,
-    db_path: str | os.PathLike = "./memfs-data/store.db",
+    db_path: str | os.PathLike = "./memfs-data/store.db",  # or sqlite:///PATH, postgresql://…
     admin_key: str | None = None,
     max_memories: int = DEFAULT_MAX_MEMORIES,
     extensions: bool = True,
 ) -> int:
     _configure_logging()
     key, generated = resolve_admin_key(admin_key)
-    db = Path(db_path)
-    db.parent.mkdir(parents=True, exist_ok=True)
-    storage = SqliteStorage(db)
+    try:
+        storage = open_storage(db_path)
+    except (DatabaseUrlError, DatabaseError) as e:
+        print(f"memfs serve: {e}", file=sys.stderr)
+        return 2
     if generated:
         # Printed once, by design: there is no other way to learn a generated key.
         print(

@@ -168,8 +168,12 @@ class SessionRecord:
 
 @dataclass
 class Page:
+    """One page of a listing. `next_after`: the position the next page resumes after (the last
+    path of a memory listing, the last sequence number of a store or version listing), None at
+    the end; the app turns it into an opaque cursor (`cursors.py`)."""
+
     items: list
-    next_page: str | None
+    next_after: str | int | None
     counter: int | None = None  # memory listings: the counter of the snapshot they were read from
 
 
@@ -200,7 +204,7 @@ class Storage(Protocol):
         self,
         *,
         limit: int,
-        page: str | None,
+        after: int | None,
         include_archived: bool,
         created_gte: str | None,
         created_lte: str | None,
@@ -229,7 +233,7 @@ class Storage(Protocol):
         path_prefix: str,
         depth: int,
         limit: int,
-        page: str | None,
+        after: str | None,
         with_content: bool,
     ) -> Page: ...
     def get_memory(self, store_id: str, memory_id: str) -> MemoryRecord: ...
@@ -249,7 +253,7 @@ class Storage(Protocol):
 
     # versions
     def list_versions(
-        self, store_id: str, *, filters: VersionFilter, limit: int, page: str | None, with_content: bool
+        self, store_id: str, *, filters: VersionFilter, limit: int, after: int | None, with_content: bool
     ) -> Page: ...
     def get_version(self, store_id: str, version_id: str) -> VersionRecord: ...
     def redact_version(self, store_id: str, version_id: str, actor: Actor) -> VersionRecord: ...

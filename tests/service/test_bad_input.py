@@ -8,6 +8,8 @@ import sqlite3
 
 import httpx
 
+from tests.service.dbcheck import rows
+
 MEMORY = {"anthropic-beta": "agent-memory-2026-07-22"}
 SQL = "x'; DROP TABLE memories; --\"%_\\"
 
@@ -400,11 +402,14 @@ def test_bad_input_table(service):
         assert 'status="500"' not in metrics
 
     assert "Traceback" not in service.stderr()
-    with sqlite3.connect(service.db_path) as db:
-        assert db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
-        assert {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")} >= {
-            "stores", "memories", "versions", "store_kv", "sessions", "session_resources"
-        }  # fmt: skip
+    tables = {"stores", "memories", "versions", "store_kv", "sessions", "session_resources"}
+    if service.db_url:
+        names = rows(service, "SELECT tablename FROM pg_tables WHERE schemaname = 'public'")
+    else:
+        with sqlite3.connect(service.db_path) as db:
+            assert db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+        names = rows(service, "SELECT name FROM sqlite_master WHERE type='table'")
+    assert {r[0] for r in names} >= tables
 
 
 def test_content_length_lies_and_empty_bodies(service):

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import sqlite3
 import subprocess
 import sys
 import threading
@@ -11,14 +10,17 @@ from pathlib import Path
 
 import httpx
 
+from tests.service.dbcheck import rows
 from tests.support.service import ServiceProcess
 
 WRITER = Path(__file__).with_name("concurrent_writer.py")
 
 
 def test_concurrent_writer_processes_never_lose_an_increment(service, tmp_path):
-    # A second service process on the same db file: writes meet in SQLite, not in one process.
-    other = ServiceProcess(tmp_path / "second", db_path=service.db_path, admin_key=service.admin_key)
+    # A second service process on the same database: writes meet in the database, not in one process.
+    other = ServiceProcess(
+        tmp_path / "second", db_path=service.db_path, db_url=service.db_url, admin_key=service.admin_key
+    )
     try:
         store = service.create_store("busy")["id"]
         n = 50
@@ -74,7 +76,7 @@ def test_concurrent_writer_processes_never_lose_an_increment(service, tmp_path):
                     + [f"/{tag}/{j}" for j in range(0, n * 2 // 10)]
                 )
                 assert mine == expected
-        counters = [v for v in _db_counters(service.db_path, store)]
+        counters = [v for v in _db_counters(service, store)]
         assert counters == list(range(1, total + 1))  # each version at its own counter value, no gaps
     finally:
         other.stop()
@@ -91,16 +93,13 @@ def _list_all(c: httpx.Client, store: str) -> list[dict]:
             return out
 
 
-def _db_counters(db_path, store) -> list[int]:
-    with sqlite3.connect(db_path) as db:
-        dup = db.execute(
-            "SELECT path, count(*) FROM memories WHERE deleted_at IS NULL GROUP BY store_id, path HAVING count(*) > 1"
-        ).fetchall()
-        assert dup == []
-        return [
-            r[0]
-            for r in db.execute("SELECT counter FROM versions WHERE store_id = ? ORDER BY counter", (store,))
-        ]
+def _db_counters(service, store) -> list[int]:
+    dup = rows(
+        service,
+        "SELECT path, count(*) FROM memories WHERE deleted_at IS NULL GROUP BY store_id, path HAVING count(*) > 1",
+    )
+    assert dup == []
+    return [r[0] for r in rows(service, "SELECT counter FROM versions WHERE store_id = ? ORDER BY counter", (store,))]
 
 
 def test_kill_9_during_a_burst_loses_no_acknowledged_write(service):
@@ -149,7 +148,7 @@ def test_kill_9_during_a_burst_loses_no_acknowledged_write(service):
         # at most one in-flight write per writer may have committed without its answer arriving
         assert len(acked) <= len(listed) <= len(acked) + 3
         counter = c.get(f"/v1/memory_stores/{store}/counter").json()["counter"]
-        versions = _db_counters(service.db_path, store)
+        versions = _db_counters(service, store)
         assert counter == len(listed) == len(versions) and versions == list(range(1, counter + 1))
         # and the restarted service takes writes again
         assert (

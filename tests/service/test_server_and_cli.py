@@ -14,6 +14,9 @@ import time
 
 import httpx
 
+from tests.service.dbcheck import rows
+from tests.support.service import ServiceProcess
+
 MEMORY = {"anthropic-beta": "agent-memory-2026-07-22"}
 
 
@@ -41,15 +44,15 @@ def test_sigterm_restart_schema_and_request_log(service):
     service.start()
     with service.admin_client() as c:
         assert c.get(f"/v1/memory_stores/{store}/counter").json()["counter"] == 1
-    with sqlite3.connect(service.db_path) as db:
-        assert db.execute("PRAGMA user_version").fetchone()[0] == 1
-        assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
-        assert db.execute("SELECT key, value FROM store_kv WHERE store_id = ?", (store,)).fetchall() == [
-            ("counter", 1)
-        ]
-        # tokens are stored hashed
-        hashes = [r[0] for r in db.execute("SELECT token_hash FROM sessions")]
-        assert token not in hashes and len(hashes[0]) == 64
+    assert rows(service, "SELECT key, value FROM store_kv WHERE store_id = ?", (store,)) == [("counter", 1)]
+    hashes = [r[0] for r in rows(service, "SELECT token_hash FROM sessions")]
+    assert token not in hashes and len(hashes[0]) == 64  # tokens are stored hashed
+    if service.db_url:
+        assert rows(service, "SELECT version FROM memfs_schema") == [(1,)]
+    else:
+        with sqlite3.connect(service.db_path) as db:
+            assert db.execute("PRAGMA user_version").fetchone()[0] == 1
+            assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
 
 
 def test_generated_and_env_admin_keys(tmp_path):
@@ -90,6 +93,28 @@ def test_generated_and_env_admin_keys(tmp_path):
             proc.send_signal(signal.SIGINT)
             assert proc.wait(10) == 0
         assert (tmp_path / mode / "nested" / "s.db").exists()
+
+
+def test_db_urls_choose_the_backend_or_fail_clearly(tmp_path):
+    """--db sqlite:///PATH and a bare path are SQLite; other schemes and unreachable databases
+    fail at start with one clear line and exit 2, never echoing a password."""
+    svc = ServiceProcess(tmp_path / "url", db_url=f"sqlite:///{tmp_path}/via-url/store.db")
+    try:
+        svc.create_store("via url")
+    finally:
+        svc.stop()
+    assert (tmp_path / "via-url" / "store.db").exists()
+    for db, words in (
+        ("mysql://root:hunter2@localhost/x", "unknown database URL scheme"),
+        (f"postgresql://memfs:hunter2@/nodb?host={tmp_path}/no-such-dir", "cannot use the PostgreSQL database"),
+    ):
+        r = subprocess.run(
+            [sys.executable, "-m", "memfs", "serve", "--port", "0", "--db", db, "--admin-key", "k"],
+            capture_output=True, text=True, timeout=60, cwd=tmp_path,
+        )  # fmt: skip
+        assert r.returncode == 2, (db, r.stdout, r.stderr)
+        assert words in r.stderr and "hunter2" not in r.stderr + r.stdout, r.stderr
+        assert "Traceback" not in r.stderr
 
 
 def test_metrics(service):

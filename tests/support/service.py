@@ -32,6 +32,7 @@ class ServiceProcess:
         *,
         admin_key: str = "test-admin-key-0123456789",
         db_path: Path | None = None,
+        db_url: str | None = None,
         max_memories: int | None = None,
         port: int = 0,
         start: bool = True,
@@ -41,6 +42,7 @@ class ServiceProcess:
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.admin_key = admin_key
         self.db_path = Path(db_path) if db_path else self.workdir / "data" / "store.db"
+        self.db_url = db_url  # e.g. postgresql://…: used instead of db_path when given
         self.max_memories = max_memories
         self.hosted_api = hosted_api
         self.port = port
@@ -56,7 +58,7 @@ class ServiceProcess:
         out_path = self.workdir / f"serve-{self._starts}.stdout"
         self.stderr_path = self.workdir / f"serve-{self._starts}.stderr"
         cmd = [sys.executable, "-m", "memfs", "serve", "--host", "127.0.0.1", "--port", str(self.port)]
-        cmd += ["--db", str(self.db_path), "--admin-key", self.admin_key]
+        cmd += ["--db", self.db_url or str(self.db_path), "--admin-key", self.admin_key]
         if self.max_memories is not None:
             cmd += ["--max-memories", str(self.max_memories)]
         if self.hosted_api:

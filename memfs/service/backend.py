@@ -1,0 +1,149 @@
+"""What a storage backend implements: transactions and the queries inside them, nothing else.
+
+The API's rules (ids, timestamps, path conflicts and the order they are reported in, the
+precondition/no-op rule, metadata merge, mount paths, --max-memories, the changes feed, paging)
+live in `rules.py`, above every backend. A backend (SQLite, PostgreSQL) only stores and finds
+rows, and guarantees what the rules cannot:
+
+- `write(*store_ids)` is one transaction that commits when the block ends without an exception
+  and rolls back otherwise. For each store named, every other writer to that store waits until it
+  ends (the per-store lock the rules' check-then-write relies on); writers to other stores need
+  not wait. `bump` inside it returns the store's counter + 1, committed with the writes it counts.
+- `read()` is one transaction that sees one consistent state of the database throughout.
+- Paths compare in byte order of their UTF-8 (code-point order), whatever the database's locale.
+- The backend raises `PathTaken` if, despite the rules' checks, two live memories would share a
+  path (the unique index backstop).
+
+Every method is blocking and is called from a worker thread, never from the event loop.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from contextlib import AbstractContextManager
+from typing import Protocol
+
+from memfs.service.storage import (
+    Actor,
+    MemoryRecord,
+    SessionRecord,
+    StoreRecord,
+    VersionFilter,
+    VersionRecord,
+)
+
+
+class DatabaseError(RuntimeError):
+    """The database cannot be used (unreachable, or a schema newer than this memfs)."""
+
+
+class PathTaken(Exception):
+    """A live memory already holds the path (raised by the unique index, should the checks miss)."""
+
+
+class Tx(Protocol):
+    # --- stores ----------------------------------------------------------------------------------
+    def store(self, store_id: str) -> StoreRecord | None: ...
+    def insert_store(self, s: StoreRecord) -> None: ...
+    def update_store(
+        self, store_id: str, *, name: str, description: str, metadata: dict[str, str], at: str
+    ) -> None: ...
+    def archive_store(self, store_id: str, at: str) -> None: ...
+    def delete_store(self, store_id: str) -> None:
+        """The store, its memories, versions and counters."""
+
+    def list_stores(
+        self,
+        *,
+        after: int | None,
+        limit: int,
+        include_archived: bool,
+        created_gte: str | None,
+        created_lte: str | None,
+        only_ids: Sequence[str] | None,
+    ) -> list[tuple[int, StoreRecord]]:
+        """Newest first, at most `limit` rows, each with its position (a sequence number that
+        decreases along the listing); `after`: only rows past that position."""
+
+    # --- the counter and the history floor --------------------------------------------------------
+    def counter(self, store_id: str) -> int: ...
+    def bump(self, store_id: str) -> int:
+        """The store's counter + 1, stored in this transaction (a store never written reads 0)."""
+
+    def history_floor(self, store_id: str) -> int: ...
+
+    # --- memories --------------------------------------------------------------------------------
+    def live_memory(self, store_id: str, memory_id: str, *, content: bool) -> MemoryRecord | None: ...
+    def live_at(self, store_id: str, paths: Sequence[str]) -> list[tuple[str, str]]:
+        """(id, path) of the live memories at any of `paths`, shortest path first."""
+
+    def first_live_in(self, store_id: str, lo: str, hi: str, exclude_id: str | None) -> tuple[str, str] | None:
+        """(id, path) of the first live memory (byte order) with lo <= path < hi, not `exclude_id`."""
+
+    def count_live(self, store_id: str) -> int: ...
+    def list_live(
+        self, store_id: str, *, lo: str, lo_inclusive: bool, hi: str, limit: int, content: bool
+    ) -> list[MemoryRecord]:
+        """Live memories with lo <(=) path < hi, in byte order of path, at most `limit`."""
+
+    def insert_memory(self, m: MemoryRecord, counter: int) -> None:
+        """Raises PathTaken when a live memory holds m.path."""
+
+    def update_memory(
+        self,
+        memory_id: str,
+        *,
+        path: str,
+        content: str,
+        sha: str,
+        size: int,
+        version_id: str,
+        counter: int,
+        at: str,
+    ) -> None: ...
+    def tombstone_memory(self, memory_id: str, *, version_id: str, counter: int, at: str) -> None:
+        """Mark deleted (path kept, content dropped) so the changes feed can still report it."""
+
+    def changed_since(self, store_id: str, since: int) -> list[tuple[MemoryRecord, bool]]:
+        """(memory without content, deleted?) for every memory, live or not, last written after
+        counter `since`; ordered by path, a tombstone before a live memory at its path, then id."""
+
+    def path_at(self, store_id: str, memory_id: str, counter: int) -> tuple[str, str | None] | None:
+        """(operation, path) of the memory's last version at or before `counter`, if any."""
+
+    # --- versions --------------------------------------------------------------------------------
+    def insert_version(self, v: VersionRecord, counter: int) -> None: ...
+    def version(self, store_id: str, version_id: str) -> VersionRecord | None: ...
+    def list_versions(
+        self, store_id: str, *, filters: VersionFilter, after: int | None, limit: int, content: bool
+    ) -> list[tuple[int, VersionRecord]]:
+        """Newest first with positions, as `list_stores`."""
+
+    def redact_version(self, version_id: str, *, at: str, actor: Actor) -> None: ...
+
+    # --- sessions --------------------------------------------------------------------------------
+    def insert_session(self, s: SessionRecord, token_hash: str) -> None: ...
+    def session(self, session_id: str) -> SessionRecord | None: ...
+    def session_id_for_token(self, token_hash: str) -> str | None:
+        """The id of the live (not archived) session holding this token hash."""
+
+    def archive_session(self, session_id: str, at: str) -> None:
+        """Set archived_at (the first one is kept) and drop the token hash for good."""
+
+
+class ReadTx(Tx, Protocol):
+    """A read transaction held open by its caller (a snapshot), closed with `close()`."""
+
+    def live_batches(self, store_id: str, n: int) -> Iterator[list[MemoryRecord]]:
+        """Every live memory of the store with content, in path order, `n` at a time."""
+
+    def close(self) -> None: ...
+
+
+class Backend(Protocol):
+    def read(self) -> AbstractContextManager[Tx]: ...
+    def write(self, *store_ids: str) -> AbstractContextManager[Tx]: ...
+    def open_read(self) -> ReadTx:
+        """A read transaction on its own connection, for a snapshot streamed over many calls."""
+
+    def close(self) -> None: ...

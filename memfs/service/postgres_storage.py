@@ -1,0 +1,243 @@
+"""PostgreSQL backend of the store service (SPEC §2.7): several `memfs serve` on one database.
+
+psycopg 3 with its connection pool, blocking API, called from worker threads like SQLite's. The
+statements are SQLite's (`sql_tx.SqlTx`); what is PostgreSQL's own:
+
+- **Per-store writers.** `write(store_id)` takes `pg_advisory_xact_lock` on the store id (a
+  64-bit hash of it) before anything else, so the rules' check-then-write sees every earlier
+  commit to that store and no other writer to it can slip in; writers to other stores take
+  other locks and never wait on each other. The counter row (`store_kv`) is bumped in the same
+  transaction (`INSERT … ON CONFLICT DO UPDATE … RETURNING`), so it never skips or repeats.
+- **Reads** are `REPEATABLE READ READ ONLY`: one snapshot for a listing page, its counter
+  header and a streamed snapshot (a server-side cursor on its own pooled connection).
+- **Byte-order paths**: every compared or sorted text column is `COLLATE "C"`, whatever the
+  database's locale.
+- **Content** is `bytea` (UTF-8): PostgreSQL text cannot hold NUL, memory content may.
+- **Migrations** run under a transaction-scoped advisory lock, so replicas starting together
+  apply each one exactly once; the version lives in `memfs_schema`.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import psycopg
+import psycopg_pool
+from psycopg.rows import dict_row
+
+from memfs.service.backend import DatabaseError
+from memfs.service.sql_tx import _MEM_COLS, SqlTx
+
+SCHEMA_VERSION = 1
+_MIGRATION_LOCK = 0x6D656D6673  # "memfs": the advisory lock key of schema migrations
+_POOL_MAX = 16
+
+_MIGRATIONS: dict[int, list[str]] = {
+    1: [
+        """CREATE TABLE stores (
+            seq BIGSERIAL PRIMARY KEY,
+            id TEXT NOT NULL UNIQUE,
+            name TEXT NOT NULL,
+            description TEXT NOT NULL,
+            metadata TEXT NOT NULL,
+            created_at TEXT COLLATE "C" NOT NULL,
+            updated_at TEXT NOT NULL,
+            archived_at TEXT
+        )""",
+        """CREATE TABLE store_kv (
+            store_id TEXT NOT NULL,
+            key TEXT NOT NULL,
+            value BIGINT NOT NULL,
+            PRIMARY KEY (store_id, key)
+        )""",
+        """CREATE TABLE memories (
+            id TEXT COLLATE "C" PRIMARY KEY,
+            store_id TEXT NOT NULL,
+            path TEXT COLLATE "C" NOT NULL,
+            content BYTEA,
+            sha TEXT,
+            size INTEGER,
+            version_id TEXT NOT NULL,
+            counter BIGINT NOT NULL,
+            created_at TEXT NOT NULL,
+            updated_at TEXT NOT NULL,
+            deleted_at TEXT
+        )""",
+        # The backstop against two live memories at one path, whatever the code above it does.
+        "CREATE UNIQUE INDEX memories_live_path ON memories (store_id, path) WHERE deleted_at IS NULL",
+        "CREATE INDEX memories_counter ON memories (store_id, counter)",
+        """CREATE TABLE versions (
+            seq BIGSERIAL PRIMARY KEY,
+            id TEXT NOT NULL UNIQUE,
+            store_id TEXT NOT NULL,
+            memory_id TEXT NOT NULL,
+            operation TEXT NOT NULL,
+            path TEXT COLLATE "C",
+            content BYTEA,
+            sha TEXT,
+            size INTEGER,
+            counter BIGINT NOT NULL,
+            created_at TEXT COLLATE "C" NOT NULL,
+            actor_type TEXT,
+            actor_id TEXT,
+            redacted_at TEXT,
+            redactor_type TEXT,
+            redactor_id TEXT
+        )""",
+        "CREATE INDEX versions_store ON versions (store_id, seq)",
+        "CREATE INDEX versions_memory ON versions (store_id, memory_id, counter)",
+        """CREATE TABLE sessions (
+            seq BIGSERIAL PRIMARY KEY,
+            id TEXT NOT NULL UNIQUE,
+            token_hash TEXT UNIQUE,
+            title TEXT,
+            metadata TEXT NOT NULL,
+            created_at TEXT NOT NULL,
+            updated_at TEXT NOT NULL,
+            archived_at TEXT
+        )""",
+        """CREATE TABLE session_resources (
+            session_id TEXT NOT NULL,
+            position INTEGER NOT NULL,
+            memory_store_id TEXT NOT NULL,
+            access TEXT NOT NULL,
+            name TEXT NOT NULL,
+            description TEXT NOT NULL,
+            instructions TEXT,
+            mount_path TEXT NOT NULL,
+            PRIMARY KEY (session_id, position)
+        )""",
+    ],
+}
+
+
+class PostgresTx(SqlTx):
+    integrity_errors = (psycopg.errors.UniqueViolation,)
+    not_id = "id IS DISTINCT FROM ?"
+
+    def _sql(self, sql: str) -> str:
+        # The shared statements hold no literal '?' or '%': only placeholders to rewrite.
+        return sql.replace("?", "%s")
+
+    def _content_in(self, text: str | None):
+        return None if text is None else text.encode("utf-8")
+
+    def _content_out(self, value) -> str | None:
+        return None if value is None else bytes(value).decode("utf-8")
+
+
+class _HeldRead(PostgresTx):
+    """A REPEATABLE READ transaction on a pooled connection, held until close() (a snapshot)."""
+
+    def __init__(self, pool: psycopg_pool.ConnectionPool):
+        self._pool = pool
+        conn = pool.getconn()
+        try:
+            conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+        except BaseException:
+            pool.putconn(conn)
+            raise
+        super().__init__(conn)
+
+    def live_batches(self, store_id: str, n: int) -> Iterator[list]:
+        # A server-side cursor: the store is streamed, never held whole in this process.
+        cur = self.c.cursor(name="memfs_snapshot")
+        cur.execute(
+            self._sql(
+                f"SELECT {_MEM_COLS}, content FROM memories WHERE store_id = ? AND deleted_at IS NULL ORDER BY path"
+            ),
+            (store_id,),
+        )
+        while rows := cur.fetchmany(n):
+            yield [self._memory(r, True) for r in rows]
+
+    def close(self) -> None:
+        conn, self.c = self.c, None
+        if conn is not None:
+            try:
+                if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+                    conn.execute("ROLLBACK")
+            finally:
+                self._pool.putconn(conn)
+
+
+class PostgresBackend:
+    def __init__(self, url: str, *, pool_max: int = _POOL_MAX, connect_timeout_s: float = 15.0):
+        self.url = url
+        # autocommit: we issue BEGIN/COMMIT ourselves, with the isolation level each use needs.
+        self._pool = psycopg_pool.ConnectionPool(
+            url,
+            min_size=1,
+            max_size=pool_max,
+            kwargs={"autocommit": True, "row_factory": dict_row},
+            open=False,
+            name="memfs",
+        )
+        self._closed = threading.Event()
+        try:
+            # One direct connection first: an unreachable database fails at once with libpq's own
+            # reason, instead of the pool's retries ending in "initialization incomplete".
+            psycopg.connect(url, connect_timeout=max(1, int(connect_timeout_s))).close()
+            self._pool.open(wait=True, timeout=connect_timeout_s)
+            self._migrate()
+        except DatabaseError:
+            self._pool.close()
+            raise
+        except (psycopg.Error, psycopg_pool.PoolTimeout) as e:
+            self._pool.close()
+            raise DatabaseError(f"cannot use the PostgreSQL database: {e}") from None
+
+    @contextmanager
+    def _transaction(self, begin: str) -> Iterator[psycopg.Connection]:
+        with self._pool.connection() as conn:
+            conn.execute(begin)
+            try:
+                yield conn
+            except BaseException:
+                if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+                    conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
+
+    @contextmanager
+    def write(self, *store_ids: str) -> Iterator[PostgresTx]:
+        with self._transaction("BEGIN") as conn:
+            # Writers to one store queue here; a hash collision only makes two stores share a queue.
+            # Several stores (a session attaching them) are locked in one order: no deadlock.
+            for store_id in sorted(set(store_ids)):
+                conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (store_id,))
+            yield PostgresTx(conn)
+
+    @contextmanager
+    def read(self) -> Iterator[PostgresTx]:
+        with self._transaction("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY") as conn:
+            yield PostgresTx(conn)
+
+    def open_read(self) -> _HeldRead:
+        return _HeldRead(self._pool)
+
+    def _migrate(self) -> None:
+        with self._transaction("BEGIN") as conn:
+            # Replicas starting at once queue here; each sees the version the previous one left.
+            conn.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK,))
+            conn.execute("CREATE TABLE IF NOT EXISTS memfs_schema (version INTEGER NOT NULL)")
+            row = conn.execute("SELECT version FROM memfs_schema").fetchone()
+            version = row["version"] if row else 0
+            if version > SCHEMA_VERSION:
+                raise DatabaseError(
+                    f"schema version {version} is newer than this memfs supports ({SCHEMA_VERSION})"
+                )
+            for v in range(version + 1, SCHEMA_VERSION + 1):
+                for stmt in _MIGRATIONS[v]:
+                    conn.execute(stmt)
+            if row is None:
+                conn.execute("INSERT INTO memfs_schema (version) VALUES (%s)", (SCHEMA_VERSION,))
+            else:
+                conn.execute("UPDATE memfs_schema SET version = %s", (SCHEMA_VERSION,))
+
+    def close(self) -> None:
+        if not self._closed.is_set():
+            self._closed.set()
+            self._pool.close()

@@ -1,0 +1,500 @@
+"""The store service's rules, above every backend: `StoreService(backend)` is the `Storage` the app uses.
+
+Everything here is the API's behaviour, whatever database holds the rows: ids and timestamps,
+which memory a path conflict names, the precondition/no-op rule, the metadata merge, mount-path
+allocation, the --max-memories check, paging, the changes feed's previous paths and the snapshot.
+A backend (`backend.py`) only runs transactions and queries, so a second one implements storage
+and nothing else, and both give the same answers to the last error message.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+import string
+from collections.abc import Sequence
+from datetime import UTC, datetime
+
+from memfs.limits import slugify
+from memfs.service.backend import Backend, PathTaken, ReadTx, Tx
+from memfs.service.storage import (
+    Actor,
+    Change,
+    Changes,
+    Invalid,
+    LimitExceeded,
+    MemoryRecord,
+    NotFound,
+    Page,
+    PathConflict,
+    PreconditionFailed,
+    PrefixRecord,
+    ResourceRecord,
+    ResourceSpec,
+    SessionRecord,
+    StoreArchived,
+    StoreRecord,
+    VersionFilter,
+    VersionRecord,
+)
+
+MAX_METADATA_PAIRS = 16
+_ID_ALPHABET = string.ascii_letters + string.digits
+
+
+def new_id(prefix: str) -> str:
+    return prefix + "".join(secrets.choice(_ID_ALPHABET) for _ in range(24))
+
+
+def now() -> str:
+    """RFC 3339 UTC with fixed width, so text order is time order in every backend."""
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def sha256_hex(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def upper_bound(prefix_with_slash: str) -> str:
+    """Smallest string above every path under `prefix/` ('0' is the code point after '/')."""
+    return prefix_with_slash[:-1] + "0"
+
+
+def _require_store(tx: Tx, store_id: str) -> StoreRecord:
+    store = tx.store(store_id)
+    if store is None:
+        raise NotFound(f"memory store {store_id} not found")
+    return store
+
+
+def _require_writable(tx: Tx, store_id: str) -> StoreRecord:
+    store = _require_store(tx, store_id)
+    if store.archived_at is not None:
+        raise StoreArchived(f"memory store {store_id} is archived: its memories cannot be created or changed")
+    return store
+
+
+def _live_memory(tx: Tx, store_id: str, memory_id: str, *, content: bool = True) -> MemoryRecord:
+    mem = tx.live_memory(store_id, memory_id, content=content)
+    if mem is None:
+        raise NotFound(f"memory {memory_id} not found in memory store {store_id}")
+    return mem
+
+
+def check_path_free(tx: Tx, store_id: str, path: str, exclude_id: str | None) -> None:
+    """A path must not be taken, below another memory, or above other memories (SPEC §2.3).
+
+    The memory named: the one at the exact path, else the one at the shortest ancestor path,
+    else the first (byte order) below the path."""
+    segs = path[1:].split("/")
+    candidates = ["/" + "/".join(segs[:i]) for i in range(1, len(segs) + 1)]
+    for mid, at in tx.live_at(store_id, candidates):
+        if mid == exclude_id:
+            continue
+        if at == path:
+            raise PathConflict(f"a memory already exists at {path}", mid, at)
+        raise PathConflict(
+            f"{path} cannot be created below the memory {at}: a path cannot be both a memory and a directory",
+            mid,
+            at,
+        )
+    below = tx.first_live_in(store_id, path + "/", upper_bound(path + "/"), exclude_id)
+    if below is not None:
+        mid, at = below
+        raise PathConflict(
+            f"{path} is a directory holding the memory {at}: a path cannot be both a memory and a directory",
+            mid,
+            at,
+        )
+
+
+def merge_metadata(current: dict[str, str], patch: dict[str, str | None] | None) -> dict[str, str]:
+    """A metadata patch: null deletes a key; the 16-pair limit applies to the result."""
+    merged = dict(current)
+    for k, v in (patch or {}).items():
+        if v is None:
+            merged.pop(k, None)
+        else:
+            merged[k] = v
+    if len(merged) > MAX_METADATA_PAIRS:
+        raise Invalid(
+            f"metadata: a memory store holds at most {MAX_METADATA_PAIRS} pairs; this update would leave {len(merged)}"
+        )
+    return merged
+
+
+def mount_paths(names: Sequence[str]) -> list[str]:
+    """`/mnt/memory/<slug>` per attached store, `-2`, `-3`… when two would share one (SPEC §2.6)."""
+    used: set[str] = set()
+    out = []
+    for name in names:
+        base = "/mnt/memory/" + slugify(name)
+        mount, n = base, 2
+        while mount in used:
+            mount, n = f"{base}-{n}", n + 1
+        used.add(mount)
+        out.append(mount)
+    return out
+
+
+def _paged(rows: list, limit: int) -> Page:
+    """Rows fetched with limit + 1 -> one page and the position the next one resumes after."""
+    if len(rows) > limit:
+        return Page([r for _, r in rows[:limit]], rows[limit - 1][0])
+    return Page([r for _, r in rows], None)
+
+
+class _Snapshot:
+    """All live memories of one store, read in one read transaction held open while it streams."""
+
+    def __init__(self, tx: ReadTx, store_id: str):
+        self._tx: ReadTx | None = tx
+        try:
+            _require_store(tx, store_id)
+            self.counter = tx.counter(store_id)
+            self._batches = None
+            self._store_id = store_id
+        except BaseException:
+            self.close()
+            raise
+
+    def read(self, n: int) -> list[MemoryRecord]:
+        if self._tx is None:
+            return []
+        if self._batches is None:
+            self._batches = self._tx.live_batches(self._store_id, n)
+        return next(self._batches, [])
+
+    def close(self) -> None:
+        tx, self._tx = self._tx, None
+        if tx is not None:
+            tx.close()
+
+
+class StoreService:
+    """The `Storage` of the app: the API's rules over one backend."""
+
+    def __init__(self, backend: Backend):
+        self.backend = backend
+
+    def close(self) -> None:
+        self.backend.close()
+
+    # --- stores --------------------------------------------------------------------------------
+
+    def create_store(self, name: str, description: str, metadata: dict[str, str]) -> StoreRecord:
+        t = now()
+        store = StoreRecord(new_id("memstore_"), name, description, dict(metadata), t, t, None)
+        with self.backend.write() as tx:
+            tx.insert_store(store)
+            return _require_store(tx, store.id)
+
+    def list_stores(
+        self,
+        *,
+        limit: int,
+        after: int | None,
+        include_archived: bool,
+        created_gte: str | None,
+        created_lte: str | None,
+        only_ids: Sequence[str] | None = None,
+    ) -> Page:
+        with self.backend.read() as tx:
+            rows = tx.list_stores(
+                after=after,
+                limit=limit + 1,
+                include_archived=include_archived,
+                created_gte=created_gte,
+                created_lte=created_lte,
+                only_ids=only_ids,
+            )
+        return _paged(rows, limit)
+
+    def get_store(self, store_id: str) -> StoreRecord:
+        with self.backend.read() as tx:
+            return _require_store(tx, store_id)
+
+    def update_store(
+        self,
+        store_id: str,
+        *,
+        name: str | None,
+        description: str | None,
+        metadata_patch: dict[str, str | None] | None,
+    ) -> StoreRecord:
+        with self.backend.write(store_id) as tx:
+            store = _require_store(tx, store_id)
+            if store.archived_at is not None:
+                raise StoreArchived(f"memory store {store_id} is archived: it cannot be updated")
+            metadata = merge_metadata(store.metadata, metadata_patch)
+            new_name = store.name if name is None else name
+            new_desc = store.description if description is None else description
+            if (new_name, new_desc, metadata) != (store.name, store.description, store.metadata):
+                tx.update_store(store_id, name=new_name, description=new_desc, metadata=metadata, at=now())
+            return _require_store(tx, store_id)
+
+    def archive_store(self, store_id: str) -> StoreRecord:
+        with self.backend.write(store_id) as tx:
+            if _require_store(tx, store_id).archived_at is None:
+                tx.archive_store(store_id, now())
+            return _require_store(tx, store_id)
+
+    def delete_store(self, store_id: str) -> None:
+        with self.backend.write(store_id) as tx:
+            _require_store(tx, store_id)
+            tx.delete_store(store_id)
+
+    # --- memories ------------------------------------------------------------------------------
+
+    def create_memory(
+        self, store_id: str, path: str, content: str, actor: Actor, *, max_memories: int
+    ) -> MemoryRecord:
+        sha, size = sha256_hex(content), len(content.encode("utf-8"))
+        with self.backend.write(store_id) as tx:
+            _require_writable(tx, store_id)
+            check_path_free(tx, store_id, path, None)
+            live = tx.count_live(store_id)
+            if live >= max_memories:
+                raise LimitExceeded(
+                    f"memory store {store_id} already holds {live} memories, the limit of this service "
+                    f"(--max-memories {max_memories}); delete memories before creating more"
+                )
+            mid, vid, t = new_id("mem_"), new_id("memver_"), now()
+            counter = tx.bump(store_id)
+            tx.insert_version(
+                VersionRecord(vid, mid, store_id, "created", path, content, sha, size, t, actor, None, None),
+                counter,
+            )
+            try:
+                tx.insert_memory(MemoryRecord(mid, store_id, path, content, sha, size, vid, t, t), counter)
+            except PathTaken:  # only reachable if the checks above were bypassed
+                raise PathConflict(f"a memory already exists at {path}", "", path) from None
+            return _live_memory(tx, store_id, mid)
+
+    def list_memories(
+        self,
+        store_id: str,
+        *,
+        path_prefix: str,
+        depth: int,
+        limit: int,
+        after: str | None,
+        with_content: bool,
+    ) -> Page:
+        hi = upper_bound(path_prefix)
+        # Resume after the last item of the previous page; a roll-up item resumes after its subtree.
+        lo, inclusive = path_prefix, True
+        if after is not None:
+            lo, inclusive = (upper_bound(after), True) if after.endswith("/") else (after, False)
+        items: list = []
+        with self.backend.read() as tx:
+            _require_store(tx, store_id)
+            counter = tx.counter(store_id)
+            if depth == 0:
+                items = tx.list_live(
+                    store_id, lo=lo, lo_inclusive=inclusive, hi=hi, limit=limit + 1, content=with_content
+                )
+            else:
+                # Walk the children in path order; each deeper subtree is one roll-up, skipped at once.
+                while len(items) <= limit:
+                    rows = tx.list_live(store_id, lo=lo, lo_inclusive=inclusive, hi=hi, limit=1, content=with_content)
+                    if not rows:
+                        break
+                    rest = rows[0].path[len(path_prefix) :]
+                    if "/" in rest:
+                        sub = path_prefix + rest.split("/", 1)[0] + "/"
+                        items.append(PrefixRecord(sub))
+                        lo, inclusive = upper_bound(sub), True
+                    else:
+                        items.append(rows[0])
+                        lo, inclusive = rows[0].path, False
+        nxt = None
+        if len(items) > limit:
+            items = items[:limit]
+            nxt = items[-1].path
+        return Page(items, nxt, counter)
+
+    def get_memory(self, store_id: str, memory_id: str) -> MemoryRecord:
+        with self.backend.read() as tx:
+            _require_store(tx, store_id)
+            return _live_memory(tx, store_id, memory_id)
+
+    def update_memory(
+        self,
+        store_id: str,
+        memory_id: str,
+        *,
+        content: str | None,
+        path: str | None,
+        expected_sha256: str | None,
+        actor: Actor,
+    ) -> MemoryRecord:
+        with self.backend.write(store_id) as tx:
+            _require_writable(tx, store_id)
+            row = _live_memory(tx, store_id, memory_id)
+            new_path = row.path if path is None else path
+            new_sha = row.content_sha256 if content is None else sha256_hex(content)
+            unchanged = new_sha == row.content_sha256 and new_path == row.path
+            if expected_sha256 is not None and expected_sha256 != row.content_sha256:
+                if unchanged:  # the store already holds what was asked: a retry that already landed
+                    return row
+                raise PreconditionFailed(
+                    f"memory {memory_id} has content_sha256 {row.content_sha256}, not the expected {expected_sha256}"
+                )
+            if unchanged:  # no-op: no version, no counter bump
+                return row
+            if new_path != row.path:
+                check_path_free(tx, store_id, new_path, memory_id)
+            new_content = row.content if content is None else content
+            assert new_content is not None
+            size = len(new_content.encode("utf-8"))
+            vid, t = new_id("memver_"), now()
+            counter = tx.bump(store_id)
+            tx.insert_version(
+                VersionRecord(vid, memory_id, store_id, "modified", new_path, new_content, new_sha, size, t,
+                              actor, None, None),
+                counter,
+            )  # fmt: skip
+            tx.update_memory(
+                memory_id, path=new_path, content=new_content, sha=new_sha, size=size, version_id=vid,
+                counter=counter, at=t,
+            )  # fmt: skip
+            return _live_memory(tx, store_id, memory_id)
+
+    def delete_memory(
+        self, store_id: str, memory_id: str, *, expected_sha256: str | None, actor: Actor
+    ) -> None:
+        with self.backend.write(store_id) as tx:
+            _require_store(tx, store_id)  # archived stores can still be deleted from
+            row = _live_memory(tx, store_id, memory_id, content=False)
+            if expected_sha256 is not None and expected_sha256 != row.content_sha256:
+                raise PreconditionFailed(
+                    f"memory {memory_id} has content_sha256 {row.content_sha256}, not the expected "
+                    f"{expected_sha256}; nothing was deleted"
+                )
+            vid, t = new_id("memver_"), now()
+            counter = tx.bump(store_id)
+            tx.insert_version(
+                VersionRecord(vid, memory_id, store_id, "deleted", row.path, None, None, None, t, actor, None, None),
+                counter,
+            )
+            tx.tombstone_memory(memory_id, version_id=vid, counter=counter, at=t)
+
+    # --- versions ------------------------------------------------------------------------------
+
+    def list_versions(
+        self, store_id: str, *, filters: VersionFilter, limit: int, after: int | None, with_content: bool
+    ) -> Page:
+        with self.backend.read() as tx:
+            _require_store(tx, store_id)
+            rows = tx.list_versions(store_id, filters=filters, after=after, limit=limit + 1, content=with_content)
+        return _paged(rows, limit)
+
+    @staticmethod
+    def _version(tx: Tx, store_id: str, version_id: str) -> VersionRecord:
+        _require_store(tx, store_id)
+        v = tx.version(store_id, version_id)
+        if v is None:
+            raise NotFound(f"memory version {version_id} not found in memory store {store_id}")
+        return v
+
+    def get_version(self, store_id: str, version_id: str) -> VersionRecord:
+        with self.backend.read() as tx:
+            return self._version(tx, store_id, version_id)
+
+    def redact_version(self, store_id: str, version_id: str, actor: Actor) -> VersionRecord:
+        # Redaction rewrites history only; the mount never sees it, so the counter does not move.
+        with self.backend.write(store_id) as tx:
+            if self._version(tx, store_id, version_id).redacted_at is None:
+                tx.redact_version(version_id, at=now(), actor=actor)
+            return self._version(tx, store_id, version_id)
+
+    # --- counter extension ---------------------------------------------------------------------
+
+    def get_counters(self, store_ids: Sequence[str]) -> dict[str, int]:
+        with self.backend.read() as tx:
+            out = {}
+            for sid in store_ids:
+                _require_store(tx, sid)
+                out[sid] = tx.counter(sid)
+            return out
+
+    def changes_since(self, store_id: str, since: int) -> Changes:
+        with self.backend.read() as tx:
+            _require_store(tx, store_id)
+            counter = tx.counter(store_id)
+            if since < 0 or since > counter:
+                raise Invalid(f"since: {since} is not between 0 and the store's current counter {counter}")
+            if since < tx.history_floor(store_id):
+                return Changes(store_id, since, counter, too_old=True)
+            changes = []
+            for mem, deleted in tx.changed_since(store_id, since):
+                before = tx.path_at(store_id, mem.id, since)
+                previous = None
+                if before is not None and before[0] != "deleted" and before[1] not in (None, mem.path):
+                    previous = before[1]
+                changes.append(
+                    Change(
+                        memory_id=mem.id,
+                        operation="deleted" if deleted else "upserted",
+                        path=mem.path,
+                        previous_path=previous,
+                        content_sha256=None if deleted else mem.content_sha256,
+                        content_size_bytes=None if deleted else mem.content_size_bytes,
+                        memory_version_id=mem.memory_version_id,
+                        updated_at=mem.updated_at,
+                    )
+                )
+            return Changes(store_id, since, counter, too_old=False, changes=changes)
+
+    def open_snapshot(self, store_id: str) -> _Snapshot:
+        return _Snapshot(self.backend.open_read(), store_id)
+
+    # --- sessions ------------------------------------------------------------------------------
+
+    def create_session(
+        self,
+        resources: Sequence[ResourceSpec],
+        *,
+        token_hash: str,
+        title: str | None,
+        metadata: dict[str, str],
+    ) -> SessionRecord:
+        sid, t = new_id("sesn_"), now()
+        # The attached stores' write locks: none can be archived between the check and the commit.
+        with self.backend.write(*(spec.memory_store_id for spec in resources)) as tx:
+            stores = []
+            for spec in resources:
+                store = _require_store(tx, spec.memory_store_id)
+                if store.archived_at is not None:
+                    raise StoreArchived(f"memory store {spec.memory_store_id} is archived and cannot be attached")
+                stores.append(store)
+            records = [
+                ResourceRecord(spec.memory_store_id, spec.access, store.name, store.description,
+                               spec.instructions, mount)
+                for spec, store, mount in zip(resources, stores, mount_paths([s.name for s in stores]), strict=True)
+            ]  # fmt: skip
+            tx.insert_session(SessionRecord(sid, title, dict(metadata), records, t, t, None), token_hash)
+            return self._session(tx, sid)
+
+    @staticmethod
+    def _session(tx: Tx, session_id: str) -> SessionRecord:
+        s = tx.session(session_id)
+        if s is None:
+            raise NotFound(f"session {session_id} not found")
+        return s
+
+    def get_session(self, session_id: str) -> SessionRecord:
+        with self.backend.read() as tx:
+            return self._session(tx, session_id)
+
+    def session_for_token(self, token_hash: str) -> SessionRecord | None:
+        with self.backend.read() as tx:
+            sid = tx.session_id_for_token(token_hash)
+            return self._session(tx, sid) if sid else None
+
+    def archive_session(self, session_id: str) -> SessionRecord:
+        with self.backend.write() as tx:
+            self._session(tx, session_id)
+            tx.archive_session(session_id, now())
+            return self._session(tx, session_id)

@@ -1,0 +1,416 @@
+"""The SQL both backends run, written once (see `SqlTx`), so SQLite and PostgreSQL answer alike.
+
+Only statements that both dialects accept as they are (after placeholder rewriting) belong here;
+the schema, the connections and the transactions are each backend's own.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from memfs.service.backend import PathTaken
+from memfs.service.storage import (
+    Actor,
+    MemoryRecord,
+    ResourceRecord,
+    SessionRecord,
+    StoreRecord,
+    VersionFilter,
+    VersionRecord,
+)
+
+Row = Any  # a row addressed by column name (sqlite3.Row, psycopg's dict_row)
+COUNTER_KEY = "counter"
+# Counters below this value have no history left (nothing prunes history yet; the key exists so
+# a future retention job can raise it and the changes feed answers "too_old").
+HISTORY_FLOOR_KEY = "history_floor"
+_MEM_COLS = "id, store_id, path, sha, size, version_id, created_at, updated_at"
+_VER_COLS = (
+    "id, store_id, memory_id, operation, path, sha, size, created_at, actor_type, actor_id, "
+    "redacted_at, redactor_type, redactor_id"
+)
+
+
+def _actor(typ: str | None, ident: str | None) -> Actor | None:
+    return Actor(typ, ident) if typ and ident else None
+
+
+def _store(row: Row) -> StoreRecord:
+    return StoreRecord(
+        id=row["id"],
+        name=row["name"],
+        description=row["description"],
+        metadata=json.loads(row["metadata"]),
+        created_at=row["created_at"],
+        updated_at=row["updated_at"],
+        archived_at=row["archived_at"],
+    )
+
+
+def _memory(row: Row, content: str | None) -> MemoryRecord:
+    return MemoryRecord(
+        id=row["id"],
+        memory_store_id=row["store_id"],
+        path=row["path"],
+        content=content,
+        content_sha256=row["sha"],
+        content_size_bytes=row["size"],
+        memory_version_id=row["version_id"],
+        created_at=row["created_at"],
+        updated_at=row["updated_at"],
+    )
+
+
+def _version(row: Row, content: str | None) -> VersionRecord:
+    return VersionRecord(
+        id=row["id"],
+        memory_id=row["memory_id"],
+        memory_store_id=row["store_id"],
+        operation=row["operation"],
+        path=row["path"],
+        content=content,
+        content_sha256=row["sha"],
+        content_size_bytes=row["size"],
+        created_at=row["created_at"],
+        created_by=_actor(row["actor_type"], row["actor_id"]),
+        redacted_at=row["redacted_at"],
+        redacted_by=_actor(row["redactor_type"], row["redactor_id"]),
+    )
+
+
+class SqlTx:
+    """The queries of `backend.Tx` on one DB-API connection inside one transaction.
+
+    Written once for both backends: `?` placeholders (a backend with another paramstyle
+    rewrites them in `_sql`), rows addressed by column name, and the few dialect differences
+    as class attributes. Memory content goes through `_content_in`/`_content_out` (PostgreSQL
+    keeps it as bytea: text there cannot hold NUL, which memory content may)."""
+
+    # an exception class (or tuple) the database raises when a unique index refuses a row
+    integrity_errors: tuple[type[BaseException], ...] = ()
+    # `id IS NOT ?` is SQLite's null-safe inequality; PostgreSQL spells it IS DISTINCT FROM
+    not_id = "id IS NOT ?"
+    # how to count a store's live memories fastest (SQLite needs an index hint)
+    count_live_from = "memories"
+
+    def __init__(self, conn):
+        self.c = conn
+
+    def _sql(self, sql: str) -> str:
+        return sql
+
+    def _x(self, sql: str, args: Sequence = ()):
+        return self.c.execute(self._sql(sql), args)
+
+    def _content_in(self, text: str | None):
+        return text
+
+    def _content_out(self, value) -> str | None:
+        return value
+
+    def _memory(self, row, content: bool) -> MemoryRecord:
+        return _memory(row, self._content_out(row["content"]) if content else None)
+
+    def _version(self, row, content: bool) -> VersionRecord:
+        return _version(row, self._content_out(row["content"]) if content else None)
+
+    # --- stores ----------------------------------------------------------------------------------
+
+    def store(self, store_id: str) -> StoreRecord | None:
+        row = self._x("SELECT * FROM stores WHERE id = ?", (store_id,)).fetchone()
+        return _store(row) if row else None
+
+    def insert_store(self, s: StoreRecord) -> None:
+        self._x(
+            "INSERT INTO stores (id, name, description, metadata, created_at, updated_at) VALUES (?,?,?,?,?,?)",
+            (s.id, s.name, s.description, json.dumps(s.metadata), s.created_at, s.updated_at),
+        )
+
+    def update_store(
+        self, store_id: str, *, name: str, description: str, metadata: dict[str, str], at: str
+    ) -> None:
+        self._x(
+            "UPDATE stores SET name = ?, description = ?, metadata = ?, updated_at = ? WHERE id = ?",
+            (name, description, json.dumps(metadata), at, store_id),
+        )
+
+    def archive_store(self, store_id: str, at: str) -> None:
+        self._x("UPDATE stores SET archived_at = ?, updated_at = ? WHERE id = ?", (at, at, store_id))
+
+    def delete_store(self, store_id: str) -> None:
+        for table, col in (
+            ("versions", "store_id"),
+            ("memories", "store_id"),
+            ("store_kv", "store_id"),
+            ("stores", "id"),
+        ):
+            self._x(f"DELETE FROM {table} WHERE {col} = ?", (store_id,))
+
+    def list_stores(
+        self,
+        *,
+        after: int | None,
+        limit: int,
+        include_archived: bool,
+        created_gte: str | None,
+        created_lte: str | None,
+        only_ids: Sequence[str] | None,
+    ) -> list[tuple[int, StoreRecord]]:
+        where, args = ["1 = 1"], []
+        if after is not None:
+            where.append("seq < ?")
+            args.append(after)
+        if not include_archived:
+            where.append("archived_at IS NULL")
+        if created_gte is not None:
+            where.append("created_at >= ?")
+            args.append(created_gte)
+        if created_lte is not None:
+            where.append("created_at <= ?")
+            args.append(created_lte)
+        if only_ids is not None:
+            where.append(f"id IN ({','.join('?' * len(only_ids))})")
+            args.extend(only_ids)
+        rows = self._x(
+            f"SELECT * FROM stores WHERE {' AND '.join(where)} ORDER BY seq DESC LIMIT ?", (*args, limit)
+        ).fetchall()
+        return [(r["seq"], _store(r)) for r in rows]
+
+    # --- the counter and the history floor --------------------------------------------------------
+
+    def _kv(self, store_id: str, key: str) -> int:
+        row = self._x(
+            "SELECT value FROM store_kv WHERE store_id = ? AND key = ?", (store_id, key)
+        ).fetchone()
+        return int(row["value"]) if row else 0  # a store that never had the key reads 0
+
+    def counter(self, store_id: str) -> int:
+        return self._kv(store_id, COUNTER_KEY)
+
+    def history_floor(self, store_id: str) -> int:
+        return self._kv(store_id, HISTORY_FLOOR_KEY)
+
+    def bump(self, store_id: str) -> int:
+        row = self._x(
+            "INSERT INTO store_kv (store_id, key, value) VALUES (?, ?, 1) "
+            "ON CONFLICT (store_id, key) DO UPDATE SET value = store_kv.value + 1 RETURNING value",
+            (store_id, COUNTER_KEY),
+        ).fetchone()
+        return int(row["value"])
+
+    # --- memories --------------------------------------------------------------------------------
+
+    def live_memory(self, store_id: str, memory_id: str, *, content: bool) -> MemoryRecord | None:
+        cols = _MEM_COLS + (", content" if content else "")
+        row = self._x(
+            f"SELECT {cols} FROM memories WHERE id = ? AND store_id = ? AND deleted_at IS NULL",
+            (memory_id, store_id),
+        ).fetchone()
+        return self._memory(row, content) if row else None
+
+    def live_at(self, store_id: str, paths: Sequence[str]) -> list[tuple[str, str]]:
+        marks = ",".join("?" * len(paths))
+        rows = self._x(
+            f"SELECT id, path FROM memories WHERE store_id = ? AND deleted_at IS NULL AND path IN ({marks}) "
+            "ORDER BY length(path)",
+            (store_id, *paths),
+        ).fetchall()
+        return [(r["id"], r["path"]) for r in rows]
+
+    def first_live_in(self, store_id: str, lo: str, hi: str, exclude_id: str | None) -> tuple[str, str] | None:
+        row = self._x(
+            "SELECT id, path FROM memories WHERE store_id = ? AND deleted_at IS NULL AND path >= ? AND path < ? "
+            f"AND {self.not_id} ORDER BY path LIMIT 1",
+            (store_id, lo, hi, exclude_id),
+        ).fetchone()
+        return (row["id"], row["path"]) if row else None
+
+    def count_live(self, store_id: str) -> int:
+        return int(self._x(
+            f"SELECT count(*) AS n FROM {self.count_live_from} WHERE store_id = ? AND deleted_at IS NULL",
+            (store_id,),
+        ).fetchone()["n"])
+
+    def list_live(
+        self, store_id: str, *, lo: str, lo_inclusive: bool, hi: str, limit: int, content: bool
+    ) -> list[MemoryRecord]:
+        cols = _MEM_COLS + (", content" if content else "")
+        op = ">=" if lo_inclusive else ">"
+        rows = self._x(
+            f"SELECT {cols} FROM memories WHERE store_id = ? AND deleted_at IS NULL AND path {op} ? AND path < ? "
+            "ORDER BY path LIMIT ?",
+            (store_id, lo, hi, limit),
+        ).fetchall()
+        return [self._memory(r, content) for r in rows]
+
+    def insert_memory(self, m: MemoryRecord, counter: int) -> None:
+        try:
+            self._x(
+                "INSERT INTO memories (id, store_id, path, content, sha, size, version_id, counter, created_at, "
+                "updated_at) VALUES (?,?,?,?,?,?,?,?,?,?)",
+                (m.id, m.memory_store_id, m.path, self._content_in(m.content), m.content_sha256, m.content_size_bytes,
+                 m.memory_version_id, counter, m.created_at, m.updated_at),
+            )  # fmt: skip
+        except self.integrity_errors:
+            raise PathTaken(m.path) from None
+
+    def update_memory(
+        self,
+        memory_id: str,
+        *,
+        path: str,
+        content: str,
+        sha: str,
+        size: int,
+        version_id: str,
+        counter: int,
+        at: str,
+    ) -> None:
+        try:
+            self._x(
+                "UPDATE memories SET path = ?, content = ?, sha = ?, size = ?, version_id = ?, counter = ?, "
+                "updated_at = ? WHERE id = ?",
+                (path, self._content_in(content), sha, size, version_id, counter, at, memory_id),
+            )
+        except self.integrity_errors:
+            raise PathTaken(path) from None
+
+    def tombstone_memory(self, memory_id: str, *, version_id: str, counter: int, at: str) -> None:
+        self._x(
+            "UPDATE memories SET deleted_at = ?, content = NULL, version_id = ?, counter = ?, updated_at = ? "
+            "WHERE id = ?",
+            (at, version_id, counter, at, memory_id),
+        )
+
+    def changed_since(self, store_id: str, since: int) -> list[tuple[MemoryRecord, bool]]:
+        rows = self._x(
+            f"SELECT {_MEM_COLS}, deleted_at FROM memories WHERE store_id = ? AND counter > ? "
+            "ORDER BY path, deleted_at IS NULL, id",  # a tombstone before a live memory at its path
+            (store_id, since),
+        ).fetchall()
+        return [(_memory(r, None), r["deleted_at"] is not None) for r in rows]
+
+    def path_at(self, store_id: str, memory_id: str, counter: int) -> tuple[str, str | None] | None:
+        row = self._x(
+            "SELECT operation, path FROM versions WHERE store_id = ? AND memory_id = ? AND counter <= ? "
+            "ORDER BY counter DESC LIMIT 1",
+            (store_id, memory_id, counter),
+        ).fetchone()
+        return (row["operation"], row["path"]) if row else None
+
+    def live_batches(self, store_id: str, n: int) -> Iterator[list[MemoryRecord]]:
+        cur = self._x(
+            f"SELECT {_MEM_COLS}, content FROM memories WHERE store_id = ? AND deleted_at IS NULL ORDER BY path",
+            (store_id,),
+        )
+        while rows := cur.fetchmany(n):
+            yield [self._memory(r, True) for r in rows]
+
+    # --- versions --------------------------------------------------------------------------------
+
+    def insert_version(self, v: VersionRecord, counter: int) -> None:
+        actor = v.created_by
+        self._x(
+            "INSERT INTO versions (id, store_id, memory_id, operation, path, content, sha, size, counter, created_at, "
+            "actor_type, actor_id) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+            (v.id, v.memory_store_id, v.memory_id, v.operation, v.path, self._content_in(v.content), v.content_sha256,
+             v.content_size_bytes, counter, v.created_at, actor.type if actor else None, actor.id if actor else None),
+        )  # fmt: skip
+
+    def version(self, store_id: str, version_id: str) -> VersionRecord | None:
+        row = self._x(
+            f"SELECT {_VER_COLS}, content FROM versions WHERE id = ? AND store_id = ?", (version_id, store_id)
+        ).fetchone()
+        return self._version(row, True) if row else None
+
+    def list_versions(
+        self, store_id: str, *, filters: VersionFilter, after: int | None, limit: int, content: bool
+    ) -> list[tuple[int, VersionRecord]]:
+        where, args = ["store_id = ?"], [store_id]
+        if after is not None:
+            where.append("seq < ?")
+            args.append(after)
+        for col, val in (("memory_id", filters.memory_id), ("operation", filters.operation)):
+            if val is not None:
+                where.append(f"{col} = ?")
+                args.append(val)
+        if filters.session_id is not None:
+            where.append("actor_type = 'session_actor' AND actor_id = ?")
+            args.append(filters.session_id)
+        if filters.api_key_id is not None:
+            where.append("actor_type = 'api_actor' AND actor_id = ?")
+            args.append(filters.api_key_id)
+        if filters.created_gte is not None:
+            where.append("created_at >= ?")
+            args.append(filters.created_gte)
+        if filters.created_lte is not None:
+            where.append("created_at <= ?")
+            args.append(filters.created_lte)
+        cols = "seq, " + _VER_COLS + (", content" if content else "")
+        rows = self._x(
+            f"SELECT {cols} FROM versions WHERE {' AND '.join(where)} ORDER BY seq DESC LIMIT ?", (*args, limit)
+        ).fetchall()
+        return [(r["seq"], self._version(r, content)) for r in rows]
+
+    def redact_version(self, version_id: str, *, at: str, actor: Actor) -> None:
+        self._x(
+            "UPDATE versions SET content = NULL, path = NULL, sha = NULL, size = NULL, redacted_at = ?, "
+            "redactor_type = ?, redactor_id = ? WHERE id = ?",
+            (at, actor.type, actor.id, version_id),
+        )
+
+    # --- sessions --------------------------------------------------------------------------------
+
+    def insert_session(self, s: SessionRecord, token_hash: str) -> None:
+        self._x(
+            "INSERT INTO sessions (id, token_hash, title, metadata, created_at, updated_at) VALUES (?,?,?,?,?,?)",
+            (s.id, token_hash, s.title, json.dumps(s.metadata), s.created_at, s.updated_at),
+        )
+        self.c.cursor().executemany(
+            self._sql("INSERT INTO session_resources VALUES (?,?,?,?,?,?,?,?)"),
+            [(s.id, pos, r.memory_store_id, r.access, r.name, r.description, r.instructions, r.mount_path)
+             for pos, r in enumerate(s.resources)],
+        )  # fmt: skip
+
+    def session(self, session_id: str) -> SessionRecord | None:
+        row = self._x("SELECT * FROM sessions WHERE id = ?", (session_id,)).fetchone()
+        if row is None:
+            return None
+        res = self._x(
+            "SELECT * FROM session_resources WHERE session_id = ? ORDER BY position", (session_id,)
+        ).fetchall()
+        return SessionRecord(
+            id=row["id"],
+            title=row["title"],
+            metadata=json.loads(row["metadata"]),
+            resources=[
+                ResourceRecord(
+                    memory_store_id=r["memory_store_id"],
+                    access=r["access"],
+                    name=r["name"],
+                    description=r["description"],
+                    instructions=r["instructions"],
+                    mount_path=r["mount_path"],
+                )
+                for r in res
+            ],
+            created_at=row["created_at"],
+            updated_at=row["updated_at"],
+            archived_at=row["archived_at"],
+        )
+
+    def session_id_for_token(self, token_hash: str) -> str | None:
+        row = self._x(
+            "SELECT id FROM sessions WHERE token_hash = ? AND archived_at IS NULL", (token_hash,)
+        ).fetchone()
+        return row["id"] if row else None
+
+    def archive_session(self, session_id: str, at: str) -> None:
+        # Dropping the hash revokes the token for good.
+        self._x(
+            "UPDATE sessions SET archived_at = coalesce(archived_at, ?), updated_at = ?, token_hash = NULL "
+            "WHERE id = ?",
+            (at, at, session_id),
+        )
