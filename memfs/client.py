@@ -15,7 +15,7 @@ import base64
 import email.utils
 import json
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -294,21 +294,29 @@ class StoreClient:
 
     # -- memories ---------------------------------------------------------------------------
     async def list_memories(self, store_id: str, *, view: str = "basic",
-                            size_hint: Callable[[str], int] | None = None) -> Listing:
+                            known: dict[str, int] | None = None) -> Listing:
         """Every memory of a store, read as concurrent listings by path prefix (SPEC §5.8).
 
         A cursor-paged listing is a chain of round trips; a store's tree is not. A prefix is
         first asked whole (depth 0): one page holds a small subtree. A larger one is split: its
         direct children page by page (depth 1), each sub-prefix in that answer listed the same
-        way, concurrently. `size_hint(prefix)` (how many memories the caller last knew there)
-        skips that first question where it is known to be too small, so a known large tree
-        costs no extra round trip per level. Requests: about one per `limit` memories plus two
-        per large prefix, never one per memory; in flight at once: at most `concurrency`.
+        way, concurrently. `known` (prefix -> how many memories the caller last saw under it,
+        "/" included) steers that: a prefix known to fit in two pages is paged whole (splitting
+        it would cost as many round trips and more requests), a larger one is split at once,
+        and its known sub-prefixes are asked at once, without waiting for the page that names
+        them. Requests: about one per `limit` memories plus one or two per large prefix, never
+        one per memory; in flight at once: at most `concurrency`.
         The result is not one snapshot without a counter: see `Listing`."""
         limit = BASIC_LIMIT if view == "basic" else FULL_LIMIT
         url = f"/v1/memory_stores/{store_id}/memories"
+        known = known or {}
+        children: dict[str, list[str]] = {}
+        for prefix in known:
+            if prefix != "/":
+                children.setdefault(prefix[: prefix.rstrip("/").rfind("/") + 1], []).append(prefix)
         listing = Listing()
         seen: set[str] = set()
+        started: set[str] = set()
 
         async def page(prefix: str, depth: int, cursor: str | None) -> dict[str, Any]:
             params: dict[str, Any] = {"view": view, "limit": limit, "depth": depth}
@@ -334,19 +342,32 @@ class StoreClient:
             seen.add(item["id"])
             listing.items.append(item)
 
+        def start(prefix: str, nursery: trio.Nursery) -> None:
+            if prefix not in started:
+                started.add(prefix)
+                nursery.start_soon(subtree, prefix, nursery)
+
         async def subtree(prefix: str, nursery: trio.Nursery) -> None:
-            if size_hint is None or size_hint(prefix) <= limit:
+            size = known.get(prefix, 0)
+            if size <= 2 * limit:
                 body = await page(prefix, 0, None)
-                if not body.get("next_page"):
-                    for item in body["data"]:
-                        keep(item)
-                    return
-            cursor: str | None = None
+                cursor = body.get("next_page")
+                if not cursor or 0 < size:  # small, or known to be worth paging whole
+                    while True:
+                        for item in body["data"]:
+                            keep(item)
+                        if not cursor:
+                            return
+                        body = await page(prefix, 0, cursor)
+                        cursor = body.get("next_page")
+            for sub in children.get(prefix, ()):
+                start(sub, nursery)
+            cursor = None
             while True:
                 body = await page(prefix, 1, cursor)
                 for item in body["data"]:
                     if item.get("type") == "memory_prefix":
-                        nursery.start_soon(subtree, item["path"], nursery)
+                        start(item["path"], nursery)
                     else:
                         keep(item)
                 cursor = body.get("next_page")
@@ -355,7 +376,7 @@ class StoreClient:
 
         try:
             async with trio.open_nursery() as nursery:
-                nursery.start_soon(subtree, "/", nursery)
+                start("/", nursery)
         except BaseExceptionGroup as group:  # the first failure, as itself: callers catch it by type
             raise _first(group) from None
         listing.items.sort(key=lambda m: m["path"])  # the API's order: by path

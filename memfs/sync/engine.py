@@ -67,16 +67,16 @@ async def _gather(items, fn, concurrency: int) -> None:
         raise failure[0]
 
 
-def _prefix_sizes(base) -> Any:
-    """prefix -> how many memories of the baseline lie under it ("/" is all of them): the hint
-    that lets a listing split a prefix known to be large without asking it whole first."""
+def _prefix_sizes(base) -> dict[str, int]:
+    """prefix -> how many memories of the baseline lie under it ("/" is all of them): what lets
+    a listing split a prefix known to be large, and ask its sub-prefixes, without probing first."""
     sizes: dict[str, int] = {"/": len(base)}
     for b in base.values():
         parts = b.path.split("/")[1:-1]
         for i in range(1, len(parts) + 1):
             prefix = "/" + "/".join(parts[:i]) + "/"
             sizes[prefix] = sizes.get(prefix, 0) + 1
-    return lambda prefix: sizes.get(prefix, 0)
+    return sizes
 
 
 NOTICES_PER_KIND = 20  # per store and sync; past it, one line stands for the rest
@@ -347,8 +347,7 @@ class SyncEngine:
         # No feed (the hosted API, §5.8), a counter too old for it, or no snapshot: listings by
         # path prefix, concurrently. A first download asks the full view: content comes with it.
         full = not base
-        listing = await self.client.list_memories(sid, view="full" if full else "basic",
-                                                  size_hint=_prefix_sizes(base))
+        listing = await self.client.list_memories(sid, view="full" if full else "basic", known=_prefix_sizes(base))
         remote = {}
         for m in listing.items:
             remote[m["id"]] = P.RemoteEntry(m["id"], m["path"], m["content_sha256"], m["content_size_bytes"])
