@@ -327,7 +327,7 @@ class StoreClient:
             resp = await self._request("GET", url, params=params)
             listing.requests += 1
             try:
-                body = resp.json()
+                body = orjson.loads(resp.content)  # full-view pages are a first download's bulk
             except ValueError as exc:
                 raise Unreachable(f"GET {url}: answer is not JSON") from exc
             if COUNTER_HEADER in resp.headers:

@@ -288,6 +288,16 @@ class SyncEngine:
             remote, order, new_counter = await self._remote_state(store, applied, base, contents)
             if new_counter is None:
                 new_counter = remote_counter
+            if counters is None and remote == self._remote_from_base(sid, base)[0]:
+                # No counter (§5.8): every tick lists, and an idle store lists as its baseline.
+                # Then nothing moved remotely, and the idle test below applies as with a counter:
+                # planning 8 x 2,000 unchanged files each tick took seconds on this thread.
+                moved = False
+                if self._clean.get(sid) == generation:
+                    return []
+                if not self._maybe_staged(sid, base):
+                    self._clean[sid] = generation
+                    return []
         else:
             remote, order = self._remote_from_base(sid, base)
         # Fetch what the plan needs, then plan again on the view as it is *now*, and apply with no
