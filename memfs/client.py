@@ -1,23 +1,36 @@
 """Async HTTP client for the store API and memfs's extensions (counter, changes, snapshot).
 
-Used by the mount and the sync engine. It never retries: a failed request fails the tick, which
-counts as an attempt (SPEC §5.4); a 409 is an answer, not a fault (SPEC §5.3).
+Used by the mount and the sync engine (under trio). Sized for a WAN: every request takes one of
+`concurrency` slots (the connection pool has as many connections), so a 10,000-memory store never
+has more than that many requests in flight, whatever the callers gather. A 429 or 5xx whose
+`retry-after` is short (<= `retry_within`) is retried here, at most `retries` times: over a WAN a
+second try a second later is far cheaper than failing the tick and waiting an interval. Anything
+else fails the request; a failed request fails the tick, which counts as an attempt (SPEC §5.4);
+a 409 is an answer, not a fault (SPEC §5.3).
 """
 
 from __future__ import annotations
 
 import base64
+import email.utils
 import json
+import time
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
 import orjson
+import trio
 
 MEMORY_BETA = "agent-memory-2026-07-22"
 SESSIONS_BETA = "managed-agents-2026-04-01"
 COUNTER_HEADER = "memfs-store-counter"
+CONCURRENCY = 32  # requests in flight per client (all stores together): a WAN's latency, bounded
+RETRY_WITHIN = 4.0  # seconds: the longest retry-after honoured inside a tick (the interval is >= 5 s)
+RETRIES = 2  # per request
+BASIC_LIMIT = 100  # the API's page sizes: basic view, full view
+FULL_LIMIT = 20
 
 
 class ApiError(Exception):
@@ -55,6 +68,30 @@ class Change:
     updated_at: str | None
 
 
+@dataclass
+class Listing:
+    """A store's memories read by several listings (one per path prefix), concurrently.
+
+    Without a counter (the hosted API) the listings are not one snapshot: a memory renamed from
+    one prefix to another while they were read can be in both (`duplicates`) or in neither. The
+    caller settles both (sync/engine.py). With a counter, `counters` holds every page's header:
+    one value means one snapshot; several mean the listing straddled writes, and the lowest is
+    the counter to resume from."""
+
+    items: list[dict[str, Any]] = field(default_factory=list)
+    counters: set[int] = field(default_factory=set)
+    duplicates: set[str] = field(default_factory=set)
+    requests: int = 0
+
+    @property
+    def counter(self) -> int | None:
+        return min(self.counters) if self.counters else None
+
+    @property
+    def consistent(self) -> bool:
+        return len(self.counters) == 1
+
+
 @dataclass(frozen=True)
 class Changes:
     counter: int
@@ -74,9 +111,36 @@ def sessions_token_from_secret(secret: str | None) -> str | None:
     return token if isinstance(token, str) and token else None
 
 
+def retry_after(resp: httpx.Response) -> float | None:
+    """Seconds the service asks us to wait (`retry-after-ms`, `retry-after`: seconds or a date)."""
+    ms = resp.headers.get("retry-after-ms")
+    if ms:
+        try:
+            return max(0.0, float(ms) / 1000)
+        except ValueError:
+            pass
+    value = resp.headers.get("retry-after")
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - time.time())
+
+
 class StoreClient:
-    def __init__(self, base_url: str, token: str, *, timeout: float = 10.0, concurrency: int = 8):
+    def __init__(self, base_url: str, token: str, *, timeout: float = 10.0, concurrency: int = CONCURRENCY,
+                 retry_within: float = RETRY_WITHIN, retries: int = RETRIES):
         self.base_url = base_url.rstrip("/")
+        self.concurrency = concurrency
+        self.retry_within = retry_within
+        self.retries = retries
+        self._slots: trio.CapacityLimiter | None = None  # made inside the trio run that uses it
         self._http = httpx.AsyncClient(
             base_url=self.base_url,
             headers={"authorization": f"Bearer {token}", "anthropic-beta": MEMORY_BETA},
@@ -87,6 +151,14 @@ class StoreClient:
             verify=self.base_url.startswith("https:"),
         )
         self.requests_sent = 0
+        self.retried = 0  # requests sent again after a retry-after (for the logs and tests)
+
+    @property
+    def slots(self) -> trio.CapacityLimiter:
+        # Callers queue here, not in httpx's pool, whose wait would count against the timeout.
+        if self._slots is None:
+            self._slots = trio.CapacityLimiter(self.concurrency)
+        return self._slots
 
     async def aclose(self) -> None:
         await self._http.aclose()
@@ -98,14 +170,34 @@ class StoreClient:
         await self.aclose()
 
     async def _request(self, method: str, url: str, **kw: Any) -> httpx.Response:
-        self.requests_sent += 1
-        try:
-            resp = await self._http.request(method, url, **kw)
-        except httpx.HTTPError as exc:
-            raise Unreachable(f"{method} {url}: {type(exc).__name__}: {exc}") from exc
-        if resp.status_code >= 400:
-            raise _api_error(resp)
-        return resp
+        for attempt in range(self.retries + 1):
+            self.requests_sent += 1
+            try:
+                async with self.slots:
+                    resp = await self._http.request(method, url, **kw)
+            except httpx.HTTPError as exc:
+                raise Unreachable(f"{method} {url}: {type(exc).__name__}: {exc}") from exc
+            if resp.status_code < 400:
+                return resp
+            wait = self._retry_wait(resp, attempt)
+            if wait is None:
+                raise _api_error(resp)
+            await trio.sleep(wait)
+        raise AssertionError("unreachable")  # the last attempt returns or raises
+
+    def _retry_wait(self, resp: httpx.Response, attempt: int) -> float | None:
+        """How long to wait before sending a refused request again, or None: fail it now.
+        Only a retryable status with a short retry-after: a bare 5xx may be a service that is
+        down, and a tick that fails then waits an interval (decision 6) rather than hammering it.
+        Retrying a write is safe: creates answer 409 when they had landed, updates and deletes
+        carry the sha precondition."""
+        if attempt >= self.retries or not (resp.status_code == 429 or resp.status_code >= 500):
+            return None
+        wait = retry_after(resp)
+        if wait is None or wait > self.retry_within:
+            return None
+        self.retried += 1
+        return wait
 
     async def _json(self, method: str, url: str, **kw: Any) -> Any:
         resp = await self._request(method, url, **kw)
@@ -155,33 +247,45 @@ class StoreClient:
 
     async def snapshot(self, store_id: str) -> tuple[int, list[dict[str, Any]]] | None:
         """Every memory with content at one counter, in one streamed request; None without the endpoint."""
-        self.requests_sent += 1
         url = f"/v1/memory_stores/{store_id}/snapshot"
+        for attempt in range(self.retries + 1):
+            self.requests_sent += 1
+            wait = None
+            try:
+                async with self.slots, self._http.stream("GET", url) as resp:
+                    if resp.status_code in (404, 405):
+                        # No snapshot endpoint (or no such store: the listing that follows says so).
+                        await resp.aread()
+                        return None
+                    if resp.status_code >= 400:
+                        await resp.aread()
+                        wait = self._retry_wait(resp, attempt)
+                        if wait is None:
+                            raise _api_error(resp)
+                    else:
+                        return await self._read_snapshot(url, resp)
+            except httpx.HTTPError as exc:
+                raise Unreachable(f"GET {url}: {type(exc).__name__}: {exc}") from exc
+            await trio.sleep(wait)
+        raise AssertionError("unreachable")  # the last attempt returns or raises
+
+    @staticmethod
+    async def _read_snapshot(url: str, resp: httpx.Response) -> tuple[int, list[dict[str, Any]]]:
+        header: dict[str, Any] | None = None
+        memories: list[dict[str, Any]] = []
+        ended = False
         try:
-            async with self._http.stream("GET", url) as resp:
-                if resp.status_code in (404, 405):
-                    # No snapshot endpoint (or no such store: the listing that follows says so).
-                    await resp.aread()
-                    return None
-                if resp.status_code >= 400:
-                    await resp.aread()
-                    raise _api_error(resp)
-                header: dict[str, Any] | None = None
-                memories: list[dict[str, Any]] = []
-                ended = False
-                async for line in resp.aiter_lines():
-                    if not line.strip():
-                        continue
-                    item = orjson.loads(line)  # a first download's hot loop: see the service's snapshot
-                    kind = item.get("type")
-                    if kind == "memory_store_snapshot":
-                        header = item
-                    elif kind == "memory":
-                        memories.append(item)
-                    elif kind == "snapshot_end":
-                        ended = int(item.get("count", -1)) == len(memories)
-        except httpx.HTTPError as exc:
-            raise Unreachable(f"GET {url}: {type(exc).__name__}: {exc}") from exc
+            async for line in resp.aiter_lines():
+                if not line.strip():
+                    continue
+                item = orjson.loads(line)  # a first download's hot loop: see the service's snapshot
+                kind = item.get("type")
+                if kind == "memory_store_snapshot":
+                    header = item
+                elif kind == "memory":
+                    memories.append(item)
+                elif kind == "snapshot_end":
+                    ended = int(item.get("count", -1)) == len(memories)
         except ValueError as exc:
             raise Unreachable(f"GET {url}: malformed snapshot line") from exc
         if header is None or not ended:
@@ -189,29 +293,94 @@ class StoreClient:
         return int(header["counter"]), memories
 
     # -- memories ---------------------------------------------------------------------------
-    async def list_memories(self, store_id: str, *, view: str = "basic") -> tuple[list[dict[str, Any]], int | None]:
-        """Every memory of a store (all pages). With a counter header, pages must agree on it;
-        a listing that straddled a write is read again (at most 3 times), so the result is one snapshot."""
-        limit = 100 if view == "basic" else 20
-        for _attempt in range(3):
-            items: list[dict[str, Any]] = []
-            page: str | None = None
-            counters: set[str] = set()
+    async def list_memories(self, store_id: str, *, view: str = "basic",
+                            known: dict[str, int] | None = None) -> Listing:
+        """Every memory of a store, read as concurrent listings by path prefix (SPEC §5.8).
+
+        A cursor-paged listing is a chain of round trips; a store's tree is not. A prefix is
+        first asked whole (depth 0): one page holds a small subtree. A larger one is split: its
+        direct children page by page (depth 1), each sub-prefix in that answer listed the same
+        way, concurrently. `known` (prefix -> how many memories the caller last saw under it,
+        "/" included) steers that: a prefix known to fit in two pages is paged whole (splitting
+        it would cost as many round trips and more requests), a larger one is split at once,
+        and its known sub-prefixes are asked at once, without waiting for the page that names
+        them. Requests: about one per `limit` memories plus one or two per large prefix, never
+        one per memory; in flight at once: at most `concurrency`.
+        The result is not one snapshot without a counter: see `Listing`."""
+        limit = BASIC_LIMIT if view == "basic" else FULL_LIMIT
+        url = f"/v1/memory_stores/{store_id}/memories"
+        known = known or {}
+        children: dict[str, list[str]] = {}
+        for prefix in known:
+            if prefix != "/":
+                children.setdefault(prefix[: prefix.rstrip("/").rfind("/") + 1], []).append(prefix)
+        listing = Listing()
+        seen: set[str] = set()
+        started: set[str] = set()
+
+        async def page(prefix: str, depth: int, cursor: str | None) -> dict[str, Any]:
+            params: dict[str, Any] = {"view": view, "limit": limit, "depth": depth}
+            if prefix != "/":
+                params["path_prefix"] = prefix
+            if cursor:
+                params["page"] = cursor
+            resp = await self._request("GET", url, params=params)
+            listing.requests += 1
+            try:
+                body = orjson.loads(resp.content)  # full-view pages are a first download's bulk
+            except ValueError as exc:
+                raise Unreachable(f"GET {url}: answer is not JSON") from exc
+            if COUNTER_HEADER in resp.headers:
+                listing.counters.add(int(resp.headers[COUNTER_HEADER]))
+            return body
+
+        def keep(item: dict[str, Any]) -> None:
+            if item.get("type") != "memory":
+                return
+            if item["id"] in seen:
+                listing.duplicates.add(item["id"])
+            seen.add(item["id"])
+            listing.items.append(item)
+
+        def start(prefix: str, nursery: trio.Nursery) -> None:
+            if prefix not in started:
+                started.add(prefix)
+                nursery.start_soon(subtree, prefix, nursery)
+
+        async def subtree(prefix: str, nursery: trio.Nursery) -> None:
+            size = known.get(prefix, 0)
+            if size <= 2 * limit:
+                body = await page(prefix, 0, None)
+                cursor = body.get("next_page")
+                if not cursor or 0 < size:  # small, or known to be worth paging whole
+                    while True:
+                        for item in body["data"]:
+                            keep(item)
+                        if not cursor:
+                            return
+                        body = await page(prefix, 0, cursor)
+                        cursor = body.get("next_page")
+            for sub in children.get(prefix, ()):
+                start(sub, nursery)
+            cursor = None
             while True:
-                params: dict[str, Any] = {"view": view, "limit": limit}
-                if page:
-                    params["page"] = page
-                resp = await self._request("GET", f"/v1/memory_stores/{store_id}/memories", params=params)
-                body = resp.json()
-                if COUNTER_HEADER in resp.headers:
-                    counters.add(resp.headers[COUNTER_HEADER])
-                items.extend(i for i in body["data"] if i.get("type") == "memory")
-                page = body.get("next_page")
-                if not page:
-                    break
-            if len(counters) <= 1:
-                return items, (int(counters.pop()) if counters else None)
-        raise Unreachable(f"listing of {store_id} kept changing while it was read")
+                body = await page(prefix, 1, cursor)
+                for item in body["data"]:
+                    if item.get("type") == "memory_prefix":
+                        start(item["path"], nursery)
+                    else:
+                        keep(item)
+                cursor = body.get("next_page")
+                if not cursor:
+                    return
+
+        try:
+            async with trio.open_nursery() as nursery:
+                start("/", nursery)
+        except BaseExceptionGroup as group:  # the first failure, as itself: callers catch it by type
+            raise _first(group) from None
+        listing.items.sort(key=lambda m: m["path"])  # the API's order: by path
+        return listing
 
     async def get_memory(self, store_id: str, memory_id: str) -> dict[str, Any]:
         return await self._json("GET", f"/v1/memory_stores/{store_id}/memories/{memory_id}", params={"view": "full"})
@@ -240,6 +409,21 @@ class StoreClient:
     async def delete_memory(self, store_id: str, memory_id: str, *, expected_sha: str | None) -> None:
         params = {"expected_content_sha256": expected_sha} if expected_sha else None
         await self._request("DELETE", f"/v1/memory_stores/{store_id}/memories/{memory_id}", params=params)
+
+
+def _first(group: BaseExceptionGroup) -> BaseException:
+    """The first leaf of an exception group (ApiError/Unreachable over anything else)."""
+    leaves: list[BaseException] = []
+
+    def walk(g: BaseExceptionGroup) -> None:
+        for e in g.exceptions:
+            walk(e) if isinstance(e, BaseExceptionGroup) else leaves.append(e)
+
+    walk(group)
+    for e in leaves:
+        if isinstance(e, (ApiError, Unreachable)):
+            return e
+    return leaves[0]
 
 
 def _api_error(resp: httpx.Response) -> ApiError:

@@ -18,13 +18,15 @@ from typing import Any
 
 import trio
 
-from memfs.client import ApiError, StoreClient, Unreachable
+from memfs.client import CONCURRENCY, ApiError, Listing, StoreClient, Unreachable
 from memfs.sync import plan as P
 
 log = logging.getLogger("memfs.sync")
 
-FETCH_CONCURRENCY = 8
-PUSH_CONCURRENCY = 8
+# Requests in flight are bounded by the client (its slots, shared by all stores); these only cap
+# how many of one store's fetches or one push stage wait for a slot at once.
+FETCH_CONCURRENCY = CONCURRENCY
+PUSH_CONCURRENCY = CONCURRENCY
 QUIET_SECONDS = 1.0
 GC_INTERVAL = 600.0  # seconds between sweeps of content no file or baseline refers to
 CHECKPOINT_INTERVAL = 5.0  # seconds between copies of state.db's WAL into the database file
@@ -63,6 +65,18 @@ async def _gather(items, fn, concurrency: int) -> None:
             nursery.start_soon(one, item, nursery.cancel_scope)
     if failure:
         raise failure[0]
+
+
+def _prefix_sizes(base) -> dict[str, int]:
+    """prefix -> how many memories of the baseline lie under it ("/" is all of them): what lets
+    a listing split a prefix known to be large, and ask its sub-prefixes, without probing first."""
+    sizes: dict[str, int] = {"/": len(base)}
+    for b in base.values():
+        parts = b.path.split("/")[1:-1]
+        for i in range(1, len(parts) + 1):
+            prefix = "/" + "/".join(parts[:i]) + "/"
+            sizes[prefix] = sizes.get(prefix, 0) + 1
+    return sizes
 
 
 NOTICES_PER_KIND = 20  # per store and sync; past it, one line stands for the rest
@@ -274,6 +288,16 @@ class SyncEngine:
             remote, order, new_counter = await self._remote_state(store, applied, base, contents)
             if new_counter is None:
                 new_counter = remote_counter
+            if counters is None and remote == self._remote_from_base(sid, base)[0]:
+                # No counter (§5.8): every tick lists, and an idle store lists as its baseline.
+                # Then nothing moved remotely, and the idle test below applies as with a counter:
+                # planning 8 x 2,000 unchanged files each tick took seconds on this thread.
+                moved = False
+                if self._clean.get(sid) == generation:
+                    return []
+                if not self._maybe_staged(sid, base):
+                    self._clean[sid] = generation
+                    return []
         else:
             remote, order = self._remote_from_base(sid, base)
         # Fetch what the plan needs, then plan again on the view as it is *now*, and apply with no
@@ -327,11 +351,49 @@ class SyncEngine:
                     self._note_mtime(m["id"], m.get("updated_at"))
                     remote[m["id"]] = P.RemoteEntry(m["id"], m["path"], m["content_sha256"], m["content_size_bytes"])
                 return remote, [m["id"] for m in memories], counter
-        items, counter = await self.client.list_memories(sid)
-        remote = {m["id"]: P.RemoteEntry(m["id"], m["path"], m["content_sha256"], m["content_size_bytes"]) for m in items}
-        for m in items:
+        # No feed (the hosted API, §5.8), a counter too old for it, or no snapshot: listings by
+        # path prefix, concurrently. A first download asks the full view: content comes with it.
+        full = not base
+        listing = await self.client.list_memories(sid, view="full" if full else "basic", known=_prefix_sizes(base))
+        remote = {}
+        for m in listing.items:
+            remote[m["id"]] = P.RemoteEntry(m["id"], m["path"], m["content_sha256"], m["content_size_bytes"])
             self._note_mtime(m["id"], m.get("updated_at"))
-        return remote, [m["id"] for m in items], counter
+            if full:
+                contents[m["content_sha256"]] = (m.get("content") or "").encode("utf-8")
+        if not listing.consistent:
+            await self._settle_listing(store, listing, base, remote, contents)
+        return remote, sorted(remote, key=lambda mid: remote[mid].path), listing.counter
+
+    async def _settle_listing(self, store, listing: Listing, base, remote: dict, contents: dict[str, bytes]) -> None:
+        """Make a listing that was not one snapshot safe to plan on (SPEC §5.2).
+
+        Listings of different prefixes are read at different moments: a memory renamed from one
+        prefix to another in between shows up in both (a duplicate id) or in neither. Taken as
+        they are, the first would be two files and the second a remote delete of a file the
+        agent has. So every duplicate, and every memory of the baseline that the listing lacks,
+        is asked by id: a 404 is a real delete, anything else is the memory as it is now. A
+        memory created and renamed during the listing may be missed entirely: it was never
+        here, and the next tick finds it. Costs one request per remote delete (or race)."""
+        suspects = set(listing.duplicates) | {b.memory_id for b in base.values() if b.memory_id not in remote}
+        if not suspects:
+            return
+
+        async def one(memory_id: str) -> None:
+            try:
+                m = await self.client.get_memory(store.store_id, memory_id)
+            except ApiError as exc:
+                if exc.status != 404:
+                    raise
+                remote.pop(memory_id, None)
+                return
+            data = (m.get("content") or "").encode("utf-8")
+            sha = hashlib.sha256(data).hexdigest()
+            contents[sha] = data
+            self._note_mtime(memory_id, m.get("updated_at"))
+            remote[memory_id] = P.RemoteEntry(memory_id, m["path"], sha, len(data))
+
+        await _gather(sorted(suspects), one, FETCH_CONCURRENCY)
 
     async def _fetch(self, store, missing: dict[str, str], contents: dict[str, bytes]) -> list[dict]:
         """Fetch content for the given sha → memory id, concurrently and bounded."""
@@ -457,22 +519,27 @@ class SyncEngine:
 
     # -- push -------------------------------------------------------------------------------
     async def _push_all(self, pushes: list[tuple[Any, list]], report: TickReport) -> None:
+        """Every store's pushes at once (each in its own stage order): over a WAN a store must
+        not wait for the round trips of the one before it. A store that fails keeps its changes
+        staged and the others go on."""
+        async def push(store, actions) -> None:
+            try:
+                await self._push_store(store, actions, report)
+            except (ApiError, Unreachable) as exc:
+                report.ok = False
+                report.error = str(exc)
+                self._record(store, "push failed", str(exc))
+                log.warning("push to %s failed: %s; changes stay staged", store.slug, exc)
+                self.last_attempt = trio.current_time()  # as for a failed pull (decision 6)
+            except Exception as exc:  # a bug must not take the mount down; the changes stay staged
+                report.ok = False
+                report.error = f"{type(exc).__name__}: {exc}"
+                log.exception("push to %s crashed; changes stay staged", store.slug)
+
         try:
-            for store, actions in pushes:
-                try:
-                    await self._push_store(store, actions, report)
-                except (ApiError, Unreachable) as exc:
-                    report.ok = False
-                    report.error = str(exc)
-                    self._record(store, "push failed", str(exc))
-                    log.warning("push to %s failed: %s; changes stay staged", store.slug, exc)
-                    self.last_attempt = trio.current_time()  # as for a failed pull (decision 6)
-                    break
-                except Exception as exc:  # a bug must not take the mount down; the changes stay staged
-                    report.ok = False
-                    report.error = f"{type(exc).__name__}: {exc}"
-                    log.exception("push to %s crashed; changes stay staged", store.slug)
-                    break
+            async with trio.open_nursery() as nursery:
+                for store, actions in pushes:
+                    nursery.start_soon(push, store, actions)
         finally:
             self.push_done.set()
 

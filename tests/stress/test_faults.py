@@ -13,7 +13,7 @@ import time
 import pytest
 
 from tests.stress.conftest import RW, long_only, profile, store_bytes, walk
-from tests.stress.proxy import FaultProxy
+from tests.support.proxy import Proxy
 from tests.support.sandbox import is_mounted
 
 pytestmark = pytest.mark.timeout(150)
@@ -25,7 +25,7 @@ MEM = r"/memories/mem_[^/]+$"
 
 @pytest.fixture
 def proxy(rig):
-    p = FaultProxy(rig.service.base_url)
+    p = Proxy(rig.service.base_url)
     try:
         yield p
     finally:
