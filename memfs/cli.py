@@ -21,7 +21,7 @@ def build_parser() -> argparse.ArgumentParser:
     from memfs.service import commands as service_commands
 
     service_commands.register(sub)
-    from memfs.mount import commands as mount_commands  # imports pyfuse3 lazily
+    from memfs.session import commands as mount_commands  # imports pyfuse3 lazily
 
     mount_commands.register(sub)
     from memfs.worker import command as worker_commands  # imports anthropic lazily (extra memfs[worker])
@@ -33,7 +33,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["sync"]:  # the per-call hook: no parser for the other twelve commands
-        from memfs.mount.hook import sync_fast
+        from memfs.session.hook import sync_fast
 
         try:
             rc = sync_fast(argv[1:])

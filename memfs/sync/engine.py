@@ -10,16 +10,16 @@ import hashlib
 import logging
 import os
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from pathlib import Path
 from typing import Any
 
 import trio
 
 from memfs.client import CONCURRENCY, ApiError, Listing, StoreClient, Unreachable
 from memfs.sync import plan as P
+from memfs.sync.ports import Journal, LocalFileRecord, StoreRef, View
 
 log = logging.getLogger("memfs.sync")
 
@@ -115,7 +115,7 @@ class TickFailed(Exception):
 class StoreSync:
     """Per-store bookkeeping shown by `memfs status`."""
 
-    store: Any
+    store: StoreRef
     last_sync_at: str | None = None
     last_result: str | None = None
     last_error: str | None = None
@@ -135,9 +135,9 @@ class SyncEngine:
     def __init__(
         self,
         client: StoreClient,
-        state,
-        fs,
-        stores,
+        state: Journal,
+        fs: View,
+        stores: Iterable[StoreRef],
         *,
         interval: float,
         deletions: str = "enabled",
@@ -681,7 +681,7 @@ class NotOnStore:
         }
 
 
-def _remote_from_base(state, sid: str, base) -> tuple[dict, list]:
+def _remote_from_base(state: Journal, sid: str, base) -> tuple[dict, list]:
     """The store as the baseline last saw it (plus the memories not materialised here)."""
     remote = {b.memory_id: P.RemoteEntry(b.memory_id, b.path, b.sha, b.size) for b in base.values()}
     for mid, sk in state.skipped(sid).items():
@@ -689,7 +689,7 @@ def _remote_from_base(state, sid: str, base) -> tuple[dict, list]:
     return remote, sorted(remote, key=lambda mid: remote[mid].path)
 
 
-def not_on_store(state, store, local, *, deletions: str, max_files: int, max_bytes: int) -> NotOnStore:
+def not_on_store(state: Journal, store: StoreRef, local: Mapping[str, LocalFileRecord], *, deletions: str, max_files: int, max_bytes: int) -> NotOnStore:
     """The one rule for "what is not on the store", shared by live and offline `memfs status`,
     the final sync of `memfs unmount` and the daemon's exit, and `memfs flush`: the difference
     between the view (`local`: path -> committed file, from the state dir's `files`) and the
@@ -728,83 +728,3 @@ def not_on_store(state, store, local, *, deletions: str, max_files: int, max_byt
         else:
             held[path] = HELD_CLASH
     return NotOnStore(sorted(staged), refused_now, held, sorted(deletes_held - staged))
-
-
-def describe_not_on_store(answer: dict[str, Any], limit: int = 10) -> list[str]:
-    """Lines naming what is not on the store (at most `limit`, then a count of the rest), from
-    a `final_sync()` or `offline_status()` answer: "work-notes/bad.txt (held: …)"."""
-    lines: list[str] = []
-    total = 0
-    slugs = answer.get("slugs", {})
-    for sid, summary in answer.get("not_on_store", {}).items():
-        slug = slugs.get(sid, sid)
-        reasons = summary.get("reasons", {})
-        for category in ("staged", "refused", "held"):
-            for path in summary["paths"][category]:
-                total += 1
-                if len(lines) < limit:
-                    why = f": {reasons[path]}" if path in reasons else ""
-                    lines.append(f"{slug}{path} ({category}{why})")
-    if total > limit:
-        lines.append(f"and {total - limit} more")
-    return lines
-
-
-async def flush_state_dir(state_dir: Path, base_url: str | None, token: str, timeout: float,
-                          deletions: str | None) -> dict[str, Any]:
-    """`memfs flush`: push what a dead mount left staged, without mounting anything. `deletions`
-    None: the --sync-deletions the mount used (a delete it held back stays held)."""
-    from memfs.mount.core import Filesystem, StoreInfo
-    from memfs.mount.state import State
-
-    state = State(state_dir)
-    state.lock(state.get_meta("root") or "(flush)")
-    try:
-        url = base_url or state.get_meta("base_url")
-        if not url:
-            raise ValueError(f"no --base-url given and none recorded in {state_dir}")
-        stores = [StoreInfo(s.store_id, s.name, s.slug, s.access) for s in state.stores()]
-        fs = Filesystem(state, stores)
-        async with StoreClient(url, token) as client:
-            engine = SyncEngine(client, state, fs, stores, interval=5,
-                                deletions=deletions or state.get_meta("sync_deletions") or "enabled",
-                                **_recorded_limits(state))
-            return await engine.final_sync(timeout)
-    finally:
-        state.close()
-
-
-def _recorded_limits(state) -> dict[str, int]:
-    """The mount's --max-files/--max-bytes as recorded in the state dir (the plan needs them)."""
-    return {"max_files": int(state.get_meta("max_files") or 10**9),
-            "max_bytes": int(state.get_meta("max_bytes") or 10**12)}
-
-
-def offline_status(state_dir: Path) -> dict[str, Any]:
-    """What `memfs status` can say from a state dir when no daemon runs: the same fields as the
-    live status, "not on the store" by the same rule (`not_on_store`) over the view the next
-    mount would load from this state dir."""
-    from memfs.mount.core import Filesystem, StoreInfo
-    from memfs.mount.state import State
-
-    state = State(state_dir)
-    try:
-        root = state.get_meta("root") or ""
-        rows = state.stores()
-        infos = [StoreInfo(s.store_id, s.name, s.slug, s.access) for s in rows]
-        fs = Filesystem(state, infos)
-        deletions = state.get_meta("sync_deletions") or "enabled"
-        limits_ = _recorded_limits(state)
-        stores = []
-        missing: dict[str, dict[str, Any]] = {}
-        for s, info in zip(rows, infos, strict=True):
-            summary = not_on_store(state, info, fs.local_view(s.store_id), deletions=deletions, **limits_).summary()
-            missing[s.store_id] = summary
-            stores.append({"store_id": s.store_id, "name": s.name, "slug": s.slug,
-                           "mount_path": os.path.join(root, s.slug), "access": s.access,
-                           "counter": s.counter, "last_sync_at": s.last_sync_at, "last_result": s.last_result,
-                           "last_error": s.last_error, **summary})
-        return {"stores": stores, "pending": sum(m["not_on_store"] for m in missing.values()),
-                "not_on_store": missing, "slugs": {s.store_id: s.slug for s in rows}}
-    finally:
-        state.close()

@@ -13,10 +13,10 @@ from typing import Any
 
 import anyio
 
-from memfs.mount import control
+from memfs.session import control
 
 # The sandbox image points the worker at the daemon's sync-only socket with this variable; it
-# answers "sync" and "status" and nothing else (memfs/mount/daemon.py, `_sync_only_server`).
+# answers "sync" and "status" and nothing else (memfs/session/daemon.py, `_sync_only_server`).
 SOCKET_ENV = "MEMFS_SYNC_SOCKET"
 
 # A tick that is due pulls before it answers: bounded by the mount's own request timeouts.

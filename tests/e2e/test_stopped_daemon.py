@@ -8,7 +8,7 @@ import signal
 
 import pytest
 
-from memfs.mount import control
+from memfs.session import control
 
 pytestmark = pytest.mark.timeout(150)
 

@@ -7,8 +7,8 @@ import math
 
 import pytest
 
-from memfs.mount.commands import parse_size
-from memfs.mount.daemon import MountError, check_interval, preflight_root, stores_from_session
+from memfs.session.commands import parse_size
+from memfs.session.daemon import MountError, check_interval, preflight_root, stores_from_session
 
 
 def resource(i: int, *, mount_path: str | None = None, access: str = "read_write") -> dict:

@@ -8,7 +8,8 @@ import pytest
 
 from memfs.mount.core import StoreInfo
 from memfs.mount.state import State
-from memfs.sync.engine import HELD_CLASH, HELD_NOT_UTF8, describe_not_on_store, not_on_store
+from memfs.session.offline import describe_not_on_store
+from memfs.sync.engine import HELD_CLASH, HELD_NOT_UTF8, not_on_store
 from memfs.sync.plan import LocalEntry
 
 SID = "memstore_1"

@@ -139,7 +139,7 @@ class SocketSpy:
         import socketserver
         import threading
 
-        from memfs.mount import control
+        from memfs.session import control
 
         self.path = path
         self.requests: list[dict] = []

@@ -12,8 +12,8 @@ import sys
 from pathlib import Path
 
 from memfs import limits
-from memfs.mount import control
-from memfs.mount.hook import EXIT_NOT_ANSWERING, cmd_sync
+from memfs.session import control
+from memfs.session.hook import EXIT_NOT_ANSWERING, cmd_sync
 
 TYPE_CHECKING = False  # typing itself costs the per-call hook ~5 ms of imports
 if TYPE_CHECKING:
@@ -129,7 +129,7 @@ def _token() -> str | None:
 
 # -- mount --------------------------------------------------------------------------------------
 def cmd_mount(args: argparse.Namespace) -> int:
-    from memfs.mount.daemon import MountError, check_interval
+    from memfs.session.daemon import MountError, check_interval
 
     session_id = args.session_id or os.environ.get("ANTHROPIC_SESSION_ID")
     base_url = args.base_url or os.environ.get("ANTHROPIC_BASE_URL")
@@ -156,7 +156,7 @@ def cmd_mount(args: argparse.Namespace) -> int:
 def _live_mount_problem(root: str) -> str | None:
     """Why root cannot be mounted when a memfs daemon still serves it, found without touching
     the root (the preflight stats it, which hangs for ever on a stopped daemon's mount)."""
-    from memfs.mount.daemon import fuse_mount_at
+    from memfs.session.daemon import fuse_mount_at
 
     entry = control.registry_entry(root)
     if fuse_mount_at(entry["root"] if entry and entry.get("root") else control.registry_key(root),
@@ -236,7 +236,7 @@ def _run_foreground(
     (the forked daemon's parent waits on it); without it the mount line goes to stdout."""
     import trio
 
-    from memfs.mount.daemon import Daemon, MountError, MountOptions
+    from memfs.session.daemon import Daemon, MountError, MountOptions
 
     setup_logging(args.log_format)
     ready_file = os.fdopen(ready_fd, "w") if ready_fd is not None else None
@@ -333,7 +333,7 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def _offline_status(state_dir: Path) -> dict[str, Any] | None:
-    from memfs.sync.engine import offline_status
+    from memfs.session.offline import offline_status
 
     if not (state_dir / "state.db").exists():
         return None
@@ -342,7 +342,7 @@ def _offline_status(state_dir: Path) -> dict[str, Any] | None:
 
 def _not_on_store_message(answer: dict[str, Any], state_dir: str) -> str:
     """`N change(s) are not on the store service: <bounded list>; kept in STATE: the fix`."""
-    from memfs.sync.engine import describe_not_on_store
+    from memfs.session.offline import describe_not_on_store
 
     summaries = answer.get("not_on_store", {}).values()
     staged = sum(s["staged"] for s in summaries)
@@ -368,7 +368,7 @@ def _deletes_held_note(answer: dict[str, Any]) -> str:
 
 
 def cmd_unmount(args: argparse.Namespace) -> int:
-    from memfs.mount.daemon import clear_stale_mount, fuse_mount_at, wait_until_unmounted
+    from memfs.session.daemon import clear_stale_mount, fuse_mount_at, wait_until_unmounted
 
     root = os.path.abspath(args.root)
     state_dir = control.lookup_state_dir(root)
@@ -400,7 +400,7 @@ def cmd_unmount(args: argparse.Namespace) -> int:
 def cmd_flush(args: argparse.Namespace) -> int:
     import trio
 
-    from memfs.sync.engine import flush_state_dir
+    from memfs.session.offline import flush_state_dir
 
     setup_logging(args.log_format)
     state_dir = Path(args.state_dir)

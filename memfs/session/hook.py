@@ -3,7 +3,7 @@
 It runs as a process that often, so it imports as little as possible: json, socket and the
 control module (no argparse, logging, typing, pathlib, httpx, trio). A plain
 `memfs sync [--root R] [--force] [--wait] [--json]` is parsed here by `sync_fast` without building
-the whole command line's parser; anything else goes to argparse (memfs/mount/commands.py), which
+the whole command line's parser; anything else goes to argparse (memfs/session/commands.py), which
 calls the same `cmd_sync`.
 """
 
@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import sys
 
-from memfs.mount import control
+from memfs.session import control
 
 EXIT_NOT_ANSWERING = 4  # a daemon holds the socket but does not answer (stopped, wedged)
 SYNC_TIMEOUT = 120.0  # a due tick's pull (and, with --wait, its uploads), once the daemon answered

@@ -25,9 +25,9 @@ import trio
 
 from memfs import limits
 from memfs.client import ApiError, StoreClient, Unreachable
-from memfs.mount import control
 from memfs.mount.core import Filesystem, StoreInfo
 from memfs.mount.state import State, StateLocked
+from memfs.session import control
 
 log = logging.getLogger("memfs.mount")
 
@@ -260,7 +260,7 @@ class Daemon:
                     nursery.cancel_scope.cancel()
         pending = self.final["pending"] if self.final else -1
         if pending:
-            from memfs.sync.engine import describe_not_on_store
+            from memfs.session.offline import describe_not_on_store
 
             named = "; ".join(describe_not_on_store(self.final or {}))
             log.error("%s change(s) are not on the store service; they are kept in the state dir %s: %s "

@@ -1,0 +1,91 @@
+"""What can be said and done from a state dir when no daemon serves it: `memfs status` offline,
+`memfs flush`, and the lines naming what is not on the store (shared with `memfs unmount`).
+
+Each builds the view the next mount would load (the kernel-free core over the state dir) and asks
+the sync engine's one rule for "not on the store" (`memfs.sync.engine.not_on_store`).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from memfs.client import StoreClient
+from memfs.mount.core import Filesystem, StoreInfo
+from memfs.mount.state import State
+from memfs.sync.engine import SyncEngine, not_on_store
+
+
+def describe_not_on_store(answer: dict[str, Any], limit: int = 10) -> list[str]:
+    """Lines naming what is not on the store (at most `limit`, then a count of the rest), from
+    a `final_sync()` or `offline_status()` answer: "work-notes/bad.txt (held: …)"."""
+    lines: list[str] = []
+    total = 0
+    slugs = answer.get("slugs", {})
+    for sid, summary in answer.get("not_on_store", {}).items():
+        slug = slugs.get(sid, sid)
+        reasons = summary.get("reasons", {})
+        for category in ("staged", "refused", "held"):
+            for path in summary["paths"][category]:
+                total += 1
+                if len(lines) < limit:
+                    why = f": {reasons[path]}" if path in reasons else ""
+                    lines.append(f"{slug}{path} ({category}{why})")
+    if total > limit:
+        lines.append(f"and {total - limit} more")
+    return lines
+
+
+async def flush_state_dir(state_dir: Path, base_url: str | None, token: str, timeout: float,
+                          deletions: str | None) -> dict[str, Any]:
+    """`memfs flush`: push what a dead mount left staged, without mounting anything. `deletions`
+    None: the --sync-deletions the mount used (a delete it held back stays held)."""
+    state = State(state_dir)
+    state.lock(state.get_meta("root") or "(flush)")
+    try:
+        url = base_url or state.get_meta("base_url")
+        if not url:
+            raise ValueError(f"no --base-url given and none recorded in {state_dir}")
+        stores = [StoreInfo(s.store_id, s.name, s.slug, s.access) for s in state.stores()]
+        fs = Filesystem(state, stores)
+        async with StoreClient(url, token) as client:
+            engine = SyncEngine(client, state, fs, stores, interval=5,
+                                deletions=deletions or state.get_meta("sync_deletions") or "enabled",
+                                **_recorded_limits(state))
+            return await engine.final_sync(timeout)
+    finally:
+        state.close()
+
+
+def _recorded_limits(state) -> dict[str, int]:
+    """The mount's --max-files/--max-bytes as recorded in the state dir (the plan needs them)."""
+    return {"max_files": int(state.get_meta("max_files") or 10**9),
+            "max_bytes": int(state.get_meta("max_bytes") or 10**12)}
+
+
+def offline_status(state_dir: Path) -> dict[str, Any]:
+    """What `memfs status` can say from a state dir when no daemon runs: the same fields as the
+    live status, "not on the store" by the same rule (`not_on_store`) over the view the next
+    mount would load from this state dir."""
+    state = State(state_dir)
+    try:
+        root = state.get_meta("root") or ""
+        rows = state.stores()
+        infos = [StoreInfo(s.store_id, s.name, s.slug, s.access) for s in rows]
+        fs = Filesystem(state, infos)
+        deletions = state.get_meta("sync_deletions") or "enabled"
+        limits_ = _recorded_limits(state)
+        stores = []
+        missing: dict[str, dict[str, Any]] = {}
+        for s, info in zip(rows, infos, strict=True):
+            summary = not_on_store(state, info, fs.local_view(s.store_id), deletions=deletions, **limits_).summary()
+            missing[s.store_id] = summary
+            stores.append({"store_id": s.store_id, "name": s.name, "slug": s.slug,
+                           "mount_path": os.path.join(root, s.slug), "access": s.access,
+                           "counter": s.counter, "last_sync_at": s.last_sync_at, "last_result": s.last_result,
+                           "last_error": s.last_error, **summary})
+        return {"stores": stores, "pending": sum(m["not_on_store"] for m in missing.values()),
+                "not_on_store": missing, "slugs": {s.store_id: s.slug for s in rows}}
+    finally:
+        state.close()

@@ -1,0 +1,102 @@
+"""The directions of dependency between memfs's packages (docs/DESIGN.md, "Layers").
+
+Every import statement counts, including those inside functions (a lazy import is still a
+dependency). A module may import only what its layer is allowed to; anything else fails here with
+the module, the line and the rule.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parent.parent / "memfs"
+
+# package (or module) -> memfs packages/modules it must never import
+FORBIDDEN: dict[str, tuple[str, ...]] = {
+    "memfs.limits": ("memfs.",),
+    "memfs.client": ("memfs.mount", "memfs.sync", "memfs.session", "memfs.service", "memfs.worker"),
+    "memfs.sync": ("memfs.mount", "memfs.session", "memfs.service", "memfs.worker"),
+    "memfs.mount": ("memfs.sync", "memfs.session", "memfs.service", "memfs.worker", "memfs.client"),
+    "memfs.service": ("memfs.mount", "memfs.sync", "memfs.session", "memfs.worker", "memfs.client"),
+    "memfs.session": ("memfs.service", "memfs.worker"),
+}
+# The filesystem's core knows no kernel: only the adapter and the runner speak pyfuse3.
+KERNEL_FREE = ("memfs.mount.core", "memfs.mount.state", "memfs.mount.access", "memfs.sync", "memfs.session.offline")
+
+
+def module_name(path: Path, root: Path = PACKAGE) -> str:
+    rel = path.relative_to(root.parent).with_suffix("")
+    parts = list(rel.parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def imports_of(path: Path, root: Path = PACKAGE) -> list[tuple[int, str]]:
+    """(line, imported module) for every import in the file, at any depth."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    me = module_name(path, root)
+    found: list[tuple[int, str]] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, a.name) for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:  # relative: resolve against this module's package
+                base = me.split(".")
+                base = base[: len(base) - node.level + (1 if path.name == "__init__.py" else 0)]
+                mod = ".".join(base + ([node.module] if node.module else []))
+            else:
+                mod = node.module or ""
+            found.append((node.lineno, mod))
+            found += [(node.lineno, f"{mod}.{a.name}") for a in node.names]  # `from memfs import mount`
+    return found
+
+
+def _under(name: str, prefix: str) -> bool:
+    return prefix.endswith(".") and name.startswith(prefix) or name == prefix or name.startswith(prefix + ".")
+
+
+def violations(root: Path = PACKAGE) -> list[str]:
+    out = []
+    for path in sorted(root.rglob("*.py")):
+        me = module_name(path, root)
+        for owner, banned in FORBIDDEN.items():
+            if not _under(me, owner):
+                continue
+            for line, mod in imports_of(path, root):
+                for b in banned:
+                    if _under(mod, b) and not _under(mod, owner):
+                        out.append(f"{path.relative_to(root.parent)}:{line}: {me} imports {mod} ({owner} must not import {b})")
+        if any(_under(me, k) for k in KERNEL_FREE):
+            for line, mod in imports_of(path, root):
+                if _under(mod, "pyfuse3"):
+                    out.append(f"{path.relative_to(root.parent)}:{line}: {me} imports pyfuse3 (kernel-free layer)")
+    return sorted(set(out))
+
+
+def test_dependencies_point_one_way():
+    assert violations() == []
+
+
+@pytest.mark.parametrize(
+    "module, source",
+    [
+        ("sync/bad.py", "def f():\n    from memfs.mount.core import Filesystem\n"),
+        ("sync/bad.py", "from memfs import mount\n"),
+        ("mount/bad.py", "from memfs.sync.engine import SyncEngine\n"),
+        ("service/bad.py", "import memfs.session.control\n"),
+        ("mount/core.py", "import pyfuse3\n"),
+        ("limits.py", "from memfs.client import StoreClient\n"),
+    ],
+)
+def test_the_check_catches_a_wrong_import(tmp_path, module, source):
+    """The rules above are not vacuous: a copy of the package with one bad import fails them."""
+    fake = tmp_path / "memfs"
+    target = fake / module
+    target.parent.mkdir(parents=True, exist_ok=True)
+    (fake / "__init__.py").write_text("")
+    target.write_text(source)
+    assert violations(fake), f"{module}: {source!r} was not caught"
