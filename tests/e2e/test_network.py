@@ -22,6 +22,7 @@ from memfs.client import CONCURRENCY
 from tests.support.api import MEMORY_BETA, Api
 from tests.support.proxy import Proxy
 from tests.support.sandbox import Sandbox
+from tests.support.seed import seed_database
 from tests.support.service import ServiceProcess
 
 SLUG = "wan-notes"
@@ -57,29 +58,8 @@ def layout() -> dict[str, str]:
 def seed(db: Path, contents: dict[str, str]) -> str:
     """Write the store straight into a database before the service starts (one transaction; 3,000
     creates over HTTP would be 3,000 commits). Returns the store id."""
-    from memfs.service.sqlite_storage import SqliteStorage
-    from memfs.service.storage import Actor
-
-    class Bulk(SqliteStorage):
-        conn = None
-
-        @contextmanager
-        def _write(self):
-            yield self.conn
-
     db.parent.mkdir(parents=True, exist_ok=True)
-    s = Bulk(db)
-    try:
-        with s._conn() as c:
-            c.execute("BEGIN IMMEDIATE")
-            s.conn = c
-            store = s.create_store("WAN Notes", "", {})
-            for path, text in contents.items():
-                s.create_memory(store.id, path, text, Actor("api_actor", "seed"), max_memories=10_000)
-            c.execute("COMMIT")
-    finally:
-        s.close()
-    return store.id
+    return seed_database(db, {"WAN Notes": contents})["WAN Notes"]
 
 
 @pytest.fixture(scope="module")
