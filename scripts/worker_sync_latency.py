@@ -3,7 +3,9 @@
 A real `memfs serve`, a real mount (sync interval of an hour, so no tick is ever due) and the
 worker's `DaemonLink` on an asyncio loop, as `memfs_tools()` calls it before each tool call; once
 against the full control socket (found through --root), once against the sync-only socket
-(MEMFS_SYNC_SOCKET). Prints one line per socket. Run with the worktree's venv:
+(MEMFS_SYNC_SOCKET); each next to the way it was done before (a new connection per call, on a
+thread), in interleaved rounds. Prints two lines per socket. Shared machines are noisy: compare
+the two lines of one run, not runs of different minutes. Run with the worktree's venv:
 
     .venv/bin/python scripts/worker_sync_latency.py [calls]
 """
@@ -27,6 +29,7 @@ from tests.worker.conftest import sessions_token  # noqa: E402, F401 - same sess
 
 
 async def timed_calls(link, calls: int) -> list[float]:
+    """The worker's own pre-call sync (memfs_tools() calls exactly this)."""
     from memfs.worker.daemon_link import PRE_CALL_TIMEOUT
 
     took = []
@@ -40,10 +43,37 @@ async def timed_calls(link, calls: int) -> list[float]:
     return took
 
 
+async def timed_calls_per_connection(link, calls: int) -> list[float]:
+    """How the worker did it before: a blocking call on a new connection, run on a worker thread."""
+    import anyio
+
+    from memfs.session import control
+    from memfs.worker.daemon_link import _call_blocking
+
+    path = link.socket_path()
+    request = {"op": "sync", "force": False, "wait": False}
+    if path.name == control.SOCKET_NAME:
+        def once():
+            return control.call(path.parent, request, timeout=20)
+    else:
+        def once():
+            return _call_blocking(path, request, 20)
+    took = []
+    for _ in range(calls):
+        started = time.perf_counter()
+        answer = await anyio.to_thread.run_sync(once)
+        took.append(time.perf_counter() - started)
+        assert answer.get("ok") and not answer.get("ran"), answer
+    return took
+
+
+ROUNDS = 5
+
+
 def report(label: str, took: list[float]) -> None:
     took = sorted(took)
     p99 = took[min(len(took) - 1, int(len(took) * 0.99))]
-    print(f"{label:<22} calls={len(took)} median={statistics.median(took) * 1e3:.3f} ms "
+    print(f"{label:<62} calls={len(took)} median={statistics.median(took) * 1e3:.3f} ms "
           f"p99={p99 * 1e3:.3f} ms max={took[-1] * 1e3:.3f} ms")
 
 
@@ -66,10 +96,19 @@ def main() -> int:
             os.environ["MEMFS_RUNTIME_DIR"] = box.env["MEMFS_RUNTIME_DIR"]
             from memfs.worker.daemon_link import SOCKET_ENV, DaemonLink
 
-            os.environ.pop(SOCKET_ENV, None)
-            report("full control socket", asyncio.run(timed_calls(DaemonLink(box.root), calls)))
-            os.environ[SOCKET_ENV] = str(sync_sock)
-            report("sync-only socket", asyncio.run(timed_calls(DaemonLink(box.root), calls)))
+            # Interleaved, so a machine busy with other work weighs on both ways alike.
+            for label, sock in (("full control socket", None), ("sync-only socket", str(sync_sock))):
+                if sock is None:
+                    os.environ.pop(SOCKET_ENV, None)
+                else:
+                    os.environ[SOCKET_ENV] = sock
+                old: list[float] = []
+                new: list[float] = []
+                for _ in range(ROUNDS):
+                    old += asyncio.run(timed_calls_per_connection(DaemonLink(box.root), calls // ROUNDS))
+                    new += asyncio.run(timed_calls(DaemonLink(box.root), calls // ROUNDS))
+                report(f"{label}, connection per call on a thread (before)", old)
+                report(f"{label}, held connection on the loop (now)", new)
             api.close()
         finally:
             if box is not None:

@@ -9,10 +9,12 @@ event loop (the SDK runs on asyncio), opened on first use and kept for every lat
 non-forced sync with no tick due is one small round trip, with no thread hop and no connect.
 - One request in flight at a time (a lock): the answers on one connection come back in order, and
   a request given up half-way leaves an unread answer behind, so that connection is closed.
-- A ping is pipelined in front of every request, as `control.call()` does: the daemon answers it
-  from its event loop at once, whatever a tick is doing, so no answer within `ping_timeout` means
-  the daemon is stopped (SIGSTOP) or wedged, and the call gives up then; a live daemon whose due
-  tick pulls still gets the request's whole `timeout`.
+- Stopped or busy: an answer that has not come within ANSWER_PATIENCE (0.1 s) makes the link
+  ping the daemon on a second connection. The daemon answers a ping from its event loop at once,
+  whatever a tick is doing, so no answer within `ping_timeout` means it is stopped (SIGSTOP) or
+  wedged, and the call gives up then; a live daemon whose due tick pulls still gets the request's
+  whole `timeout`. (Pipelining the ping in front of every request, as `control.call()` does, costs
+  a second wake-up of the event loop per call; the common answer needs one.)
 - A held connection found broken (the daemon was restarted, or closed an idle connection) is
   re-opened once, transparently; a fresh connection that fails is the daemon's absence.
 
@@ -42,6 +44,9 @@ PRE_CALL_TIMEOUT = 20.0
 # without the sync: a live daemon answers the ping in tens of microseconds.
 PRE_CALL_PING_TIMEOUT = 2.0
 STATUS_TIMEOUT = 10.0
+# How long an answer may take before a ping on a second connection checks the daemon is alive.
+ANSWER_PATIENCE = 0.1
+_PING = b'{"op":"ping"}\n'
 _MAX_LINE = 1 << 20  # a status answer lists every store: far below this
 
 
@@ -126,11 +131,14 @@ class DaemonLink:
                 except BaseException:  # cancelled half-way: an answer may be left unread on it
                     await self._drop()
                     raise
+                if isinstance(answer, dict) and not answer.get("ok", False) and "ran" not in answer:
+                    await self._drop()  # a refusal ("busy") ends that connection on the daemon's side
                 return self._checked(request, answer)
         raise AssertionError("unreachable")
 
     async def _exchange(self, request: dict[str, Any], ping_wait: float, timeout: float) -> Any:
         path = self.socket_path()
+        started = anyio.current_time()
         with anyio.fail_after(ping_wait):
             if self._stream is None:
                 try:
@@ -140,21 +148,32 @@ class DaemonLink:
                                             f"nothing listens at {path}") from exc
                 self._buf = b""
             try:
-                await self._stream.send(b'{"op":"ping"}\n' + json.dumps(request).encode() + b"\n")
+                await self._stream.send(json.dumps(request).encode() + b"\n")
             except (anyio.BrokenResourceError, BrokenPipeError, ConnectionResetError) as exc:
                 raise _Broken(f"the connection to {path} is closed") from exc
-            try:
-                pong = json.loads(await self._line(path))
-            except TimeoutError:
-                raise
-            except ValueError as exc:
-                raise DaemonUnavailable(f"the memfs daemon at {path} answered the ping with junk") from exc
-        if not (isinstance(pong, dict) and pong.get("pong")):
-            # "busy" (the sync-only socket's connection limit) or a refusal: the connection ends here.
-            await self._drop()
-            return pong
-        with anyio.fail_after(timeout if timeout is not None else math.inf):
+        # The answer almost always comes at once (no tick due): one wake-up, no ping. Only when
+        # it does not is a second connection asked whether the daemon is alive (a due tick pulls)
+        # or stopped; _line keeps what it has read, so waiting on after the probe loses nothing.
+        with anyio.move_on_after(min(ANSWER_PATIENCE, ping_wait)):
             return json.loads(await self._line(path))
+        await self._probe(path, ping_wait)
+        left = timeout - (anyio.current_time() - started) if timeout is not None else math.inf
+        with anyio.fail_after(max(0.001, left)):
+            return json.loads(await self._line(path))
+
+    async def _probe(self, path: Path, ping_wait: float) -> None:
+        """A ping on a connection of its own: any answer line within ping_wait means alive."""
+        gone = DaemonUnavailable(f"the memfs daemon of {self.root} did not answer a ping within "
+                                 f"{ping_wait:g}s (stopped or hung?); it was asked at {path}")
+        try:
+            with anyio.fail_after(ping_wait):
+                async with await anyio.connect_unix(str(path)) as probe:
+                    await probe.send(_PING)
+                    buf = b""
+                    while b"\n" not in buf:
+                        buf += await probe.receive(65536)
+        except (TimeoutError, OSError, anyio.EndOfStream, anyio.BrokenResourceError) as exc:
+            raise gone from exc
 
     async def _line(self, path: Path) -> bytes:
         assert self._stream is not None

@@ -79,3 +79,53 @@ def test_a_stopped_daemon_makes_the_pre_call_sync_give_up_and_the_tool_still_run
     assert any("pre-call sync before read failed" in m and "did not answer" in m for m in messages), messages
     assert any("final sync failed" in m for m in messages), messages
     assert run.work.stop_requests == [{"force": True}]
+
+
+class SlowDaemon:
+    """A stand-in socket (a real slow tick is hard to order on cue): answers a ping at once on any
+    connection, and a sync only after `delay` seconds, like a daemon whose due tick pulls."""
+
+    def __init__(self, path, delay: float):
+        import json
+        import socketserver
+        import threading
+        import time
+
+        class Handler(socketserver.StreamRequestHandler):
+            def handle(self):
+                for line in self.rfile:
+                    op = json.loads(line).get("op")
+                    if op == "sync":
+                        time.sleep(delay)
+                        answer = {"ok": True, "ran": True}
+                    else:
+                        answer = {"ok": True, "pong": True}
+                    self.wfile.write(json.dumps(answer).encode() + b"\n")
+                    self.wfile.flush()
+
+        self.server = socketserver.ThreadingUnixStreamServer(str(path), Handler)
+        self.server.daemon_threads = True
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.mark.timeout(30)
+def test_a_busy_daemon_that_answers_its_ping_gets_the_whole_timeout(tmp_path, monkeypatch):
+    path = tmp_path / "slow.sock"
+    monkeypatch.setenv(SOCKET_ENV, str(path))
+    daemon = SlowDaemon(path, delay=0.8)  # longer than the ping deadline given below
+
+    async def main():
+        link = DaemonLink(tmp_path / "root")
+        try:
+            return await link.async_sync(force=False, wait=False, timeout=10, ping_timeout=0.3)
+        finally:
+            await link.aclose()
+
+    try:
+        assert asyncio.run(main()) == {"ok": True, "ran": True}
+    finally:
+        daemon.close()
