@@ -124,7 +124,8 @@ class DaemonLink:
                     continue  # a held connection the daemon closed (restart, idle): once more, fresh
                 except TimeoutError as exc:
                     await self._drop()
-                    raise DaemonUnavailable(f"the memfs daemon of {self.root} did not answer: {exc}") from exc
+                    raise DaemonUnavailable(f"the memfs daemon of {self.root} did not answer {request.get('op')!r} "
+                                            f"within {timeout:g}s (a connect within {ping_wait:g}s)") from exc
                 except (OSError, ValueError, anyio.BrokenResourceError, anyio.ClosedResourceError) as exc:
                     await self._drop()
                     raise DaemonUnavailable(f"the memfs daemon of {self.root} did not answer: {exc}") from exc
