@@ -368,6 +368,7 @@ SYNC_ONLY_SOCKET_ENV = "MEMFS_SYNC_SOCKET"
 SYNC_ONLY_FORCED_GAP = 1.0
 SYNC_ONLY_CONNECTIONS = 4
 SYNC_ONLY_MAX_REQUEST = 4096
+SYNC_ONLY_IDLE = 60.0  # an idle connection is closed after this; the worker re-opens it
 
 
 async def serve_sync_only(daemon: Daemon, path: str | None, task_status=trio.TASK_STATUS_IGNORED) -> None:
@@ -393,34 +394,7 @@ async def serve_sync_only(daemon: Daemon, path: str | None, task_status=trio.TAS
                 await _send_line(stream, {"ok": False, "error": "busy: too many open requests"})
                 return
             async with limiter:
-                buf = b""
-                with trio.move_on_after(10):
-                    while not buf.endswith(b"\n") and len(buf) <= SYNC_ONLY_MAX_REQUEST:
-                        chunk = await stream.receive_some(SYNC_ONLY_MAX_REQUEST)
-                        if not chunk:
-                            return
-                        buf += chunk
-                try:
-                    request = json.loads(buf) if len(buf) <= SYNC_ONLY_MAX_REQUEST else None
-                except ValueError:
-                    request = None
-                op = request.get("op") if isinstance(request, dict) else None
-                if op == "status":
-                    answer = await daemon._answer({"op": "status"})
-                elif op == "sync":
-                    force, wait = bool(request.get("force")), bool(request.get("wait"))
-                    waited = 0.0
-                    if force:
-                        async with forced["lock"]:
-                            waited = max(0.0, forced["last"] + SYNC_ONLY_FORCED_GAP - trio.current_time())
-                            await trio.sleep(waited)
-                            forced["last"] = trio.current_time()
-                    answer = await daemon.engine.sync_now(force=force, wait=wait)
-                    if waited:
-                        answer = {**answer, "rate_limited_for": round(waited, 3)}
-                else:
-                    answer = {"ok": False, "error": "this socket answers only {\"op\": \"sync\"} and {\"op\": \"status\"}"}
-                await _send_line(stream, answer)
+                await _sync_only_connection(daemon, stream, forced)
 
     async def guarded(stream: trio.SocketStream) -> None:
         try:
@@ -436,6 +410,56 @@ async def serve_sync_only(daemon: Daemon, path: str | None, task_status=trio.TAS
             sock_path.unlink()
         except FileNotFoundError:
             pass
+
+
+async def _sync_only_connection(daemon: Daemon, stream: trio.SocketStream, forced: dict[str, Any]) -> None:
+    """One connection of the sync-only socket: request lines, each answered in order, until the
+    client closes, a line is refused as too long, or it stays idle SYNC_ONLY_IDLE seconds (the
+    worker holds its connection between tool calls and re-opens it when it finds it closed)."""
+    buf = b""
+    while True:
+        with trio.move_on_after(SYNC_ONLY_IDLE):
+            while b"\n" not in buf and len(buf) <= SYNC_ONLY_MAX_REQUEST:
+                try:
+                    chunk = await stream.receive_some(SYNC_ONLY_MAX_REQUEST)
+                except trio.BrokenResourceError:
+                    return
+                if not chunk:
+                    return
+                buf += chunk
+        if b"\n" not in buf and len(buf) <= SYNC_ONLY_MAX_REQUEST:
+            return  # idle, or a line never finished
+        line, sep, rest = buf.partition(b"\n")
+        too_long = len(line) > SYNC_ONLY_MAX_REQUEST
+        buf = b"" if too_long else rest
+        try:
+            request = None if too_long else json.loads(line)
+        except ValueError:
+            request = None
+        op = request.get("op") if isinstance(request, dict) else None
+        if op == "ping":  # at once, from the event loop: tells a stopped daemon from a busy one
+            answer = {"ok": True, "pong": True}
+        elif op == "status":
+            answer = await daemon._answer({"op": "status"})
+        elif op == "sync":
+            force, wait = bool(request.get("force")), bool(request.get("wait"))
+            waited = 0.0
+            if force:
+                async with forced["lock"]:
+                    waited = max(0.0, forced["last"] + SYNC_ONLY_FORCED_GAP - trio.current_time())
+                    await trio.sleep(waited)
+                    forced["last"] = trio.current_time()
+            answer = await daemon.engine.sync_now(force=force, wait=wait)
+            if waited:
+                answer = {**answer, "rate_limited_for": round(waited, 3)}
+        else:
+            answer = {"ok": False, "error": "this socket answers only {\"op\": \"sync\"} and {\"op\": \"status\"}"}
+        try:
+            await stream.send_all(json.dumps(answer).encode() + b"\n")
+        except trio.BrokenResourceError:
+            return
+        if too_long:
+            return  # where the next line starts is unknown: the connection ends
 
 
 async def _send_line(stream: trio.SocketStream, answer: dict[str, Any]) -> None:

@@ -5,7 +5,8 @@ Per session (the factory is called once per claimed session, with its `AgentTool
    and access), else the work item fails with a message that says what differs and what to do;
 2. their folders go on the file tools' `allowed_roots`, the read_only ones on `read_only_roots`;
 3. every tool call first asks the daemon for a non-forced sync (a tick runs only when one is due;
-   otherwise the answer is one small socket round trip), so remote edits are seen between calls;
+   otherwise the answer is one small round trip on a held socket connection, daemon_link.py), so
+   remote edits are seen between calls;
 4. a `write` or `edit` whose result would not fit in a memory is refused before the file is touched
    (the official tools truncate first and only then meet EFBIG);
 5. when the runner closes the tools (after `bash` is stopped, before the work item is stopped) the
@@ -26,6 +27,7 @@ from typing import Any
 import anyio
 
 from memfs import limits
+from memfs.session import control
 from memfs.worker import lease
 from memfs.worker._sdk import (
     AgentToolContext,
@@ -218,7 +220,10 @@ class SessionMemory:
         if self._open > 0 or self._finished:
             return
         self._finished = True
-        await self.final_sync()
+        try:
+            await self.final_sync()
+        finally:
+            await self.link.aclose()  # the held connection ends with the session
 
     async def final_sync(self) -> None:
         if self.lease is not None and self.lease.lost(os.environ.get("ANTHROPIC_WORK_ID")):
@@ -229,9 +234,12 @@ class SessionMemory:
             return
         started = time.monotonic()
         try:
-            with anyio.move_on_after(FINAL_SYNC_TIMEOUT + 5):
-                answer = await self.link.async_sync(force=True, wait=True, timeout=FINAL_SYNC_TIMEOUT)
+            with anyio.move_on_after(FINAL_SYNC_TIMEOUT + 5) as bound:
+                answer = await self.link.async_sync(force=True, wait=True, timeout=FINAL_SYNC_TIMEOUT,
+                                                    ping_timeout=control.PING_TIMEOUT)
                 status = await self.link.async_status()
+            if bound.cancelled_caught:
+                raise DaemonUnavailable(f"no answer within {FINAL_SYNC_TIMEOUT + 5:g}s")
         except DaemonUnavailable as exc:
             log.error("session %s: final sync failed: %s; `memfs unmount --root %s` retries it",
                       self.session_id, exc, self.root)

@@ -146,17 +146,16 @@ class SocketSpy:
         spy = self
 
         class Handler(socketserver.StreamRequestHandler):
-            def handle(self):
-                line = self.rfile.readline()
-                if not line:
-                    return
-                request = json.loads(line)
-                spy.requests.append(request)
-                try:
-                    answer = control.call(state_dir, request, timeout=60)
-                except control.NoDaemon:
-                    return  # close without answering, as a dead daemon would
-                self.wfile.write(json.dumps(answer).encode() + b"\n")
+            def handle(self):  # many lines per connection: the worker holds its connection
+                for line in self.rfile:
+                    request = json.loads(line)
+                    spy.requests.append(request)
+                    try:
+                        answer = control.call(state_dir, request, timeout=60)
+                    except control.NoDaemon:
+                        return  # close without answering, as a dead daemon would
+                    self.wfile.write(json.dumps(answer).encode() + b"\n")
+                    self.wfile.flush()
 
         self.server = socketserver.ThreadingUnixStreamServer(str(path), Handler)
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)

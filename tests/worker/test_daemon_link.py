@@ -1,0 +1,131 @@
+"""The worker's link to the daemon (memfs/worker/daemon_link.py): one held connection on the
+worker's event loop, a short deadline for a stopped daemon, one reconnect after a restart."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+
+import anyio
+import pytest
+
+from memfs.worker.daemon_link import SOCKET_ENV, DaemonLink
+from tests.worker.conftest import RW
+from tests.worker.fake_platform import Step
+
+pytestmark = pytest.mark.timeout(120)
+
+
+@pytest.fixture(params=["control", "sync-only"])
+def via(request, wworld, monkeypatch):
+    """The mounted daemon, reached through its full control socket or its sync-only socket."""
+    if request.param == "sync-only":
+        path = wworld.tmp / "sync" / "sync.sock"
+        wworld.box.env[SOCKET_ENV] = str(path)
+        monkeypatch.setenv(SOCKET_ENV, str(path))
+    else:
+        monkeypatch.delenv(SOCKET_ENV, raising=False)
+    wworld.mount()
+    return request.param
+
+
+def test_many_calls_share_one_connection_and_a_restart_is_reconnected(wworld, via):
+    def restart() -> None:
+        wworld.box.unmount()
+        wworld.mount()
+
+    async def main() -> None:
+        link = DaemonLink(wworld.root)
+        try:
+            before = await link.async_status()
+            for _ in range(5):
+                answer = await link.async_sync(force=False, wait=False, timeout=20)
+                assert answer["ok"] and answer["ran"] is False, answer
+            held = link._stream
+            assert held is not None
+            await link.async_sync(force=False, wait=False, timeout=20)
+            assert link._stream is held, "each call opened a new connection"
+            await anyio.to_thread.run_sync(restart)  # the old daemon closes the held connection
+            answer = await link.async_sync(force=False, wait=False, timeout=20)
+            assert answer["ok"], answer
+            assert link._stream is not held
+            assert (await link.async_status())["pid"] != before["pid"]
+        finally:
+            await link.aclose()
+
+    asyncio.run(main())
+
+
+def test_a_stopped_daemon_makes_the_pre_call_sync_give_up_and_the_tool_still_runs(wworld, via, caplog):
+    plain = wworld.workdir / "plain.txt"
+    plain.write_text("outside the memory\n")
+    pid = wworld.box.daemon_pid()
+    assert pid
+    try:
+        # Without the ping's short deadline the pre-call sync would wait its whole 20 s and the
+        # final sync its 35 s: more than this item's 30 s.
+        run = wworld.run_item([
+            Step("read", {"file_path": wworld.memory(RW, "profile.md")},
+                 after=lambda _r: os.kill(pid, signal.SIGSTOP)),
+            Step("read", {"file_path": str(plain)}),
+        ], timeout=30)
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    results, texts = run.results(), run.texts()
+    assert [r["is_error"] for r in results] == [False, False], texts
+    assert "outside the memory" in texts[1]
+    messages = [r.getMessage() for r in caplog.records]
+    assert any("pre-call sync before read failed" in m and "did not answer" in m for m in messages), messages
+    assert any("final sync failed" in m for m in messages), messages
+    assert run.work.stop_requests == [{"force": True}]
+
+
+class SlowDaemon:
+    """A stand-in socket (a real slow tick is hard to order on cue): answers a ping at once on any
+    connection, and a sync only after `delay` seconds, like a daemon whose due tick pulls."""
+
+    def __init__(self, path, delay: float):
+        import json
+        import socketserver
+        import threading
+        import time
+
+        class Handler(socketserver.StreamRequestHandler):
+            def handle(self):
+                for line in self.rfile:
+                    op = json.loads(line).get("op")
+                    if op == "sync":
+                        time.sleep(delay)
+                        answer = {"ok": True, "ran": True}
+                    else:
+                        answer = {"ok": True, "pong": True}
+                    self.wfile.write(json.dumps(answer).encode() + b"\n")
+                    self.wfile.flush()
+
+        self.server = socketserver.ThreadingUnixStreamServer(str(path), Handler)
+        self.server.daemon_threads = True
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.mark.timeout(30)
+def test_a_busy_daemon_that_answers_its_ping_gets_the_whole_timeout(tmp_path, monkeypatch):
+    path = tmp_path / "slow.sock"
+    monkeypatch.setenv(SOCKET_ENV, str(path))
+    daemon = SlowDaemon(path, delay=0.8)  # longer than the ping deadline given below
+
+    async def main():
+        link = DaemonLink(tmp_path / "root")
+        try:
+            return await link.async_sync(force=False, wait=False, timeout=10, ping_timeout=0.3)
+        finally:
+            await link.aclose()
+
+    try:
+        assert asyncio.run(main()) == {"ok": True, "ran": True}
+    finally:
+        daemon.close()
