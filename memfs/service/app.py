@@ -14,6 +14,7 @@ import logging
 import secrets
 import time
 
+import anyio
 import anyio.to_thread
 import orjson
 from starlette.applications import Starlette
@@ -45,6 +46,7 @@ access_log = logging.getLogger("memfs.service.access")
 
 COUNTER_HEADER = "memfs-store-counter"
 MAX_COUNTER_IDS = 100
+READY_TIMEOUT_S = 2.0
 _SNAPSHOT_BATCH = 100
 
 
@@ -427,10 +429,28 @@ class _Service:
         self._own_session(await self.principal(request, sessions_api=True), sid)
         return _json(wire.session(await self.call(self.storage.archive_session, sid)))
 
-    # --- metrics -------------------------------------------------------------------------------
+    # --- operations: metrics and health --------------------------------------------------------
 
     async def get_metrics(self, request: Request) -> Response:
-        return Response(self.metrics.render(), media_type=CONTENT_TYPE)
+        return Response(self.metrics.render(), headers={"content-type": CONTENT_TYPE})
+
+    async def get_live(self, request: Request) -> Response:
+        # Liveness: the process answers HTTP. Never touches the database, so an orchestrator does
+        # not restart every replica when the database has a bad minute.
+        return _json({"status": "ok"})
+
+    async def get_ready(self, request: Request) -> Response:
+        # Readiness: this app exists only after the storage opened and migrated (server.py opens
+        # it first), and the database must answer one round trip now, within a bound.
+        try:
+            with anyio.fail_after(READY_TIMEOUT_S):
+                await anyio.to_thread.run_sync(self.storage.ping, abandon_on_cancel=True)
+        except TimeoutError:
+            return _json({"status": "unavailable", "reason": "the database did not answer in time"}, 503)
+        except Exception as e:  # any database error: not ready, said without details
+            log.warning("readiness check failed: %s", type(e).__name__)
+            return _json({"status": "unavailable", "reason": "the database is not reachable"}, 503)
+        return _json({"status": "ready"})
 
     def routes(self) -> list[Route]:
         s = "/v1/memory_stores/{store_id}"
@@ -459,6 +479,8 @@ class _Service:
             ("/v1/sessions/{session_id}", "GET", self.get_session),
             ("/v1/sessions/{session_id}/archive", "POST", self.archive_session),
             ("/metrics", "GET", self.get_metrics),
+            ("/healthz", "GET", self.get_live),
+            ("/readyz", "GET", self.get_ready),
         ]
         if not self.extensions:  # behave like the hosted API: no counter, feed or snapshot (§5.8)
             table = [t for t in table if t[2] not in (self.get_counter, self.get_counters, self.get_changes,

@@ -42,6 +42,9 @@ class PathTaken(Exception):
 
 
 class Tx(Protocol):
+    def ping(self) -> None:
+        """A trivial query: the database answers."""
+
     # --- stores ----------------------------------------------------------------------------------
     def store(self, store_id: str) -> StoreRecord | None: ...
     def insert_store(self, s: StoreRecord) -> None: ...

@@ -116,6 +116,9 @@ class SqlTx:
     def _version(self, row, content: bool) -> VersionRecord:
         return _version(row, self._content_out(row["content"]) if content else None)
 
+    def ping(self) -> None:
+        self._x("SELECT 1").fetchone()
+
     # --- stores ----------------------------------------------------------------------------------
 
     def store(self, store_id: str) -> StoreRecord | None:

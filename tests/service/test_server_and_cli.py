@@ -126,16 +126,51 @@ def test_metrics(service):
         r = httpx.get(service.base_url + "/metrics")  # no credentials needed
     assert r.status_code == 200 and r.headers["content-type"].startswith("text/plain")
     text = r.text
-    assert 'memfs_http_requests_total{method="POST",route="/v1/memory_stores",status="200"} 1' in text
+    assert 'memfs_http_requests_total{method="POST",route="/v1/memory_stores",status="200"} 1.0' in text
     assert (
-        'memfs_http_requests_total{method="GET",route="/v1/memory_stores/{store_id}",status="404"} 1' in text
+        'memfs_http_requests_total{method="GET",route="/v1/memory_stores/{store_id}",status="404"} 1.0' in text
     )
     assert re.search(
-        r'memfs_http_request_duration_seconds_count\{method="GET",route="/v1/memory_stores/\{store_id\}/counter"\} 1',
+        r'memfs_http_request_duration_seconds_count\{method="GET",route="/v1/memory_stores/\{store_id\}/counter"\} 1\.0',
         text,
     )
-    assert "memfs_counter_reads_total 2" in text
+    assert "memfs_counter_reads_total 2.0" in text
     assert "# TYPE memfs_http_requests_total counter" in text
+    # a histogram (p50/p99 by histogram_quantile), and the process collector's figures
+    assert "# TYPE memfs_http_request_duration_seconds histogram" in text
+    assert re.search(
+        r'memfs_http_request_duration_seconds_bucket\{le="\+Inf",method="GET",route="/v1/memory_stores/\{store_id\}/counter"\} 1\.0',
+        text,
+    )
+    assert re.search(r"^process_resident_memory_bytes \d", text, re.M)
+
+
+def test_health(service):
+    """Liveness answers without the database; readiness after a database round trip; neither needs
+    credentials or the beta header."""
+    live = httpx.get(service.base_url + "/healthz")
+    assert live.status_code == 200 and live.json() == {"status": "ok"}
+    ready = httpx.get(service.base_url + "/readyz")
+    assert ready.status_code == 200 and ready.json() == {"status": "ready"}
+    text = httpx.get(service.base_url + "/metrics").text
+    assert 'route="/readyz",status="200"' in text
+
+
+def test_not_ready_when_the_database_does_not_answer(tmp_path):
+    """The same app, in process, over a storage that can no longer reach its database: readiness
+    is 503 (without the error's details), liveness still 200."""
+    from starlette.testclient import TestClient
+
+    from memfs.service.app import create_app
+    from memfs.service.database import open_storage
+
+    storage = open_storage(tmp_path / "store.db")
+    with TestClient(create_app(storage, "k")) as c:
+        assert c.get("/readyz").status_code == 200
+        storage.close()  # every later connection attempt fails, as with an unreachable database
+        r = c.get("/readyz")
+        assert r.status_code == 503 and r.json() == {"status": "unavailable", "reason": "the database is not reachable"}
+        assert c.get("/healthz").status_code == 200
 
 
 def test_admin_cli(service):
