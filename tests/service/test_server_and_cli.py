@@ -13,6 +13,7 @@ import sys
 import time
 
 import httpx
+import pytest
 
 from tests.service.dbcheck import rows
 from tests.support.service import ServiceProcess
@@ -171,6 +172,42 @@ def test_not_ready_when_the_database_does_not_answer(tmp_path):
         r = c.get("/readyz")
         assert r.status_code == 503 and r.json() == {"status": "unavailable", "reason": "the database is not reachable"}
         assert c.get("/healthz").status_code == 200
+
+
+@pytest.mark.timeout(60)
+def test_the_retention_job_runs_in_the_service(tmp_path, service_db):
+    """`--version-retention-days` (fractions allowed) drives the background job: with a window of
+    about 0.1 s and a pass every 0.1 s, old history goes and the feed answers too_old below the
+    floor; the current versions stay. Bad values stop the service at start."""
+    svc = ServiceProcess(
+        tmp_path / "svc", db_url=service_db,
+        extra_args=("--version-retention-days", "0.000001", "--retention-interval", "0.1"),
+    )  # fmt: skip
+    try:
+        store = svc.create_store("r")["id"]
+        with svc.admin_client() as c:
+            base = f"/v1/memory_stores/{store}"
+            mid = c.post(base + "/memories", json={"path": "/a", "content": "1"}).json()["id"]
+            c.post(f"{base}/memories/{mid}", json={"content": "2"})
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:  # bounded: the job's first passes
+                status = c.get(base + "/changes", params={"since": 0}).json()["status"]
+                if status == "too_old":
+                    break
+                time.sleep(0.1)
+            assert status == "too_old"
+            assert c.get(base + "/changes", params={"since": 2}).json()["status"] == "ok"
+            versions = c.get(base + "/memory_versions").json()["data"]
+            assert [v["operation"] for v in versions] == ["modified"]  # the current one is kept
+            assert c.get(f"{base}/memories/{mid}").json()["content"] == "2"
+    finally:
+        svc.stop()
+    for bad in (("--version-retention-days", "-1"), ("--retention-interval", "0")):
+        r = subprocess.run(
+            [sys.executable, "-m", "memfs", "serve", "--port", "0", "--db", str(tmp_path / "x.db"), *bad],
+            capture_output=True, text=True, timeout=60, cwd=tmp_path,
+        )  # fmt: skip
+        assert r.returncode == 2 and "--version-retention-days" in r.stderr, r.stderr
 
 
 def test_admin_cli(service):
