@@ -347,7 +347,8 @@ class _Service:
         for sid in known:
             p.require_store(sid)
         try:
-            changed, counters = await self.watch_hub.wait(known, wait_s)
+            with self.metrics.watches_held.track_inprogress():
+                changed, counters = await self.watch_hub.wait(known, wait_s)
         except StorageError as e:
             raise from_storage(e) from None
         self.metrics.counter_reads(len(known))

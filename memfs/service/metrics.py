@@ -12,6 +12,7 @@ import prometheus_client
 from prometheus_client import (
     CollectorRegistry,
     Counter,
+    Gauge,
     Histogram,
     PlatformCollector,
     ProcessCollector,
@@ -51,6 +52,12 @@ class Metrics:
         self._counter_reads = Counter(
             "memfs_counter_reads",
             "Store counters read through the counter extension endpoints.",
+            registry=self.registry,
+        )
+
+        self.watches_held = Gauge(
+            "memfs_watches_held",
+            "Watch requests held open now, waiting for a counter to move.",
             registry=self.registry,
         )
 

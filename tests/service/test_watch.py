@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 import json
 import signal
+import socket
 import threading
 import time
 
@@ -137,6 +138,53 @@ def test_deleting_a_watched_store_ends_the_watch_with_404(service):
     t.join(timeout=40)
     assert out["r"].status_code == 404
     assert time.monotonic() - deleted < 5
+
+
+@pytest.mark.timeout(120)
+def test_a_thousand_held_watches_fit_in_100_mib_and_all_wake(service):
+    store = service.create_store("many")["id"]
+    req = (
+        f"GET /v1/memory_store_watch?known={store}:0&wait=60 HTTP/1.1\r\nhost: x\r\n"
+        f"x-api-key: {service.admin_key}\r\nanthropic-beta: agent-memory-2026-07-22\r\n\r\n"
+    ).encode()
+    socks = []
+    try:
+        for _ in range(1000):
+            s = socket.create_connection(("127.0.0.1", service.port))
+            s.sendall(req)
+            socks.append(s)
+        deadline = time.monotonic() + 30
+        with service.admin_client() as c:
+            while time.monotonic() < deadline:  # bounded: until every request is held
+                if "memfs_watches_held 1000.0" in c.get("/metrics").text:
+                    break
+                time.sleep(0.2)
+            assert "memfs_watches_held 1000.0" in c.get("/metrics").text
+            rss_mib = rss_of(service.proc.pid)
+            assert rss_mib < 100, rss_mib
+            c.post(f"/v1/memory_stores/{store}/memories", json={"path": "/a", "content": "x"})
+        answered = 0
+        for s in socks:
+            s.settimeout(30)
+            data = b""
+            while b'"status"' not in data:
+                chunk = s.recv(65536)
+                if not chunk:
+                    break
+                data += chunk
+            answered += b'"status":"changed"' in data
+        assert answered == 1000
+    finally:
+        for s in socks:
+            s.close()
+
+
+def rss_of(pid: int) -> float:
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    raise AssertionError("no VmRSS")
 
 
 def test_bad_watches_and_scopes(service):
