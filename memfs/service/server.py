@@ -77,6 +77,7 @@ def run(
     extensions: bool = True,
     retention_days: float = DEFAULT_RETENTION_DAYS,
     retention_interval_s: float = DEFAULT_INTERVAL_S,
+    server: str = "hypercorn",
 ) -> int:
     _configure_logging()
     key, generated = resolve_admin_key(admin_key)
@@ -100,7 +101,12 @@ def run(
     app = create_app(storage, key, max_memories, extensions=extensions)
     try:
         retention = Retention(storage.backend, retention_days)
-        trio.run(_serve, app, config, host, retention, retention_interval_s)
+        if server == "uvicorn":
+            from memfs.service import asgi_server
+
+            asgi_server.run(app, host, port, retention, retention_interval_s)
+        else:
+            trio.run(_serve, app, config, host, retention, retention_interval_s)
     finally:
         storage.close()
     return 0

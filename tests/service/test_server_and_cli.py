@@ -250,3 +250,40 @@ def test_admin_cli(service):
     assert r.returncode != 0 and "admin key" in r.stderr
     r = memfs("store", "list", "--base-url", "http://127.0.0.1:1", "--admin-key", "k")
     assert r.returncode != 0 and "cannot reach" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.timeout(60)
+def test_the_uvicorn_server_serves_the_same_service(tmp_path, service_db):
+    """`--server uvicorn` (asyncio): the API, a watch woken by a write, health, metrics, and a
+    SIGTERM that answers a held watch and exits 0 within two seconds."""
+    import threading
+
+    svc = ServiceProcess(tmp_path / "uv", db_url=service_db, extra_args=("--server", "uvicorn"))
+    try:
+        store = svc.create_store("uv")["id"]
+        with svc.admin_client() as c:
+            base = f"/v1/memory_stores/{store}"
+            assert c.post(base + "/memories", json={"path": "/a", "content": "1"}).status_code == 200
+            assert c.get(base + "/counter").json()["counter"] == 1
+            r = c.get("/v1/memory_store_watch", params={"known": f"{store}:0", "wait": "5"})
+            assert r.json()["status"] == "changed"
+        assert httpx.get(svc.base_url + "/readyz").json() == {"status": "ready"}
+        assert "memfs_counter_reads_total" in httpx.get(svc.base_url + "/metrics").text
+        out: dict = {}
+
+        def held() -> None:
+            with svc.admin_client() as c:
+                out["r"] = c.get("/v1/memory_store_watch", params={"known": f"{store}:1", "wait": "60"}, timeout=70)
+
+        t = threading.Thread(target=held)
+        t.start()
+        time.sleep(0.5)
+        started = time.monotonic()
+        svc.proc.send_signal(signal.SIGTERM)
+        t.join(timeout=10)
+        assert svc.proc.wait(timeout=10) == 0
+        assert time.monotonic() - started < 2.0
+        assert out["r"].json()["status"] == "unchanged"
+        assert "GET /v1/memory_stores/" in svc.stderr()  # our request log
+    finally:
+        svc.stop()
