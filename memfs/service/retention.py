@@ -74,29 +74,32 @@ class Retention:
         return sum(self.prune_store(sid) for sid in store_ids)
 
     def prune_store(self, store_id: str) -> int:
-        deleted = 0
+        deleted, after_seq = 0, 0
         for _ in range(_MAX_BATCHES_PER_STORE):
-            n = self._batch(store_id)
+            n, after_seq = self._batch(store_id, after_seq)
             if n == 0:
                 break
             deleted += n
         return deleted
 
-    def _batch(self, store_id: str) -> int:
+    def _batch(self, store_id: str, after_seq: int) -> tuple[int, int]:
+        """(rows deleted, where the next batch resumes)."""
         with self.backend.write(store_id) as tx:
             if tx.store(store_id) is None:  # deleted meanwhile
-                return 0
+                return 0, after_seq
             horizon = tx.retention_horizon(store_id, self.cutoff())
-            versions = tx.prunable_versions(store_id, horizon, self.batch)
+            found = tx.prunable_versions(store_id, horizon, self.batch, after_seq)
+            versions = [vid for _seq, vid in found]
             tombstones = tx.prunable_tombstones(store_id, horizon, max(1, self.batch - len(versions)))
             if not versions and not tombstones:
-                return 0
+                return 0, after_seq
             # Floor first, in the same transaction: no reader can see the history gone and the
             # floor still low.
             tx.raise_history_floor(store_id, horizon)
             n = tx.delete_versions(store_id, versions) if versions else 0
             n += tx.delete_tombstones(store_id, tombstones) if tombstones else 0
-            return max(n, 1)  # rows deleted (versions and tombstones); never 0 here, so the loop goes on
+            # rows deleted (versions and tombstones); never 0 here, so the loop goes on
+            return max(n, 1), (found[-1][0] if found else after_seq)
 
 
 async def run_periodically(retention: Retention, interval_s: float = DEFAULT_INTERVAL_S) -> None:

@@ -385,15 +385,17 @@ class SqlTx:
         ).fetchone()
         return self.counter(store_id) if row["m"] is None else int(row["m"]) - 1
 
-    def prunable_versions(self, store_id: str, horizon: int, limit: int) -> list[str]:
-        """Versions at or below `horizon` that are not their memory's last one at or below it."""
+    def prunable_versions(self, store_id: str, horizon: int, limit: int, after_seq: int = 0) -> list[tuple[int, str]]:
+        """(seq, id) of versions at or below `horizon` that are not their memory's last one at or
+        below it, in seq order after `after_seq` (a pass resumes where its last batch ended, so no
+        batch rescans what the earlier ones kept)."""
         rows = self._x(
-            "SELECT v.id FROM versions v WHERE v.store_id = ? AND v.counter <= ? AND EXISTS ("
+            "SELECT v.seq, v.id FROM versions v WHERE v.store_id = ? AND v.seq > ? AND v.counter <= ? AND EXISTS ("
             "SELECT 1 FROM versions w WHERE w.store_id = v.store_id AND w.memory_id = v.memory_id "
-            "AND w.counter > v.counter AND w.counter <= ?) LIMIT ?",
-            (store_id, horizon, horizon, limit),
+            "AND w.counter > v.counter AND w.counter <= ?) ORDER BY v.seq LIMIT ?",
+            (store_id, after_seq, horizon, horizon, limit),
         ).fetchall()
-        return [r["id"] for r in rows]
+        return [(r["seq"], r["id"]) for r in rows]
 
     def prunable_tombstones(self, store_id: str, horizon: int, limit: int) -> list[str]:
         rows = self._x(
