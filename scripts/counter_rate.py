@@ -1,7 +1,7 @@
 """Counter reads per second on one `memfs serve` process, from a raw keep-alive HTTP client.
 
     .venv/bin/python scripts/counter_rate.py [--seconds 5] [--connections 4] [--memories 0]
-        [--db sqlite|URL] [--serve-args "…"]
+        [--db sqlite|URL] [--server hypercorn|uvicorn]
 
 Starts its own service on a loopback port (a temp dir), creates one store (optionally with
 `--memories` memories: the counter's cost must not depend on them), then each connection sends
@@ -89,9 +89,11 @@ def main() -> int:
     ap.add_argument("--connections", type=int, default=4)
     ap.add_argument("--memories", type=int, default=0)
     ap.add_argument("--db", default="sqlite", help="sqlite (a temp file) or a postgresql:// URL")
+    ap.add_argument("--server", default="hypercorn", choices=("hypercorn", "uvicorn"))
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        svc = ServiceProcess(Path(tmp), db_url=None if args.db == "sqlite" else args.db)
+        svc = ServiceProcess(Path(tmp), db_url=None if args.db == "sqlite" else args.db,
+                             extra_args=("--server", args.server))
         try:
             store = svc.create_store("rate")["id"]
             with svc.admin_client() as c:
@@ -102,7 +104,7 @@ def main() -> int:
         finally:
             svc.stop()
     print(f"counter reads/s: {rate:.0f} ({args.connections} keep-alive connections, {args.seconds:g} s, "
-          f"{args.memories} memories, db={args.db.split('://')[0]})")  # fmt: skip
+          f"{args.memories} memories, db={args.db.split('://')[0]}, server={args.server})")  # fmt: skip
     return 0
 
 
