@@ -222,6 +222,22 @@ class StoreClient:
             raise
         return {item["memory_store_id"]: int(item["counter"]) for item in body["data"]}
 
+    async def watch(self, known: dict[str, int], wait: float = 30.0) -> tuple[bool, dict[str, int]] | None:
+        """Held until a store's counter differs from `known` (changed True) or `wait` seconds
+        (≤ 60) pass (False), with the stores' current counters; None when the service has no watch."""
+        params = {"known": ",".join(f"{sid}:{n}" for sid, n in known.items()), "wait": f"{wait:g}"}
+        # The read timeout must outlast the hold; connect/write keep the client's own.
+        timeout = httpx.Timeout(self._http.timeout.connect, read=wait + 10.0)
+        try:
+            body = await self._json("GET", "/v1/memory_store_watch", params=params, timeout=timeout)
+        except ApiError as exc:
+            # No watch here (a hosted-API-only service): no route. A 404 naming a store is raised.
+            if exc.status == 405 or (exc.status == 404 and exc.message.startswith("no such endpoint")):
+                return None
+            raise
+        counters = {item["memory_store_id"]: int(item["counter"]) for item in body["data"]}
+        return body["status"] == "changed", counters
+
     async def changes(self, store_id: str, since: int) -> Changes | None:
         """Changes since a counter; None when the service has no feed."""
         try:

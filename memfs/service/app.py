@@ -7,6 +7,7 @@ threads; the event loop only parses, checks and serialises.
 from __future__ import annotations
 
 import base64
+import contextlib
 import dataclasses
 import functools
 import json
@@ -14,6 +15,7 @@ import logging
 import secrets
 import time
 
+import anyio
 import anyio.to_thread
 import orjson
 from starlette.applications import Starlette
@@ -39,12 +41,16 @@ from memfs.service.cursors import CursorError, Cursors
 from memfs.service.errors import ApiError, envelope, from_storage, invalid, not_found
 from memfs.service.metrics import CONTENT_TYPE, Metrics
 from memfs.service.storage import Actor, ResourceSpec, Storage, StorageError, VersionFilter
+from memfs.service.watch import WatchHub
 
 log = logging.getLogger("memfs.service")
 access_log = logging.getLogger("memfs.service.access")
 
 COUNTER_HEADER = "memfs-store-counter"
 MAX_COUNTER_IDS = 100
+READY_TIMEOUT_S = 2.0
+DEFAULT_WATCH_WAIT_S = 30
+MAX_WATCH_WAIT_S = 60.0
 _SNAPSHOT_BATCH = 100
 
 
@@ -312,6 +318,46 @@ class _Service:
         self.metrics.counter_reads(len(ids))
         return _json({"type": "list", "data": [wire.counter(sid, counters[sid]) for sid in ids]})
 
+    async def watch(self, request: Request) -> Response:
+        """Held until a store's counter differs from the known one, or `wait` passes (SPEC §2.5)."""
+        p = await self.principal(request)
+        known: dict[str, int] = {}
+        for raw in request.query_params.getlist("known"):
+            for item in raw.split(","):
+                item = item.strip()
+                if not item:
+                    continue
+                sid, sep, value = item.rpartition(":")
+                if not sep or not sid or not value.isdigit() or len(value) > 18:
+                    raise invalid(f"known: expected STORE_ID:COUNTER items, comma-separated (got {item!r})")
+                if sid in known:
+                    raise invalid(f"known: memory store {sid} is named twice")
+                known[sid] = int(value)
+        if not known:
+            raise invalid("known: give one or more STORE_ID:COUNTER items, comma-separated")
+        if len(known) > MAX_COUNTER_IDS:
+            raise invalid(f"known: at most {MAX_COUNTER_IDS} memory stores per request (got {len(known)})")
+        raw_wait = request.query_params.get("wait", str(DEFAULT_WATCH_WAIT_S))
+        try:
+            wait_s = float(raw_wait)
+        except ValueError:
+            wait_s = -1.0
+        if not 0 <= wait_s <= MAX_WATCH_WAIT_S:  # also refuses nan
+            raise invalid(f"wait: seconds between 0 and {MAX_WATCH_WAIT_S:g} (got {raw_wait!r})")
+        for sid in known:
+            p.require_store(sid)
+        try:
+            with self.metrics.watches_held.track_inprogress():
+                changed, counters = await self.watch_hub.wait(known, wait_s)
+        except StorageError as e:
+            raise from_storage(e) from None
+        self.metrics.counter_reads(len(known))
+        return _json({
+            "type": "memory_store_watch",
+            "status": "changed" if changed else "unchanged",
+            "data": [wire.counter(sid, counters[sid]) for sid in known],
+        })  # fmt: skip
+
     async def get_changes(self, request: Request) -> Response:
         sid = request.path_params["store_id"]
         (await self.principal(request)).require_store(sid)
@@ -427,10 +473,28 @@ class _Service:
         self._own_session(await self.principal(request, sessions_api=True), sid)
         return _json(wire.session(await self.call(self.storage.archive_session, sid)))
 
-    # --- metrics -------------------------------------------------------------------------------
+    # --- operations: metrics and health --------------------------------------------------------
 
     async def get_metrics(self, request: Request) -> Response:
-        return Response(self.metrics.render(), media_type=CONTENT_TYPE)
+        return Response(self.metrics.render(), headers={"content-type": CONTENT_TYPE})
+
+    async def get_live(self, request: Request) -> Response:
+        # Liveness: the process answers HTTP. Never touches the database, so an orchestrator does
+        # not restart every replica when the database has a bad minute.
+        return _json({"status": "ok"})
+
+    async def get_ready(self, request: Request) -> Response:
+        # Readiness: this app exists only after the storage opened and migrated (server.py opens
+        # it first), and the database must answer one round trip now, within a bound.
+        try:
+            with anyio.fail_after(READY_TIMEOUT_S):
+                await anyio.to_thread.run_sync(self.storage.ping, abandon_on_cancel=True)
+        except TimeoutError:
+            return _json({"status": "unavailable", "reason": "the database did not answer in time"}, 503)
+        except Exception as e:  # any database error: not ready, said without details
+            log.warning("readiness check failed: %s", type(e).__name__)
+            return _json({"status": "unavailable", "reason": "the database is not reachable"}, 503)
+        return _json({"status": "ready"})
 
     def routes(self) -> list[Route]:
         s = "/v1/memory_stores/{store_id}"
@@ -440,6 +504,7 @@ class _Service:
             ("/v1/memory_stores", "POST", self.create_store),
             ("/v1/memory_stores", "GET", self.list_stores),
             ("/v1/memory_store_counters", "GET", self.get_counters),
+            ("/v1/memory_store_watch", "GET", self.watch),
             (s, "GET", self.get_store),
             (s, "POST", self.update_store),
             (s, "DELETE", self.delete_store),
@@ -459,10 +524,12 @@ class _Service:
             ("/v1/sessions/{session_id}", "GET", self.get_session),
             ("/v1/sessions/{session_id}/archive", "POST", self.archive_session),
             ("/metrics", "GET", self.get_metrics),
+            ("/healthz", "GET", self.get_live),
+            ("/readyz", "GET", self.get_ready),
         ]
         if not self.extensions:  # behave like the hosted API: no counter, feed or snapshot (§5.8)
             table = [t for t in table if t[2] not in (self.get_counter, self.get_counters, self.get_changes,
-                                                      self.get_snapshot)]
+                                                      self.get_snapshot, self.watch)]
         return [Route(path, fn, methods=[method]) for path, method, fn in table]
 
 
@@ -571,12 +638,29 @@ def create_app(
     *,
     metrics: Metrics | None = None,
     extensions: bool = True,
+    watch_hub: WatchHub | None = None,
 ):
-    """The ASGI app serving `storage`. `admin_key` can do everything; sessions get scoped tokens."""
+    """The ASGI app serving `storage`. `admin_key` can do everything; sessions get scoped tokens.
+
+    The returned app's `watch_hub` holds the watches; its change source runs for the app's lifespan,
+    and `watch_hub.close()` (server.py, at SIGTERM) answers every held watch at once."""
     metrics = metrics or Metrics()
     service = _Service(storage, admin_key, max_memories, metrics)
     service.extensions = extensions
+    service.watch_hub = hub = watch_hub or WatchHub(storage)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_app):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(hub.run)
+            try:
+                yield
+            finally:
+                hub.close()
+                tg.cancel_scope.cancel()
+
     app = Starlette(
+        lifespan=lifespan,
         routes=service.routes(),
         exception_handlers={
             ApiError: _on_api_error,
@@ -585,4 +669,6 @@ def create_app(
             Exception: _on_unexpected,
         },
     )
-    return _RequestFrame(app, metrics)
+    frame = _RequestFrame(app, metrics)
+    frame.watch_hub = hub
+    return frame

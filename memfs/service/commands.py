@@ -26,6 +26,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--max-memories", type=int, default=DEFAULT_MAX_MEMORIES, help="memories per store")
     p.add_argument("--hosted-api", action="store_true",
                    help="serve only the hosted API: no counter, changes feed or snapshot (to test clients' fallback)")
+    p.add_argument("--version-retention-days", type=float, default=30.0, metavar="DAYS",
+                   help="keep memory versions at least this long (default 30; 0 keeps everything; "
+                        "fractions allowed); each live memory's current version is always kept")
+    p.add_argument("--retention-interval", type=float, default=300.0, metavar="SECONDS",
+                   help="how often the retention job runs (default 300)")
+    p.add_argument("--server", choices=("hypercorn", "uvicorn"), default="hypercorn",
+                   help="HTTP server: Hypercorn on trio (default) or uvicorn on asyncio/uvloop "
+                        "(about 2-3x the counter reads/s here; scripts/counter_rate.py)")
     p.set_defaults(func=_serve)
 
     store = sub.add_parser("store", help="manage memory stores (admin, over HTTP)")
@@ -70,7 +78,14 @@ def _serve(args: argparse.Namespace) -> int:
     if args.max_memories < 1:
         print("memfs serve: --max-memories must be at least 1", file=sys.stderr)
         return 2
-    return run(args.host, args.port, args.db, args.admin_key, args.max_memories, extensions=not args.hosted_api)
+    if args.version_retention_days < 0 or args.retention_interval <= 0:
+        print("memfs serve: --version-retention-days must be >= 0 and --retention-interval > 0", file=sys.stderr)
+        return 2
+    return run(
+        args.host, args.port, args.db, args.admin_key, args.max_memories, extensions=not args.hosted_api,
+        retention_days=args.version_retention_days, retention_interval_s=args.retention_interval,
+        server=args.server,
+    )  # fmt: skip
 
 
 class _Failed(Exception):

@@ -1,58 +1,72 @@
-"""In-process request metrics rendered in the Prometheus text format (version 0.0.4)."""
+"""The service's Prometheus metrics, through `prometheus_client` (the ecosystem's own library).
+
+One registry per app (tests run several apps in one process, each must count only its own), with
+the process collector (CPU, RSS, open fds, start time) and the platform collector (Python version)
+on it. Each replica is its own process and exposes its own figures: Prometheus scrapes every
+replica and sums across them, so nothing is shared between processes (no multiprocess mode).
+"""
 
 from __future__ import annotations
 
-import threading
-from collections import defaultdict
+import prometheus_client
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    PlatformCollector,
+    ProcessCollector,
+    generate_latest,
+)
 
-CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+CONTENT_TYPE = prometheus_client.CONTENT_TYPE_LATEST
 
+# `_created` series double every counter's output for a value nobody here graphs.
+prometheus_client.disable_created_metrics()
 
-def _label(value: str) -> str:
-    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+# Request latencies: the counter path answers in about a millisecond, a snapshot of a large store
+# in seconds, a watch is held up to 60 s; p50/p99 come from these buckets by histogram_quantile.
+_LATENCY_BUCKETS = (
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 65.0,
+)  # fmt: skip
 
 
 class Metrics:
     def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._requests: dict[tuple[str, str, str], int] = defaultdict(int)
-        self._latency_sum: dict[tuple[str, str], float] = defaultdict(float)
-        self._latency_count: dict[tuple[str, str], int] = defaultdict(int)
-        self._counter_reads = 0
+        self.registry = CollectorRegistry(auto_describe=True)
+        ProcessCollector(registry=self.registry)
+        PlatformCollector(registry=self.registry)
+        self._requests = Counter(
+            "memfs_http_requests",
+            "HTTP requests answered, by method, route template and status.",
+            ("method", "route", "status"),
+            registry=self.registry,
+        )
+        self._latency = Histogram(
+            "memfs_http_request_duration_seconds",
+            "Time to answer a request, by method and route template.",
+            ("method", "route"),
+            buckets=_LATENCY_BUCKETS,
+            registry=self.registry,
+        )
+        self._counter_reads = Counter(
+            "memfs_counter_reads",
+            "Store counters read through the counter extension endpoints.",
+            registry=self.registry,
+        )
+
+        self.watches_held = Gauge(
+            "memfs_watches_held",
+            "Watch requests held open now, waiting for a counter to move.",
+            registry=self.registry,
+        )
 
     def observe(self, method: str, route: str, status: int, seconds: float) -> None:
-        with self._lock:
-            self._requests[(method, route, str(status))] += 1
-            self._latency_sum[(method, route)] += seconds
-            self._latency_count[(method, route)] += 1
+        self._requests.labels(method, route, str(status)).inc()
+        self._latency.labels(method, route).observe(seconds)
 
     def counter_reads(self, n: int) -> None:
-        with self._lock:
-            self._counter_reads += n
+        self._counter_reads.inc(n)
 
-    def render(self) -> str:
-        with self._lock:
-            lines = [
-                "# HELP memfs_http_requests_total HTTP requests answered, by method, route template and status.",
-                "# TYPE memfs_http_requests_total counter",
-            ]
-            for (m, r, s), n in sorted(self._requests.items()):
-                lines.append(
-                    f'memfs_http_requests_total{{method="{m}",route="{_label(r)}",status="{s}"}} {n}'
-                )
-            lines += [
-                "# HELP memfs_http_request_duration_seconds Time to answer a request, by method and route template.",
-                "# TYPE memfs_http_request_duration_seconds summary",
-            ]
-            for (m, r), total in sorted(self._latency_sum.items()):
-                labels = f'method="{m}",route="{_label(r)}"'
-                lines.append(f"memfs_http_request_duration_seconds_sum{{{labels}}} {total:.6f}")
-                lines.append(
-                    f"memfs_http_request_duration_seconds_count{{{labels}}} {self._latency_count[(m, r)]}"
-                )
-            lines += [
-                "# HELP memfs_counter_reads_total Store counters read through the counter extension endpoints.",
-                "# TYPE memfs_counter_reads_total counter",
-                f"memfs_counter_reads_total {self._counter_reads}",
-            ]
-        return "\n".join(lines) + "\n"
+    def render(self) -> bytes:
+        return generate_latest(self.registry)

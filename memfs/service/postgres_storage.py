@@ -30,6 +30,8 @@ from psycopg.rows import dict_row
 from memfs.service.backend import DatabaseError
 from memfs.service.sql_tx import _MEM_COLS, SqlTx
 
+WATCH_CHANNEL = "memfs_counters"  # watch.CHANNEL (not imported: watch.py imports anyio)
+
 SCHEMA_VERSION = 1
 _MIGRATION_LOCK = 0x6D656D6673  # "memfs": the advisory lock key of schema migrations
 _POOL_MAX = 16
@@ -123,6 +125,17 @@ class PostgresTx(SqlTx):
 
     def _content_in(self, text: str | None):
         return None if text is None else text.encode("utf-8")
+
+    def bump(self, store_id: str) -> int:
+        value = super().bump(store_id)
+        # Delivered at commit (and only then) to every replica's LISTEN connection: watch.py.
+        self.c.execute("SELECT pg_notify(%s, %s)", (WATCH_CHANNEL, f"{store_id}:{value}"))
+        return value
+
+    def delete_store(self, store_id: str) -> None:
+        super().delete_store(store_id)
+        # No counter any more: held watches on it wake and answer 404.
+        self.c.execute("SELECT pg_notify(%s, %s)", (WATCH_CHANNEL, f"{store_id}:"))
 
     def _content_out(self, value) -> str | None:
         return None if value is None else bytes(value).decode("utf-8")

@@ -180,6 +180,10 @@ class StoreService:
     def close(self) -> None:
         self.backend.close()
 
+    def ping(self) -> None:
+        with self.backend.read() as tx:
+            tx.ping()
+
     # --- stores --------------------------------------------------------------------------------
 
     def create_store(self, name: str, description: str, metadata: dict[str, str]) -> StoreRecord:

@@ -16,6 +16,7 @@ from memfs.limits import DEFAULT_MAX_MEMORIES
 from memfs.service.app import create_app
 from memfs.service.backend import DatabaseError
 from memfs.service.database import DatabaseUrlError, open_storage
+from memfs.service.retention import DEFAULT_INTERVAL_S, DEFAULT_RETENTION_DAYS, Retention, run_periodically
 
 log = logging.getLogger("memfs.service")
 
@@ -37,18 +38,25 @@ def _configure_logging() -> None:
         root.setLevel(logging.INFO)
 
 
-async def _serve(app, config: Config, host: str) -> None:
+async def _serve(app, config: Config, host: str, retention: Retention, retention_interval_s: float) -> None:
     stop = trio.Event()
+    background = trio.CancelScope()  # jobs that end at shutdown, before the server drains
+
+    async def run_background() -> None:
+        with background:
+            await run_periodically(retention, retention_interval_s)
 
     async def watch_signals() -> None:
         with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
             async for signum in signals:
                 log.info("received %s, shutting down", signal.Signals(signum).name)
+                app.watch_hub.close()  # held watches answer now, so the drain takes no 60 s
                 stop.set()
                 return
 
     async with trio.open_nursery() as nursery:
         nursery.start_soon(watch_signals)
+        nursery.start_soon(run_background)
         binds = await nursery.start(
             lambda task_status: serve(app, config, shutdown_trigger=stop.wait, task_status=task_status)
         )
@@ -56,6 +64,7 @@ async def _serve(app, config: Config, host: str) -> None:
         url = binds[0] if binds else f"http://{host}"
         print(f"memfs: listening on {url}", flush=True)
         await stop.wait()
+        background.cancel()
         # serve() returns after its graceful shutdown; then the signal watcher is done too.
 
 
@@ -66,6 +75,9 @@ def run(
     admin_key: str | None = None,
     max_memories: int = DEFAULT_MAX_MEMORIES,
     extensions: bool = True,
+    retention_days: float = DEFAULT_RETENTION_DAYS,
+    retention_interval_s: float = DEFAULT_INTERVAL_S,
+    server: str = "hypercorn",
 ) -> int:
     _configure_logging()
     key, generated = resolve_admin_key(admin_key)
@@ -88,7 +100,13 @@ def run(
     config.errorlog = logging.getLogger("hypercorn.error")
     app = create_app(storage, key, max_memories, extensions=extensions)
     try:
-        trio.run(_serve, app, config, host)
+        retention = Retention(storage.backend, retention_days)
+        if server == "uvicorn":
+            from memfs.service import asgi_server
+
+            asgi_server.run(app, host, port, retention, retention_interval_s)
+        else:
+            trio.run(_serve, app, config, host, retention, retention_interval_s)
     finally:
         storage.close()
     return 0

@@ -23,8 +23,8 @@ from memfs.service.storage import (
 
 Row = Any  # a row addressed by column name (sqlite3.Row, psycopg's dict_row)
 COUNTER_KEY = "counter"
-# Counters below this value have no history left (nothing prunes history yet; the key exists so
-# a future retention job can raise it and the changes feed answers "too_old").
+# Counters below this value have no full history left: the retention job (retention.py) raises
+# it in the transaction that deletes history, and the changes feed answers "too_old" below it.
 HISTORY_FLOOR_KEY = "history_floor"
 _MEM_COLS = "id, store_id, path, sha, size, version_id, created_at, updated_at"
 _VER_COLS = (
@@ -116,6 +116,9 @@ class SqlTx:
     def _version(self, row, content: bool) -> VersionRecord:
         return _version(row, self._content_out(row["content"]) if content else None)
 
+    def ping(self) -> None:
+        self._x("SELECT 1").fetchone()
+
     # --- stores ----------------------------------------------------------------------------------
 
     def store(self, store_id: str) -> StoreRecord | None:
@@ -191,6 +194,14 @@ class SqlTx:
 
     def history_floor(self, store_id: str) -> int:
         return self._kv(store_id, HISTORY_FLOOR_KEY)
+
+    def raise_history_floor(self, store_id: str, floor: int) -> None:
+        self._x(
+            "INSERT INTO store_kv (store_id, key, value) VALUES (?, ?, ?) "
+            "ON CONFLICT (store_id, key) DO UPDATE SET value = CASE WHEN store_kv.value < excluded.value "
+            "THEN excluded.value ELSE store_kv.value END",
+            (store_id, HISTORY_FLOOR_KEY, floor),
+        )
 
     def bump(self, store_id: str) -> int:
         row = self._x(
@@ -360,6 +371,56 @@ class SqlTx:
             "redactor_type = ?, redactor_id = ? WHERE id = ?",
             (at, actor.type, actor.id, version_id),
         )
+
+    # --- retention (retention.py) -----------------------------------------------------------------
+
+    def store_ids(self) -> list[str]:
+        return [r["id"] for r in self._x("SELECT id FROM stores ORDER BY seq").fetchall()]
+
+    def retention_horizon(self, store_id: str, cutoff: str) -> int:
+        """The largest counter C such that every version with counter <= C was written before
+        `cutoff` (timestamps need not follow counters exactly, so the first recent one bounds it)."""
+        row = self._x(
+            "SELECT min(counter) AS m FROM versions WHERE store_id = ? AND created_at >= ?", (store_id, cutoff)
+        ).fetchone()
+        return self.counter(store_id) if row["m"] is None else int(row["m"]) - 1
+
+    def prunable_versions(self, store_id: str, horizon: int, limit: int, after_seq: int = 0) -> list[tuple[int, str]]:
+        """(seq, id) of versions at or below `horizon` that are not their memory's last one at or
+        below it, in seq order after `after_seq` (a pass resumes where its last batch ended, so no
+        batch rescans what the earlier ones kept)."""
+        rows = self._x(
+            "SELECT v.seq, v.id FROM versions v WHERE v.store_id = ? AND v.seq > ? AND v.counter <= ? AND EXISTS ("
+            "SELECT 1 FROM versions w WHERE w.store_id = v.store_id AND w.memory_id = v.memory_id "
+            "AND w.counter > v.counter AND w.counter <= ?) ORDER BY v.seq LIMIT ?",
+            (store_id, after_seq, horizon, horizon, limit),
+        ).fetchall()
+        return [(r["seq"], r["id"]) for r in rows]
+
+    def prunable_tombstones(self, store_id: str, horizon: int, limit: int) -> list[str]:
+        rows = self._x(
+            "SELECT id FROM memories WHERE store_id = ? AND deleted_at IS NOT NULL AND counter <= ? LIMIT ?",
+            (store_id, horizon, limit),
+        ).fetchall()
+        return [r["id"] for r in rows]
+
+    def delete_versions(self, store_id: str, version_ids: Sequence[str]) -> int:
+        """Returns the rows deleted."""
+        marks = ",".join("?" * len(version_ids))
+        return self._x(
+            f"DELETE FROM versions WHERE store_id = ? AND id IN ({marks})", (store_id, *version_ids)
+        ).rowcount
+
+    def delete_tombstones(self, store_id: str, memory_ids: Sequence[str]) -> int:
+        """The deleted memories and every version of them; returns the rows deleted."""
+        marks = ",".join("?" * len(memory_ids))
+        n = self._x(
+            f"DELETE FROM versions WHERE store_id = ? AND memory_id IN ({marks})", (store_id, *memory_ids)
+        ).rowcount
+        return n + self._x(
+            f"DELETE FROM memories WHERE store_id = ? AND deleted_at IS NOT NULL AND id IN ({marks})",
+            (store_id, *memory_ids),
+        ).rowcount
 
     # --- sessions --------------------------------------------------------------------------------
 

@@ -13,6 +13,7 @@ import sys
 import time
 
 import httpx
+import pytest
 
 from tests.service.dbcheck import rows
 from tests.support.service import ServiceProcess
@@ -126,16 +127,87 @@ def test_metrics(service):
         r = httpx.get(service.base_url + "/metrics")  # no credentials needed
     assert r.status_code == 200 and r.headers["content-type"].startswith("text/plain")
     text = r.text
-    assert 'memfs_http_requests_total{method="POST",route="/v1/memory_stores",status="200"} 1' in text
+    assert 'memfs_http_requests_total{method="POST",route="/v1/memory_stores",status="200"} 1.0' in text
     assert (
-        'memfs_http_requests_total{method="GET",route="/v1/memory_stores/{store_id}",status="404"} 1' in text
+        'memfs_http_requests_total{method="GET",route="/v1/memory_stores/{store_id}",status="404"} 1.0' in text
     )
     assert re.search(
-        r'memfs_http_request_duration_seconds_count\{method="GET",route="/v1/memory_stores/\{store_id\}/counter"\} 1',
+        r'memfs_http_request_duration_seconds_count\{method="GET",route="/v1/memory_stores/\{store_id\}/counter"\} 1\.0',
         text,
     )
-    assert "memfs_counter_reads_total 2" in text
+    assert "memfs_counter_reads_total 2.0" in text
     assert "# TYPE memfs_http_requests_total counter" in text
+    # a histogram (p50/p99 by histogram_quantile), and the process collector's figures
+    assert "# TYPE memfs_http_request_duration_seconds histogram" in text
+    assert re.search(
+        r'memfs_http_request_duration_seconds_bucket\{le="\+Inf",method="GET",route="/v1/memory_stores/\{store_id\}/counter"\} 1\.0',
+        text,
+    )
+    assert re.search(r"^process_resident_memory_bytes \d", text, re.M)
+
+
+def test_health(service):
+    """Liveness answers without the database; readiness after a database round trip; neither needs
+    credentials or the beta header."""
+    live = httpx.get(service.base_url + "/healthz")
+    assert live.status_code == 200 and live.json() == {"status": "ok"}
+    ready = httpx.get(service.base_url + "/readyz")
+    assert ready.status_code == 200 and ready.json() == {"status": "ready"}
+    text = httpx.get(service.base_url + "/metrics").text
+    assert 'route="/readyz",status="200"' in text
+
+
+def test_not_ready_when_the_database_does_not_answer(tmp_path):
+    """The same app, in process, over a storage that can no longer reach its database: readiness
+    is 503 (without the error's details), liveness still 200."""
+    from starlette.testclient import TestClient
+
+    from memfs.service.app import create_app
+    from memfs.service.database import open_storage
+
+    storage = open_storage(tmp_path / "store.db")
+    with TestClient(create_app(storage, "k")) as c:
+        assert c.get("/readyz").status_code == 200
+        storage.close()  # every later connection attempt fails, as with an unreachable database
+        r = c.get("/readyz")
+        assert r.status_code == 503 and r.json() == {"status": "unavailable", "reason": "the database is not reachable"}
+        assert c.get("/healthz").status_code == 200
+
+
+@pytest.mark.timeout(60)
+def test_the_retention_job_runs_in_the_service(tmp_path, service_db):
+    """`--version-retention-days` (fractions allowed) drives the background job: with a window of
+    about 0.1 s and a pass every 0.1 s, old history goes and the feed answers too_old below the
+    floor; the current versions stay. Bad values stop the service at start."""
+    svc = ServiceProcess(
+        tmp_path / "svc", db_url=service_db,
+        extra_args=("--version-retention-days", "0.000001", "--retention-interval", "0.1"),
+    )  # fmt: skip
+    try:
+        store = svc.create_store("r")["id"]
+        with svc.admin_client() as c:
+            base = f"/v1/memory_stores/{store}"
+            mid = c.post(base + "/memories", json={"path": "/a", "content": "1"}).json()["id"]
+            c.post(f"{base}/memories/{mid}", json={"content": "2"})
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:  # bounded: the job's first passes
+                status = c.get(base + "/changes", params={"since": 0}).json()["status"]
+                if status == "too_old":
+                    break
+                time.sleep(0.1)
+            assert status == "too_old"
+            assert c.get(base + "/changes", params={"since": 2}).json()["status"] == "ok"
+            versions = c.get(base + "/memory_versions").json()["data"]
+            assert [v["operation"] for v in versions] == ["modified"]  # the current one is kept
+            assert c.get(f"{base}/memories/{mid}").json()["content"] == "2"
+    finally:
+        svc.stop()
+    for bad in (("--version-retention-days", "-1"), ("--retention-interval", "0")):
+        r = subprocess.run(
+            [sys.executable, "-m", "memfs", "serve", "--port", "0", "--db", str(tmp_path / "x.db"), *bad],
+            capture_output=True, text=True, timeout=60, cwd=tmp_path,
+        )  # fmt: skip
+        assert r.returncode == 2 and "--version-retention-days" in r.stderr, r.stderr
 
 
 def test_admin_cli(service):
@@ -178,3 +250,40 @@ def test_admin_cli(service):
     assert r.returncode != 0 and "admin key" in r.stderr
     r = memfs("store", "list", "--base-url", "http://127.0.0.1:1", "--admin-key", "k")
     assert r.returncode != 0 and "cannot reach" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.timeout(60)
+def test_the_uvicorn_server_serves_the_same_service(tmp_path, service_db):
+    """`--server uvicorn` (asyncio): the API, a watch woken by a write, health, metrics, and a
+    SIGTERM that answers a held watch and exits 0 within two seconds."""
+    import threading
+
+    svc = ServiceProcess(tmp_path / "uv", db_url=service_db, extra_args=("--server", "uvicorn"))
+    try:
+        store = svc.create_store("uv")["id"]
+        with svc.admin_client() as c:
+            base = f"/v1/memory_stores/{store}"
+            assert c.post(base + "/memories", json={"path": "/a", "content": "1"}).status_code == 200
+            assert c.get(base + "/counter").json()["counter"] == 1
+            r = c.get("/v1/memory_store_watch", params={"known": f"{store}:0", "wait": "5"})
+            assert r.json()["status"] == "changed"
+        assert httpx.get(svc.base_url + "/readyz").json() == {"status": "ready"}
+        assert "memfs_counter_reads_total" in httpx.get(svc.base_url + "/metrics").text
+        out: dict = {}
+
+        def held() -> None:
+            with svc.admin_client() as c:
+                out["r"] = c.get("/v1/memory_store_watch", params={"known": f"{store}:1", "wait": "60"}, timeout=70)
+
+        t = threading.Thread(target=held)
+        t.start()
+        time.sleep(0.5)
+        started = time.monotonic()
+        svc.proc.send_signal(signal.SIGTERM)
+        t.join(timeout=10)
+        assert svc.proc.wait(timeout=10) == 0
+        assert time.monotonic() - started < 2.0
+        assert out["r"].json()["status"] == "unchanged"
+        assert "GET /v1/memory_stores/" in svc.stderr()  # our request log
+    finally:
+        svc.stop()

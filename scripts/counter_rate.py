@@ -1,0 +1,112 @@
+"""Counter reads per second on one `memfs serve` process, from a raw keep-alive HTTP client.
+
+    .venv/bin/python scripts/counter_rate.py [--seconds 5] [--connections 4] [--memories 0]
+        [--db sqlite|URL] [--server hypercorn|uvicorn]
+
+Starts its own service on a loopback port (a temp dir), creates one store (optionally with
+`--memories` memories: the counter's cost must not depend on them), then each connection sends
+`GET /v1/memory_stores/{id}/counter` back to back on one socket for the duration (bounded) and
+counts answers. The client is plain sockets in one thread each, so what is measured is the
+service's per-request stack, not an HTTP client library.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import socket
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from tests.support.service import ServiceProcess  # noqa: E402
+
+
+def _read_response(sock: socket.socket, buf: bytearray) -> bytes:
+    while b"\r\n\r\n" not in buf:
+        chunk = sock.recv(65536)
+        if not chunk:
+            raise ConnectionError("closed")
+        buf += chunk
+    head, _, rest = bytes(buf).partition(b"\r\n\r\n")
+    length = 0
+    for line in head.split(b"\r\n")[1:]:
+        name, _, value = line.partition(b":")
+        if name.strip().lower() == b"content-length":
+            length = int(value)
+    while len(rest) < length:
+        chunk = sock.recv(65536)
+        if not chunk:
+            raise ConnectionError("closed")
+        rest += chunk
+    buf[:] = rest[length:]
+    if not head.startswith(b"HTTP/1.1 200"):
+        raise RuntimeError(head.split(b"\r\n")[0].decode())
+    return rest[:length]
+
+
+def measure(port: int, store: str, key: str, seconds: float, connections: int) -> float:
+    req = (
+        f"GET /v1/memory_stores/{store}/counter HTTP/1.1\r\nhost: 127.0.0.1\r\n"
+        f"x-api-key: {key}\r\nanthropic-beta: agent-memory-2026-07-22\r\n\r\n"
+    ).encode()
+    counts = [0] * connections
+    start = threading.Barrier(connections + 1)
+    deadline = [0.0]
+
+    def worker(i: int) -> None:
+        sock = socket.create_connection(("127.0.0.1", port))
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        buf = bytearray()
+        start.wait()
+        n = 0
+        max_requests = 10_000_000  # a bound on the loop whatever the clock does
+        while n < max_requests and time.monotonic() < deadline[0]:
+            sock.sendall(req)
+            json.loads(_read_response(sock, buf))
+            n += 1
+        counts[i] = n
+        sock.close()
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(connections)]
+    for t in threads:
+        t.start()
+    deadline[0] = time.monotonic() + seconds
+    t0 = time.monotonic()
+    start.wait()
+    for t in threads:
+        t.join()
+    return sum(counts) / (time.monotonic() - t0)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--seconds", type=float, default=5.0)
+    ap.add_argument("--connections", type=int, default=4)
+    ap.add_argument("--memories", type=int, default=0)
+    ap.add_argument("--db", default="sqlite", help="sqlite (a temp file) or a postgresql:// URL")
+    ap.add_argument("--server", default="hypercorn", choices=("hypercorn", "uvicorn"))
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        svc = ServiceProcess(Path(tmp), db_url=None if args.db == "sqlite" else args.db,
+                             extra_args=("--server", args.server))
+        try:
+            store = svc.create_store("rate")["id"]
+            with svc.admin_client() as c:
+                for i in range(args.memories):
+                    c.post(f"/v1/memory_stores/{store}/memories", json={"path": f"/m/{i}.md", "content": "x"})
+            measure(svc.port, store, svc.admin_key, 1.0, args.connections)  # warm-up
+            rate = measure(svc.port, store, svc.admin_key, args.seconds, args.connections)
+        finally:
+            svc.stop()
+    print(f"counter reads/s: {rate:.0f} ({args.connections} keep-alive connections, {args.seconds:g} s, "
+          f"{args.memories} memories, db={args.db.split('://')[0]}, server={args.server})")  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
