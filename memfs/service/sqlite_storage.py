@@ -913,3 +913,14 @@ class SqliteStorage:
                 (t, t, session_id),
             )
             return self._session(c, session_id)
+
+    def sessions_for_store(self, store_id: str) -> list[SessionRecord]:
+        """Every session (archived ones too) that attaches the store, newest first."""
+        with self._read() as c:
+            _require_store(c, store_id)
+            rows = c.execute(
+                "SELECT DISTINCT s.id, s.seq FROM sessions s JOIN session_resources r ON r.session_id = s.id "
+                "WHERE r.memory_store_id = ? ORDER BY s.seq DESC",
+                (store_id,),
+            ).fetchall()
+            return [self._session(c, r["id"]) for r in rows]
