@@ -170,7 +170,8 @@ class Console:
 
     # --- sign-in -------------------------------------------------------------------------------
 
-    async def login_form(self, request: Request, *, error: str | None = None, status: int = 200) -> Response:
+    async def login_form(self, request: Request, *, error: str | None = None, status: int = 200,
+                         next_url: str | None = None) -> Response:  # fmt: skip
         if self._nonce(request) is not None and error is None:
             return _see_other("/")
         login_nonce = self.sessions.new_login_nonce()
@@ -179,7 +180,7 @@ class Console:
             "login.html",
             status,
             login_token=self.sessions.login_token(login_nonce),
-            next=request.query_params.get("next", ""),
+            next=request.query_params.get("next", "") if next_url is None else next_url,
             error=error,
         )
         resp.set_cookie(
@@ -190,15 +191,17 @@ class Console:
 
     async def login(self, request: Request) -> Response:
         form = await request.form(max_part_size=64 * 1024, max_files=0, max_fields=10)
+        nxt = str(form.get("next") or "")
         if not self.sessions.login_ok(request.cookies.get(LOGIN_COOKIE), form.get("csrf")):
             return await self.login_form(
-                request, error="The sign-in form expired or was not sent by this page: try again.", status=403
-            )
+                request, error="The sign-in form expired or was not sent by this page: try again.", status=403,
+                next_url=nxt,
+            )  # fmt: skip
         key = str(form.get("admin_key") or "")
         if not key or not is_admin_key(key, self._admin_key):
             await anyio.sleep(_FAILED_SIGN_IN_DELAY)  # slows guessing; the key is compared in constant time
-            return await self.login_form(request, error="That is not the admin key of this service.", status=401)
-        nxt = str(form.get("next") or "")
+            return await self.login_form(request, error="That is not the admin key of this service.", status=401,
+                                         next_url=nxt)  # fmt: skip
         if not nxt.startswith(BASE + "/") or nxt.startswith("//") or "\\" in nxt:
             nxt = BASE + "/"
         resp = RedirectResponse(nxt, status_code=303)
