@@ -53,6 +53,15 @@ def actor(a: Actor | None) -> str:
     return f"session {a.id}" if a.type == "session_actor" else f"key {a.id}"
 
 
+def actor_short(a: Actor | None) -> str:
+    """For narrow columns: the id cut to 12 characters after its prefix (the full one is the title)."""
+    if a is None:
+        return "—"
+    prefix, _, rest = a.id.partition("_")
+    ident = f"{prefix}_{rest[:8]}…" if len(rest) > 8 else a.id
+    return f"session {ident}" if a.type == "session_actor" else f"key {ident}"
+
+
 def short(sha: str | None) -> str:
     return sha[:12] if sha else "—"
 
@@ -64,7 +73,7 @@ def _env() -> Environment:
         trim_blocks=True,
         lstrip_blocks=True,
     )
-    env.filters.update(size=size, when=when, actor=actor, short=short)
+    env.filters.update(size=size, when=when, actor=actor, actor_short=actor_short, short=short)
     env.globals["base"] = BASE
     return env
 
