@@ -386,3 +386,28 @@ def test_sign_in_form_needs_its_own_token(console_service):
     # Login CSRF: a cross-site form cannot sign a browser in with someone else's key.
     r = httpx.post(console_service.base_url + "/console/login", data={"admin_key": console_service.admin_key})
     assert r.status_code == 403 and "memfs_console=" not in r.headers.get("set-cookie", "")
+
+
+def test_unchanged_save_writes_nothing_and_a_deletion_meanwhile_keeps_your_text(signed_in, api):
+    page = signed_in
+    store = api.beta.memory_stores.create(name=unique("Edge cases"))
+    crlf = api.beta.memory_stores.memories.create(store.id, path="/win.txt", content="a\r\nb\r\n")
+    page.goto(f"/console/stores/{store.id}/memories/{crlf.id}/edit")
+    page.click("#save")
+    assert "Nothing changed" in page.inner_text("[role=status]")
+    assert len(api.beta.memory_stores.memory_versions.list(store.id, memory_id=crlf.id).data) == 1
+    page.goto(f"/console/stores/{store.id}/memories/{crlf.id}/edit")
+    page.fill("#content", "a\nb\nc\n")  # a memory that used CRLF keeps CRLF
+    page.click("#save")
+    assert api.beta.memory_stores.memories.retrieve(crlf.id, memory_store_id=store.id).content == "a\r\nb\r\nc\r\n"
+
+    gone = api.beta.memory_stores.memories.create(store.id, path="/gone.md", content="old")
+    page.goto(f"/console/stores/{store.id}/memories/{gone.id}/edit")
+    page.fill("#content", "my new text")
+    api.beta.memory_stores.memories.delete(gone.id, memory_store_id=store.id)
+    page.click("#save")
+    assert "was deleted while you were editing" in page.inner_text("#conflict")
+    assert page.inner_text("#mine") == "my new text"
+    page.get_by_role("button", name="Create it again at /gone.md").click()
+    assert "Memory created." in page.inner_text("[role=status]")
+    assert all_memories(api, store.id)["/gone.md"] == "my new text"
