@@ -411,3 +411,24 @@ def test_unchanged_save_writes_nothing_and_a_deletion_meanwhile_keeps_your_text(
     page.get_by_role("button", name="Create it again at /gone.md").click()
     assert "Memory created." in page.inner_text("[role=status]")
     assert all_memories(api, store.id)["/gone.md"] == "my new text"
+
+
+def test_the_browser_rolls_up_subdirectories_and_pages_long_listings(signed_in, console_service):
+    page = signed_in
+    store = console_service.create_store(unique("Many"))
+    with console_service.admin_client() as c:
+        for i in range(105):
+            assert c.post(f"/v1/memory_stores/{store['id']}/memories",
+                          json={"path": f"/many/n{i:03d}.md", "content": str(i)}).status_code == 200  # fmt: skip
+        for path in ("/deep/a/b/c.md", "/deep/a/d.md", "/top.md"):
+            assert c.post(f"/v1/memory_stores/{store['id']}/memories", json={"path": path, "content": "x"}).status_code == 200
+    page.goto(f"/console/stores/{store['id']}/memories")
+    assert page.locator("#memories tr.prefix a").all_inner_texts() == ["deep/", "many/"]
+    assert page.locator("#memories tr.memory").count() == 1
+    page.get_by_role("link", name="many/").click()
+    assert page.locator("#memories tr.memory").count() == 100
+    assert page.locator("#memories tr.memory").first.inner_text().startswith("n000.md")
+    page.click("#next-page")
+    names = page.locator("#memories tr.memory a").all_inner_texts()
+    assert names == [f"n{i:03d}.md" for i in range(100, 105)]
+    assert page.locator("#next-page").count() == 0
