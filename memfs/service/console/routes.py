@@ -130,8 +130,10 @@ class Console:
         )
 
     def _same_origin(self, request: Request) -> bool:
+        # Defence in depth beside the token: browsers send Origin on form posts; a post from another
+        # site names that site. No Origin (old browsers, curl) leaves the decision to the token.
         origin = request.headers.get("origin")
-        if origin is None or origin == "null" and request.headers.get("sec-fetch-site") == "same-origin":
+        if origin is None or (origin == "null" and request.headers.get("sec-fetch-site") == "same-origin"):
             return True
         host = request.headers.get("host", "")
         return origin.split("://", 1)[-1] == host
