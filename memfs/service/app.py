@@ -571,13 +571,19 @@ def create_app(
     *,
     metrics: Metrics | None = None,
     extensions: bool = True,
+    console: bool = False,
 ):
     """The ASGI app serving `storage`. `admin_key` can do everything; sessions get scoped tokens."""
     metrics = metrics or Metrics()
     service = _Service(storage, admin_key, max_memories, metrics)
     service.extensions = extensions
+    routes = service.routes()
+    if console:  # the web console at /console (SPEC §9); imported only when served
+        from memfs.service.console import console_mount
+
+        routes.append(console_mount(storage, admin_key, max_memories))
     app = Starlette(
-        routes=service.routes(),
+        routes=routes,
         exception_handlers={
             ApiError: _on_api_error,
             StorageError: _on_api_error,

@@ -130,6 +130,9 @@ class Tx(Protocol):
     def archive_session(self, session_id: str, at: str) -> None:
         """Set archived_at (the first one is kept) and drop the token hash for good."""
 
+    def session_ids_for_store(self, store_id: str) -> list[str]:
+        """Ids of every session (archived ones too) that attaches the store, newest first."""
+
 
 class ReadTx(Tx, Protocol):
     """A read transaction held open by its caller (a snapshot), closed with `close()`."""

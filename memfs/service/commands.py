@@ -26,6 +26,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--max-memories", type=int, default=DEFAULT_MAX_MEMORIES, help="memories per store")
     p.add_argument("--hosted-api", action="store_true",
                    help="serve only the hosted API: no counter, changes feed or snapshot (to test clients' fallback)")
+    p.add_argument("--console", action="store_true",
+                   help="also serve the web console at /console (sign in with the admin key)")
     p.set_defaults(func=_serve)
 
     store = sub.add_parser("store", help="manage memory stores (admin, over HTTP)")
@@ -70,7 +72,8 @@ def _serve(args: argparse.Namespace) -> int:
     if args.max_memories < 1:
         print("memfs serve: --max-memories must be at least 1", file=sys.stderr)
         return 2
-    return run(args.host, args.port, args.db, args.admin_key, args.max_memories, extensions=not args.hosted_api)
+    return run(args.host, args.port, args.db, args.admin_key, args.max_memories, extensions=not args.hosted_api,
+               console=args.console)
 
 
 class _Failed(Exception):

@@ -498,3 +498,9 @@ class StoreService:
             self._session(tx, session_id)
             tx.archive_session(session_id, now())
             return self._session(tx, session_id)
+
+    def sessions_for_store(self, store_id: str) -> list[SessionRecord]:
+        """Every session (archived ones too) that attaches the store, newest first (the console)."""
+        with self.backend.read() as tx:
+            _require_store(tx, store_id)
+            return [self._session(tx, sid) for sid in tx.session_ids_for_store(store_id)]

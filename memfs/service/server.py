@@ -66,6 +66,7 @@ def run(
     admin_key: str | None = None,
     max_memories: int = DEFAULT_MAX_MEMORIES,
     extensions: bool = True,
+    console: bool = False,
 ) -> int:
     _configure_logging()
     key, generated = resolve_admin_key(admin_key)
@@ -86,7 +87,7 @@ def run(
     config.graceful_timeout = 5.0
     config.accesslog = None  # our own access log has no query strings or headers
     config.errorlog = logging.getLogger("hypercorn.error")
-    app = create_app(storage, key, max_memories, extensions=extensions)
+    app = create_app(storage, key, max_memories, extensions=extensions, console=console)
     try:
         trio.run(_serve, app, config, host)
     finally:

@@ -414,3 +414,11 @@ class SqlTx:
             "WHERE id = ?",
             (at, at, session_id),
         )
+
+    def session_ids_for_store(self, store_id: str) -> list[str]:
+        rows = self._x(
+            "SELECT id FROM sessions WHERE id IN "
+            "(SELECT session_id FROM session_resources WHERE memory_store_id = ?) ORDER BY seq DESC",
+            (store_id,),
+        ).fetchall()
+        return [r["id"] for r in rows]

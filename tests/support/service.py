@@ -37,6 +37,7 @@ class ServiceProcess:
         port: int = 0,
         start: bool = True,
         hosted_api: bool = False,
+        console: bool = False,
     ):
         self.workdir = Path(workdir)
         self.workdir.mkdir(parents=True, exist_ok=True)
@@ -45,6 +46,7 @@ class ServiceProcess:
         self.db_url = db_url  # e.g. postgresql://…: used instead of db_path when given
         self.max_memories = max_memories
         self.hosted_api = hosted_api
+        self.console = console
         self.port = port
         self.base_url = ""
         self.proc: subprocess.Popen | None = None
@@ -63,6 +65,8 @@ class ServiceProcess:
             cmd += ["--max-memories", str(self.max_memories)]
         if self.hosted_api:
             cmd.append("--hosted-api")
+        if self.console:
+            cmd.append("--console")
         env = {k: v for k, v in os.environ.items() if k != "MEMFS_ADMIN_KEY"}
         with open(out_path, "wb") as out, open(self.stderr_path, "wb") as err:
             self.proc = subprocess.Popen(cmd, stdout=out, stderr=err, cwd=self.workdir, env=env)

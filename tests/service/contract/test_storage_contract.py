@@ -389,6 +389,29 @@ def test_sessions_mount_paths_tokens_and_archive(storage):
         storage.get_session("sesn_missing")
 
 
+
+def test_sessions_for_store_lists_every_attaching_session_newest_first(storage):
+    a, b, lonely = new_store(storage, "a"), new_store(storage, "b"), new_store(storage, "lonely")
+
+    def attach(*sids, token):
+        return storage.create_session([ResourceSpec(s, "read_write", None) for s in sids], token_hash=token,
+                                      title=None, metadata={}).id  # fmt: skip
+
+    first = attach(a, token="t1")
+    both = attach(b, a, token="t2")  # a is its second resource: listed once, with its own mount path
+    only_b = attach(b, token="t3")
+    storage.archive_session(first)  # archived sessions are listed too, marked archived
+    got = storage.sessions_for_store(a)
+    assert [s.id for s in got] == [both, first]
+    assert got[0].resource_for(a).mount_path == "/mnt/memory/a" and got[1].archived_at is not None
+    assert [s.id for s in storage.sessions_for_store(b)] == [only_b, both]
+    assert storage.sessions_for_store(lonely) == []
+    with pytest.raises(NotFound):
+        storage.sessions_for_store("memstore_missing")
+    storage.delete_store(b)
+    with pytest.raises(NotFound):
+        storage.sessions_for_store(b)
+
 # --- writers on different stores ------------------------------------------------------------------
 
 
