@@ -3,8 +3,8 @@
 Seeds a temp SQLite database through the service's rules (`StoreService`) (10,000 memories in 50 directories of 200,
 some with several versions), starts `memfs serve --console` on it on a free loopback port, signs in
 and times every console page: 7 GETs each, first, median and worst, as a browser's request sees
-them. The first view of a store's overview counts its memories by walking the listing; later views
-apply the changes feed to that count (see console/backend.py), so "first" is the cold case.
+them. A store's overview counts its memories and bytes with one indexed query (`store_totals`), so
+its first view after a start (timed again on fresh processes at the end) costs what later ones do.
 Prints a table; asserts nothing. Run: .venv/bin/python scripts/console_perf.py
 """
 

@@ -34,6 +34,7 @@ from memfs.service.storage import (
     SessionRecord,
     StoreArchived,
     StoreRecord,
+    StoreTotals,
     VersionFilter,
     VersionRecord,
 )
@@ -238,6 +239,12 @@ class StoreService:
             if _require_store(tx, store_id).archived_at is None:
                 tx.archive_store(store_id, now())
             return _require_store(tx, store_id)
+
+    def store_totals(self, store_id: str) -> StoreTotals:
+        """Counter, live memories and their bytes, read in one transaction: exact at that counter."""
+        with self.backend.read() as tx:
+            _require_store(tx, store_id)
+            return StoreTotals(tx.counter(store_id), *tx.live_totals(store_id))
 
     def delete_store(self, store_id: str) -> None:
         with self.backend.write(store_id) as tx:

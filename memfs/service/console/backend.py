@@ -14,8 +14,6 @@ from __future__ import annotations
 
 import functools
 import secrets
-import threading
-from collections import OrderedDict
 from dataclasses import dataclass
 
 import anyio.to_thread
@@ -31,17 +29,12 @@ from memfs.service.storage import (
     Storage,
     StorageError,
     StoreRecord,
+    StoreTotals,
     VersionFilter,
     VersionRecord,
 )
 
 LIST_PAGE = 100  # the API's largest page: what the console shows at once
-# Counting a store walks its listing without content. The API caps pages at 100 to keep responses
-# small; this walk sends nothing anywhere, and per-page overhead dominates (10,000 memories: ~190 ms
-# in pages of 100, ~50 ms in pages of 1,000), so it reads larger pages.
-_STATS_PAGE = 1_000
-_STATS_MAX_PAGES = 1_000  # bound on that walk (a million memories)
-_STATS_CACHE_STORES = 16  # stores whose memory sizes are kept between page views (~1 MB per 10,000)
 _STORE_SCAN_MAX_PAGES = 1_000  # bound on a search through the list of stores
 
 
@@ -54,22 +47,12 @@ class ConsolePage:
     counter: int | None = None
 
 
-@dataclass
-class StoreStats:
-    counter: int
-    memories: int
-    bytes: int
-    consistent: bool  # False when writers moved the counter during the count (then it is approximate)
-
-
 class ConsoleBackend:
     def __init__(self, storage: Storage, actor: Actor, max_memories: int, cursors: Cursors | None = None):
         self._storage = storage
         self._cursors = cursors or Cursors(secrets.token_hex(16))
         self.actor = actor  # the admin key's api_actor: console writes are the admin's, like the API's
         self.max_memories = max_memories
-        self._stats_cache: OrderedDict[str, tuple[int, dict[str, int]]] = OrderedDict()
-        self._stats_lock = threading.Lock()
 
     async def _call(self, fn, *args, **kwargs):
         try:
@@ -169,63 +152,9 @@ class ConsoleBackend:
             return {}
         return await self._call(self._storage.get_counters, store_ids)
 
-    async def store_stats(self, store_id: str) -> StoreStats:
-        return await self._call(self._store_stats, store_id)
-
-    def _store_stats(self, store_id: str) -> StoreStats:
-        # The sizes of every memory, known at one counter, are kept per store; the next count asks the
-        # changes feed what was written since that counter and applies it, so a page view costs the
-        # writes since the last view, not a walk of 10,000 memories. Exact either way: every write
-        # that changes a memory's existence or size moves the counter (redactions change neither).
-        with self._stats_lock:
-            known = self._stats_cache.get(store_id)
-        if known is not None:
-            counter, sizes = known
-            ch = self._storage.changes_since(store_id, counter)
-            if not ch.too_old:
-                sizes = dict(sizes)
-                for c in ch.changes:
-                    if c.operation == "deleted":
-                        sizes.pop(c.memory_id, None)
-                    else:
-                        sizes[c.memory_id] = c.content_size_bytes or 0
-                self._remember(store_id, ch.counter, sizes)
-                return StoreStats(ch.counter, len(sizes), sum(sizes.values()), True)
-        counter, sizes, consistent = self._walk_sizes(store_id)
-        if consistent:
-            self._remember(store_id, counter, sizes)
-        return StoreStats(counter, len(sizes), sum(sizes.values()), consistent)
-
-    def _remember(self, store_id: str, counter: int, sizes: dict[str, int]) -> None:
-        with self._stats_lock:
-            old = self._stats_cache.pop(store_id, None)
-            if old is not None and old[0] > counter:  # a concurrent count got further: keep it
-                counter, sizes = old
-            self._stats_cache[store_id] = (counter, sizes)
-            while len(self._stats_cache) > _STATS_CACHE_STORES:
-                self._stats_cache.popitem(last=False)
-
-    def _walk_sizes(self, store_id: str) -> tuple[int, dict[str, int], bool]:
-        # Paged like an API client (basic view, no content). Each page reports the counter it was read
-        # at; equal counters on the first and last page mean no write happened in between, so the
-        # sizes are those of one moment. Otherwise try again, and after three tries say it is approximate.
-        for _attempt in range(3):
-            sizes: dict[str, int] = {}
-            first = last = None
-            after = None
-            for _ in range(_STATS_MAX_PAGES):
-                p = self._storage.list_memories(
-                    store_id, path_prefix="/", depth=0, limit=_STATS_PAGE, after=after, with_content=False
-                )
-                first = p.counter if first is None else first
-                last = p.counter
-                sizes.update((m.id, m.content_size_bytes) for m in p.items)
-                after = p.next_after
-                if after is None:
-                    break
-            if first == last:
-                return last or 0, sizes, True
-        return last or 0, sizes, False
+    async def store_stats(self, store_id: str) -> StoreTotals:
+        """Counter, memories and bytes of one moment, from the service's indexed count (no walk)."""
+        return await self._call(self._storage.store_totals, store_id)
 
     async def is_empty(self, store_id: str) -> bool:
         p = await self._call(
@@ -353,4 +282,4 @@ class ConsoleBackend:
         return await self._call(reader.read, n)
 
 
-__all__ = ["ApiError", "ConsoleBackend", "ConsolePage", "StoreStats", "LIST_PAGE"]
+__all__ = ["ApiError", "ConsoleBackend", "ConsolePage", "LIST_PAGE"]

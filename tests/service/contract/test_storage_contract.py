@@ -390,6 +390,42 @@ def test_sessions_mount_paths_tokens_and_archive(storage):
 
 
 
+def test_store_totals_count_live_memories_and_their_bytes_at_one_counter(storage):
+    sid, other = new_store(storage), new_store(storage, "other")
+    t = storage.store_totals(sid)
+    assert (t.counter, t.memories, t.bytes) == (0, 0, 0)
+    a = create(storage, sid, "/a", "aaa")
+    b = create(storage, sid, "/d/b", "bbbbb")
+    create(storage, other, "/x", "x" * 50)  # another store's memories never count
+    storage.update_memory(sid, a.id, content="a" * 10, path=None, expected_sha256=None, actor=A)
+    storage.update_memory(sid, b.id, content=None, path="/e/b", expected_sha256=None, actor=A)  # same size
+    storage.delete_memory(sid, a.id, expected_sha256=None, actor=A)  # its tombstone is not counted
+    create(storage, sid, "/a", "né")  # a new memory at a deleted path: 3 bytes of UTF-8
+    first_b = all_versions(storage, sid, memory_id=b.id)[-1]
+    storage.redact_version(sid, first_b.id, A)  # history only: the memory keeps its size
+    t = storage.store_totals(sid)
+    assert (t.counter, t.memories, t.bytes) == (6, 2, 8) == (counter(storage, sid), len(listing(storage, sid)), 8)
+    storage.archive_store(sid)  # an archived store still has an overview
+    assert storage.store_totals(sid).memories == 2
+    with pytest.raises(NotFound):
+        storage.store_totals("memstore_missing")
+
+
+def test_store_totals_are_read_from_the_covering_index(storage, backend, backend_kind):
+    sid = new_store(storage)
+    for i in range(20):
+        create(storage, sid, f"/m{i}", "x" * i)
+    with backend.read() as tx:
+        if backend_kind == "sqlite":
+            plan = " ".join(str(r[-1]) for r in tx._x("EXPLAIN QUERY PLAN " + tx.live_totals_sql(), (sid,)))
+            assert "COVERING INDEX memories_live_size" in plan, plan
+        else:  # a tiny table would be scanned; what matters is that the index can answer alone
+            tx._x("SET LOCAL enable_seqscan = off")
+            plan = " ".join(r["QUERY PLAN"] for r in tx._x("EXPLAIN " + tx.live_totals_sql(), (sid,)))
+            assert "Index Only Scan using memories_live_size" in plan, plan
+        assert tx.live_totals(sid) == (20, sum(range(20)))
+
+
 def test_sessions_for_store_lists_every_attaching_session_newest_first(storage):
     a, b, lonely = new_store(storage, "a"), new_store(storage, "b"), new_store(storage, "lonely")
 
