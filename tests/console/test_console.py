@@ -432,3 +432,11 @@ def test_the_browser_rolls_up_subdirectories_and_pages_long_listings(signed_in, 
     names = page.locator("#memories tr.memory a").all_inner_texts()
     assert names == [f"n{i:03d}.md" for i in range(100, 105)]
     assert page.locator("#next-page").count() == 0
+    # The page token is signed for its listing: edited, or carried to another prefix, it is refused.
+    second = page.url
+    token = re.search(r"page=([^&]+)", second).group(1)
+    for url in (second.replace(token, token[:-2] + ("AA" if token[-2:] != "AA" else "BB")),
+                second.replace("prefix=/many/", "prefix=/deep/").replace("prefix=%2Fmany%2F", "prefix=%2Fdeep%2F")):
+        assert url != second
+        r = page.goto(url)
+        assert r.status == 400 and "cursor" in page.inner_text("main"), url
