@@ -5,7 +5,8 @@ some with several versions), starts `memfs serve --console` on it on a free loop
 and times every console page: 7 GETs each, first, median and worst, as a browser's request sees
 them. A store's overview counts its memories and bytes with one indexed query (`store_totals`), so
 its first view after a start (timed again on fresh processes at the end) costs what later ones do.
-Prints a table; asserts nothing. Run: .venv/bin/python scripts/console_perf.py
+Prints a table; asserts nothing. Run: .venv/bin/python scripts/console_perf.py [--postgresql]
+(--postgresql: the same on a throwaway PostgreSQL cluster, tests/support/postgres.py, as root).
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ COLD_RUNS = 5
 BUDGET_MS = 300
 
 
-def seed(db: Path) -> tuple[str, str, list[str]]:
+def seed(db: Path | str) -> tuple[str, str, list[str]]:
     storage = open_storage(db)
     actor = Actor("api_actor", "apikey_perf")
     store = storage.create_store("perf store", "10,000 memories", {})
@@ -71,67 +72,80 @@ def main() -> int:
     work = Path(tempfile.mkdtemp(prefix="memfs-console-perf-"))
     db = work / "data" / "store.db"
     db.parent.mkdir(parents=True)
-    t = time.perf_counter()
-    sid, mid, vids = seed(db)
-    print(f"seeded {MEMORIES} memories in {time.perf_counter() - t:.1f} s")
-    svc = ServiceProcess(work / "service", db_path=db, console=True)
+    cluster = url = svc = None
+    if "--postgresql" in sys.argv[1:]:
+        from tests.support.postgres import PostgresCluster
+
+        cluster = PostgresCluster()
+        url = cluster.create_database("console_perf")
     try:
-        with httpx.Client(base_url=svc.base_url, timeout=30) as c:
-            sign_in(c, svc.admin_key)
-            browse = c.get(f"/console/stores/{sid}/memories", params={"prefix": "/dir00/"}).text
-            nxt = re.search(r'page=([^"&]+)" id="next-page"', browse)
-            pages = {
-                "stores list": "/console/",
-                "stores search": "/console/?q=perf",
-                "store overview (counts 10,000)": f"/console/stores/{sid}",
-                "browse / (50 roll-ups)": f"/console/stores/{sid}/memories?prefix=/",
-                "browse /dir00/ (page 1 of 2)": f"/console/stores/{sid}/memories?prefix=/dir00/",
-                "browse /dir00/ (page 2)": f"/console/stores/{sid}/memories?prefix=/dir00/&page={nxt.group(1)}",
-                "memory view": f"/console/stores/{sid}/memories/{mid}",
-                "memory edit": f"/console/stores/{sid}/memories/{mid}/edit",
-                "memory rename form": f"/console/stores/{sid}/memories/{mid}/rename",
-                "memory delete confirm": f"/console/stores/{sid}/memories/{mid}/delete",
-                "memory history": f"/console/stores/{sid}/memories/{mid}/history",
-                "store history (10,005 versions)": f"/console/stores/{sid}/history",
-                "version": f"/console/stores/{sid}/versions/{vids[-1]}",
-                "diff": f"/console/stores/{sid}/diff?a={vids[-1]}&b={vids[0]}",
-                "redact confirm": f"/console/stores/{sid}/versions/{vids[-1]}/redact",
-                "archive confirm (counts)": f"/console/stores/{sid}/archive",
-                "delete store confirm (counts)": f"/console/stores/{sid}/delete",
-                "import form": "/console/import",
-                "new memory form": f"/console/stores/{sid}/memories/new?prefix=/dir00/",
-            }
-            print(f"{'page':40} {'first ms':>10} {'median ms':>10} {'worst ms':>10}")
-            worst_all = 0.0
-            for name, url in pages.items():
-                times = []
-                for _ in range(RUNS):
-                    t = time.perf_counter()
-                    r = c.get(url)
-                    times.append((time.perf_counter() - t) * 1000)
-                    assert r.status_code == 200, (url, r.status_code, r.text[:300])
-                worst_all = max(worst_all, max(times))
-                print(f"{name:40} {times[0]:10.1f} {statistics.median(times):10.1f} {max(times):10.1f}")
-            t = time.perf_counter()
-            r = c.get(f"/console/stores/{sid}/export")
-            print(f"{'export (download, 10,000 memories)':40} {(time.perf_counter() - t) * 1000:10.1f}"
-                  f"  ({len(r.content) / 1e6:.1f} MB)")  # fmt: skip
-            print(f"worst page: {worst_all:.1f} ms (budget {BUDGET_MS} ms)")
-        # The cold case again, on fresh service processes (nothing counted yet): its spread.
-        cold = []
-        for _ in range(COLD_RUNS):
-            svc.restart()
-            with httpx.Client(base_url=svc.base_url, timeout=30) as c:
-                sign_in(c, svc.admin_key)
-                t = time.perf_counter()
-                assert c.get(f"/console/stores/{sid}").status_code == 200
-                cold.append((time.perf_counter() - t) * 1000)
-        print(f"store overview, first view after {COLD_RUNS} restarts: median {statistics.median(cold):.1f} ms, "
-              f"worst {max(cold):.1f} ms")  # fmt: skip
+        t = time.perf_counter()
+        sid, mid, vids = seed(url or db)
+        print(f"seeded {MEMORIES} memories ({'PostgreSQL' if url else 'SQLite'}) in {time.perf_counter() - t:.1f} s")
+        svc = ServiceProcess(work / "service", db_path=db, db_url=url, console=True)
+        _measure(svc, sid, mid, vids)
     finally:
-        svc.stop()
+        if svc is not None:
+            svc.stop()
+        if cluster is not None:
+            cluster.stop()
         shutil.rmtree(work, ignore_errors=True)
     return 0
+
+
+def _measure(svc: ServiceProcess, sid: str, mid: str, vids: list[str]) -> None:
+    with httpx.Client(base_url=svc.base_url, timeout=30) as c:
+        sign_in(c, svc.admin_key)
+        browse = c.get(f"/console/stores/{sid}/memories", params={"prefix": "/dir00/"}).text
+        nxt = re.search(r'page=([^"&]+)" id="next-page"', browse)
+        pages = {
+            "stores list": "/console/",
+            "stores search": "/console/?q=perf",
+            "store overview (counts 10,000)": f"/console/stores/{sid}",
+            "browse / (50 roll-ups)": f"/console/stores/{sid}/memories?prefix=/",
+            "browse /dir00/ (page 1 of 2)": f"/console/stores/{sid}/memories?prefix=/dir00/",
+            "browse /dir00/ (page 2)": f"/console/stores/{sid}/memories?prefix=/dir00/&page={nxt.group(1)}",
+            "memory view": f"/console/stores/{sid}/memories/{mid}",
+            "memory edit": f"/console/stores/{sid}/memories/{mid}/edit",
+            "memory rename form": f"/console/stores/{sid}/memories/{mid}/rename",
+            "memory delete confirm": f"/console/stores/{sid}/memories/{mid}/delete",
+            "memory history": f"/console/stores/{sid}/memories/{mid}/history",
+            "store history (10,005 versions)": f"/console/stores/{sid}/history",
+            "version": f"/console/stores/{sid}/versions/{vids[-1]}",
+            "diff": f"/console/stores/{sid}/diff?a={vids[-1]}&b={vids[0]}",
+            "redact confirm": f"/console/stores/{sid}/versions/{vids[-1]}/redact",
+            "archive confirm (counts)": f"/console/stores/{sid}/archive",
+            "delete store confirm (counts)": f"/console/stores/{sid}/delete",
+            "import form": "/console/import",
+            "new memory form": f"/console/stores/{sid}/memories/new?prefix=/dir00/",
+        }
+        print(f"{'page':40} {'first ms':>10} {'median ms':>10} {'worst ms':>10}")
+        worst_all = 0.0
+        for name, url in pages.items():
+            times = []
+            for _ in range(RUNS):
+                t = time.perf_counter()
+                r = c.get(url)
+                times.append((time.perf_counter() - t) * 1000)
+                assert r.status_code == 200, (url, r.status_code, r.text[:300])
+            worst_all = max(worst_all, max(times))
+            print(f"{name:40} {times[0]:10.1f} {statistics.median(times):10.1f} {max(times):10.1f}")
+        t = time.perf_counter()
+        r = c.get(f"/console/stores/{sid}/export")
+        print(f"{'export (download, 10,000 memories)':40} {(time.perf_counter() - t) * 1000:10.1f}"
+              f"  ({len(r.content) / 1e6:.1f} MB)")  # fmt: skip
+        print(f"worst page: {worst_all:.1f} ms (budget {BUDGET_MS} ms)")
+    # The cold case again, on fresh service processes (nothing counted yet): its spread.
+    cold = []
+    for _ in range(COLD_RUNS):
+        svc.restart()
+        with httpx.Client(base_url=svc.base_url, timeout=30) as c:
+            sign_in(c, svc.admin_key)
+            t = time.perf_counter()
+            assert c.get(f"/console/stores/{sid}").status_code == 200
+            cold.append((time.perf_counter() - t) * 1000)
+    print(f"store overview, first view after {COLD_RUNS} restarts: median {statistics.median(cold):.1f} ms, "
+          f"worst {max(cold):.1f} ms")  # fmt: skip
 
 
 if __name__ == "__main__":
