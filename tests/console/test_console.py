@@ -168,12 +168,14 @@ def test_history_diff_and_redaction(signed_in, api):
 
     page.goto(f"/console/stores/{store.id}/memories/{m.id}")
     page.get_by_role("link", name="History", exact=True).click()
+    page.wait_for_load_state()  # click waits for the navigation to start; count() does not wait
     rows = page.locator("#versions tbody tr")
     assert rows.count() == 2
     assert "modified" in rows.nth(0).inner_text() and "created" in rows.nth(1).inner_text()
     assert "key apikey_" in rows.nth(0).inner_text()  # who wrote it
 
     page.click("#compare")  # defaults: the two newest versions, older -> newer
+    page.wait_for_load_state()
     assert "/diff?" in page.url
     assert page.inner_text("table.diff tr.del").strip().endswith("password: hunter2")
     added = page.locator("table.diff tr.add").all_inner_texts()
@@ -426,9 +428,11 @@ def test_the_browser_rolls_up_subdirectories_and_pages_long_listings(signed_in, 
     assert page.locator("#memories tr.prefix a").all_inner_texts() == ["deep/", "many/"]
     assert page.locator("#memories tr.memory").count() == 1
     page.get_by_role("link", name="many/").click()
+    page.wait_for_load_state()
     assert page.locator("#memories tr.memory").count() == 100
     assert page.locator("#memories tr.memory").first.inner_text().startswith("n000.md")
     page.click("#next-page")
+    page.wait_for_load_state()
     names = page.locator("#memories tr.memory a").all_inner_texts()
     assert names == [f"n{i:03d}.md" for i in range(100, 105)]
     assert page.locator("#next-page").count() == 0
