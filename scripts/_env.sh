@@ -85,3 +85,16 @@ ensure_fuse_device() {
         exit 1
     fi
 }
+
+ensure_chromium() {
+    # The console's browser tests drive Debian's chromium through Playwright (no browser download).
+    command -v chromium >/dev/null 2>&1 && return 0
+    if [ "$(id -u)" != 0 ]; then
+        echo "memfs: chromium is missing (run as root, or: sudo apt-get install chromium)" >&2
+        exit 1
+    fi
+    echo "memfs: installing Debian's chromium (for the console's browser tests)" >&2
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -q >/dev/null
+    apt-get install -y -q chromium >/dev/null
+}

@@ -639,6 +639,7 @@ def create_app(
     metrics: Metrics | None = None,
     extensions: bool = True,
     watch_hub: WatchHub | None = None,
+    console: bool = False,
 ):
     """The ASGI app serving `storage`. `admin_key` can do everything; sessions get scoped tokens.
 
@@ -659,9 +660,14 @@ def create_app(
                 hub.close()
                 tg.cancel_scope.cancel()
 
+    routes = service.routes()
+    if console:  # the web console at /console (SPEC §9); imported only when served
+        from memfs.service.console import console_mount
+
+        routes.append(console_mount(storage, admin_key, max_memories))
     app = Starlette(
         lifespan=lifespan,
-        routes=service.routes(),
+        routes=routes,
         exception_handlers={
             ApiError: _on_api_error,
             StorageError: _on_api_error,

@@ -97,6 +97,10 @@ class Tx(Protocol):
         """(id, path) of the first live memory (byte order) with lo <= path < hi, not `exclude_id`."""
 
     def count_live(self, store_id: str) -> int: ...
+    def live_totals(self, store_id: str) -> tuple[int, int]:
+        """(number, total content bytes) of the store's live memories, read from the covering index
+        `memories_live_size`: no memory row is read, so a store overview stays cheap at any size."""
+
     def list_live(
         self, store_id: str, *, lo: str, lo_inclusive: bool, hi: str, limit: int, content: bool
     ) -> list[MemoryRecord]:
@@ -145,6 +149,9 @@ class Tx(Protocol):
 
     def archive_session(self, session_id: str, at: str) -> None:
         """Set archived_at (the first one is kept) and drop the token hash for good."""
+
+    def session_ids_for_store(self, store_id: str) -> list[str]:
+        """Ids of every session (archived ones too) that attaches the store, newest first."""
 
 
 class ReadTx(Tx, Protocol):

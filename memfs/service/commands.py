@@ -34,6 +34,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--server", choices=("hypercorn", "uvicorn"), default="hypercorn",
                    help="HTTP server: Hypercorn on trio (default) or uvicorn on asyncio/uvloop "
                         "(about 2-3x the counter reads/s here; scripts/counter_rate.py)")
+    p.add_argument("--console", action="store_true",
+                   help="also serve the web console at /console (sign in with the admin key)")
     p.set_defaults(func=_serve)
 
     store = sub.add_parser("store", help="manage memory stores (admin, over HTTP)")
@@ -84,7 +86,7 @@ def _serve(args: argparse.Namespace) -> int:
     return run(
         args.host, args.port, args.db, args.admin_key, args.max_memories, extensions=not args.hosted_api,
         retention_days=args.version_retention_days, retention_interval_s=args.retention_interval,
-        server=args.server,
+        server=args.server, console=args.console,
     )  # fmt: skip
 
 

@@ -32,7 +32,7 @@ from memfs.service.sql_tx import _MEM_COLS, SqlTx
 
 WATCH_CHANNEL = "memfs_counters"  # watch.CHANNEL (not imported: watch.py imports anyio)
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 _MIGRATION_LOCK = 0x6D656D6673  # "memfs": the advisory lock key of schema migrations
 _POOL_MAX = 16
 
@@ -111,6 +111,13 @@ _MIGRATIONS: dict[int, list[str]] = {
             mount_path TEXT NOT NULL,
             PRIMARY KEY (session_id, position)
         )""",
+    ],
+    # 2: a store's overview (count and bytes) and the sessions attaching it, each from an index.
+    2: [
+        # covering: a store's live count and bytes are summed without reading a memory row
+        # (deleted_at is a column too: SQLite covers a query only with every column it names)
+        "CREATE INDEX memories_live_size ON memories (store_id, size, deleted_at) WHERE deleted_at IS NULL",
+        "CREATE INDEX session_resources_store ON session_resources (memory_store_id, session_id)",
     ],
 }
 

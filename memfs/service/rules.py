@@ -34,6 +34,7 @@ from memfs.service.storage import (
     SessionRecord,
     StoreArchived,
     StoreRecord,
+    StoreTotals,
     VersionFilter,
     VersionRecord,
 )
@@ -242,6 +243,12 @@ class StoreService:
             if _require_store(tx, store_id).archived_at is None:
                 tx.archive_store(store_id, now())
             return _require_store(tx, store_id)
+
+    def store_totals(self, store_id: str) -> StoreTotals:
+        """Counter, live memories and their bytes, read in one transaction: exact at that counter."""
+        with self.backend.read() as tx:
+            _require_store(tx, store_id)
+            return StoreTotals(tx.counter(store_id), *tx.live_totals(store_id))
 
     def delete_store(self, store_id: str) -> None:
         with self.backend.write(store_id) as tx:
@@ -502,3 +509,9 @@ class StoreService:
             self._session(tx, session_id)
             tx.archive_session(session_id, now())
             return self._session(tx, session_id)
+
+    def sessions_for_store(self, store_id: str) -> list[SessionRecord]:
+        """Every session (archived ones too) that attaches the store, newest first (the console)."""
+        with self.backend.read() as tx:
+            _require_store(tx, store_id)
+            return [self._session(tx, sid) for sid in tx.session_ids_for_store(store_id)]

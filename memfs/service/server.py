@@ -78,6 +78,7 @@ def run(
     retention_days: float = DEFAULT_RETENTION_DAYS,
     retention_interval_s: float = DEFAULT_INTERVAL_S,
     server: str = "hypercorn",
+    console: bool = False,
 ) -> int:
     _configure_logging()
     key, generated = resolve_admin_key(admin_key)
@@ -98,7 +99,7 @@ def run(
     config.graceful_timeout = 5.0
     config.accesslog = None  # our own access log has no query strings or headers
     config.errorlog = logging.getLogger("hypercorn.error")
-    app = create_app(storage, key, max_memories, extensions=extensions)
+    app = create_app(storage, key, max_memories, extensions=extensions, console=console)
     try:
         retention = Retention(storage.backend, retention_days)
         if server == "uvicorn":

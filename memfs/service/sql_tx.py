@@ -94,6 +94,8 @@ class SqlTx:
     not_id = "id IS NOT ?"
     # how to count a store's live memories fastest (SQLite needs an index hint)
     count_live_from = "memories"
+    # where to sum a store's live memories from (SQLite is pointed at the covering index)
+    live_totals_from = "memories"
 
     def __init__(self, conn):
         self.c = conn
@@ -243,6 +245,16 @@ class SqlTx:
             f"SELECT count(*) AS n FROM {self.count_live_from} WHERE store_id = ? AND deleted_at IS NULL",
             (store_id,),
         ).fetchone()["n"])
+
+    def live_totals_sql(self) -> str:
+        return (
+            f"SELECT count(*) AS n, coalesce(sum(size), 0) AS bytes FROM {self.live_totals_from} "
+            "WHERE store_id = ? AND deleted_at IS NULL"
+        )
+
+    def live_totals(self, store_id: str) -> tuple[int, int]:
+        row = self._x(self.live_totals_sql(), (store_id,)).fetchone()
+        return int(row["n"]), int(row["bytes"])
 
     def list_live(
         self, store_id: str, *, lo: str, lo_inclusive: bool, hi: str, limit: int, content: bool
@@ -475,3 +487,11 @@ class SqlTx:
             "WHERE id = ?",
             (at, at, session_id),
         )
+
+    def session_ids_for_store(self, store_id: str) -> list[str]:
+        rows = self._x(
+            "SELECT id FROM sessions WHERE id IN "
+            "(SELECT session_id FROM session_resources WHERE memory_store_id = ?) ORDER BY seq DESC",
+            (store_id,),
+        ).fetchall()
+        return [r["id"] for r in rows]

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from memfs.service.sql_tx import SqlTx
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 _MIGRATIONS: dict[int, list[str]] = {
     1: [
@@ -98,6 +98,13 @@ _MIGRATIONS: dict[int, list[str]] = {
             PRIMARY KEY (session_id, position)
         )""",
     ],
+    # 2: a store's overview (count and bytes) and the sessions attaching it, each from an index.
+    2: [
+        # covering: a store's live count and bytes are summed without reading a memory row
+        # (deleted_at is a column too: SQLite covers a query only with every column it names)
+        "CREATE INDEX memories_live_size ON memories (store_id, size, deleted_at) WHERE deleted_at IS NULL",
+        "CREATE INDEX session_resources_store ON session_resources (memory_store_id, session_id)",
+    ],
 }
 
 
@@ -108,6 +115,7 @@ class SqliteTx(SqlTx):
     integrity_errors = (sqlite3.IntegrityError,)
     # the planner would otherwise scan the store's tombstones too (PERFORMANCE.md)
     count_live_from = "memories INDEXED BY memories_live_path"
+    live_totals_from = "memories INDEXED BY memories_live_size"
 
 
 class _HeldRead(SqliteTx):

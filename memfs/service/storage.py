@@ -85,6 +85,15 @@ class MemoryRecord:
 
 
 @dataclass
+class StoreTotals:
+    """A store's live memories at one counter: how many, and their content bytes."""
+
+    counter: int
+    memories: int
+    bytes: int
+
+
+@dataclass
 class PrefixRecord:
     """A roll-up of deeper memories in a depth=1 listing."""
 
@@ -221,6 +230,7 @@ class Storage(Protocol):
     ) -> StoreRecord: ...
     def archive_store(self, store_id: str) -> StoreRecord: ...
     def delete_store(self, store_id: str) -> None: ...
+    def store_totals(self, store_id: str) -> StoreTotals: ...  # the console's overview
 
     # memories
     def create_memory(
@@ -275,6 +285,7 @@ class Storage(Protocol):
     def get_session(self, session_id: str) -> SessionRecord: ...
     def session_for_token(self, token_hash: str) -> SessionRecord | None: ...
     def archive_session(self, session_id: str) -> SessionRecord: ...
+    def sessions_for_store(self, store_id: str) -> list[SessionRecord]: ...  # newest first (console)
 
     # operations
     def ping(self) -> None:

@@ -38,6 +38,7 @@ class ServiceProcess:
         start: bool = True,
         hosted_api: bool = False,
         extra_args: tuple[str, ...] = (),
+        console: bool = False,
     ):
         self.workdir = Path(workdir)
         self.workdir.mkdir(parents=True, exist_ok=True)
@@ -47,6 +48,7 @@ class ServiceProcess:
         self.max_memories = max_memories
         self.hosted_api = hosted_api
         self.extra_args = tuple(extra_args)  # more `memfs serve` flags
+        self.console = console
         self.port = port
         self.base_url = ""
         self.proc: subprocess.Popen | None = None
@@ -66,6 +68,8 @@ class ServiceProcess:
         if self.hosted_api:
             cmd.append("--hosted-api")
         cmd += self.extra_args
+        if self.console:
+            cmd.append("--console")
         env = {k: v for k, v in os.environ.items() if k != "MEMFS_ADMIN_KEY"}
         with open(out_path, "wb") as out, open(self.stderr_path, "wb") as err:
             self.proc = subprocess.Popen(cmd, stdout=out, stderr=err, cwd=self.workdir, env=env)

@@ -6,6 +6,7 @@ import threading
 
 import pytest
 
+from memfs.service import postgres_storage, sqlite_storage
 from memfs.service.database import open_storage
 from memfs.service.storage import Actor
 from tests.service.dbcheck import rows
@@ -43,9 +44,9 @@ def test_replicas_starting_together_migrate_once(db_url, tmp_path):
         assert [s.get_counters([sid])[sid] for s in opened] == [1] * 6
         db = _Db(db_url, tmp_path / "contract.db")
         if db.db_url:
-            assert rows(db, "SELECT version FROM memfs_schema") == [(1,)]
+            assert rows(db, "SELECT version FROM memfs_schema") == [(postgres_storage.SCHEMA_VERSION,)]
         else:
-            assert rows(db, "PRAGMA user_version") == [(1,)]
+            assert rows(db, "PRAGMA user_version") == [(sqlite_storage.SCHEMA_VERSION,)]
         # and a later start finds the schema current and changes nothing
         again = open_storage(db_url)
         assert again.get_counters([sid]) == {sid: 1}
@@ -53,3 +54,31 @@ def test_replicas_starting_together_migrate_once(db_url, tmp_path):
     finally:
         for s in opened:
             s.close()
+
+
+def test_a_version_1_database_is_upgraded_in_place(db_url, tmp_path, monkeypatch):
+    """A database written before the covering indexes (schema 1) keeps its rows and gains them."""
+    for module in (sqlite_storage, postgres_storage):
+        monkeypatch.setattr(module, "SCHEMA_VERSION", 1)
+    old = open_storage(db_url)
+    try:
+        sid = old.create_store("s", "", {}).id
+        for path, content in (("/a", "aaa"), ("/b/c", "cc")):
+            old.create_memory(sid, path, content, Actor("api_actor", "k"), max_memories=10)
+    finally:
+        old.close()
+    monkeypatch.undo()
+    new = open_storage(db_url)
+    try:
+        t = new.store_totals(sid)
+        assert (t.counter, t.memories, t.bytes) == (2, 2, 5)
+        db = _Db(db_url, tmp_path / "contract.db")
+        if db.db_url:
+            assert rows(db, "SELECT version FROM memfs_schema") == [(2,)]
+            names = rows(db, "SELECT indexname FROM pg_indexes WHERE tablename IN ('memories', 'session_resources')")
+        else:
+            assert rows(db, "PRAGMA user_version") == [(2,)]
+            names = rows(db, "SELECT name FROM sqlite_master WHERE type = 'index'")
+        assert {("memories_live_size",), ("session_resources_store",)} <= set(names)
+    finally:
+        new.close()

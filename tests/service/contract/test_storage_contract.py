@@ -389,6 +389,65 @@ def test_sessions_mount_paths_tokens_and_archive(storage):
         storage.get_session("sesn_missing")
 
 
+
+def test_store_totals_count_live_memories_and_their_bytes_at_one_counter(storage):
+    sid, other = new_store(storage), new_store(storage, "other")
+    t = storage.store_totals(sid)
+    assert (t.counter, t.memories, t.bytes) == (0, 0, 0)
+    a = create(storage, sid, "/a", "aaa")
+    b = create(storage, sid, "/d/b", "bbbbb")
+    create(storage, other, "/x", "x" * 50)  # another store's memories never count
+    storage.update_memory(sid, a.id, content="a" * 10, path=None, expected_sha256=None, actor=A)
+    storage.update_memory(sid, b.id, content=None, path="/e/b", expected_sha256=None, actor=A)  # same size
+    storage.delete_memory(sid, a.id, expected_sha256=None, actor=A)  # its tombstone is not counted
+    create(storage, sid, "/a", "né")  # a new memory at a deleted path: 3 bytes of UTF-8
+    first_b = all_versions(storage, sid, memory_id=b.id)[-1]
+    storage.redact_version(sid, first_b.id, A)  # history only: the memory keeps its size
+    t = storage.store_totals(sid)
+    assert (t.counter, t.memories, t.bytes) == (6, 2, 8) == (counter(storage, sid), len(listing(storage, sid)), 8)
+    storage.archive_store(sid)  # an archived store still has an overview
+    assert storage.store_totals(sid).memories == 2
+    with pytest.raises(NotFound):
+        storage.store_totals("memstore_missing")
+
+
+def test_store_totals_are_read_from_the_covering_index(storage, backend, backend_kind):
+    sid = new_store(storage)
+    for i in range(20):
+        create(storage, sid, f"/m{i}", "x" * i)
+    with backend.read() as tx:
+        if backend_kind == "sqlite":
+            plan = " ".join(str(r[-1]) for r in tx._x("EXPLAIN QUERY PLAN " + tx.live_totals_sql(), (sid,)))
+            assert "COVERING INDEX memories_live_size" in plan, plan
+        else:  # a tiny table would be scanned; what matters is that the index can answer alone
+            tx._x("SET LOCAL enable_seqscan = off")
+            plan = " ".join(r["QUERY PLAN"] for r in tx._x("EXPLAIN " + tx.live_totals_sql(), (sid,)))
+            assert "Index Only Scan using memories_live_size" in plan, plan
+        assert tx.live_totals(sid) == (20, sum(range(20)))
+
+
+def test_sessions_for_store_lists_every_attaching_session_newest_first(storage):
+    a, b, lonely = new_store(storage, "a"), new_store(storage, "b"), new_store(storage, "lonely")
+
+    def attach(*sids, token):
+        return storage.create_session([ResourceSpec(s, "read_write", None) for s in sids], token_hash=token,
+                                      title=None, metadata={}).id  # fmt: skip
+
+    first = attach(a, token="t1")
+    both = attach(b, a, token="t2")  # a is its second resource: listed once, with its own mount path
+    only_b = attach(b, token="t3")
+    storage.archive_session(first)  # archived sessions are listed too, marked archived
+    got = storage.sessions_for_store(a)
+    assert [s.id for s in got] == [both, first]
+    assert got[0].resource_for(a).mount_path == "/mnt/memory/a" and got[1].archived_at is not None
+    assert [s.id for s in storage.sessions_for_store(b)] == [only_b, both]
+    assert storage.sessions_for_store(lonely) == []
+    with pytest.raises(NotFound):
+        storage.sessions_for_store("memstore_missing")
+    storage.delete_store(b)
+    with pytest.raises(NotFound):
+        storage.sessions_for_store(b)
+
 # --- writers on different stores ------------------------------------------------------------------
 
 
