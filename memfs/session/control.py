@@ -49,10 +49,6 @@ def _runtime_dir() -> str:
     return "/run/memfs" if os.geteuid() == 0 else f"/tmp/memfs-{os.geteuid()}"
 
 
-def runtime_dir() -> Path:
-    return _path(_runtime_dir())
-
-
 def registry_key(root: str | os.PathLike[str]) -> str:
     """The name of a root that never stats the root itself: absolute, normalised, and with
     symlinks resolved in the parent directories only (the parent is not in the mount)."""

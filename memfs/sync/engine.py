@@ -601,10 +601,6 @@ class SyncEngine:
                                          max_files=self.max_files, max_bytes=self.max_bytes)
                 for s in self.stores}
 
-    def pending(self) -> int:
-        """How many local changes are not on the store (held deletes are not: nothing is lost)."""
-        return sum(n.count for n in self.not_on_store().values())
-
     async def final_sync(self, timeout: float) -> dict[str, Any]:
         """Pull and push, bounded; report what is not on the store (never deleted). A second tick
         runs when the first one made progress and left pushes it could not yet make (a create on

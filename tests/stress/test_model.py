@@ -63,6 +63,16 @@ def outcome(fn):
         return ("err", errno.errorcode.get(e.errno, str(e.errno)))
 
 
+def _close_keeping_first_error(fd: int, first: OSError | None) -> None:
+    """Close `fd` whatever happened; raise the first error (the write's, else the close's)."""
+    try:
+        os.close(fd)
+    except OSError as e:
+        first = first or e
+    if first:
+        raise first
+
+
 def _write(p: Path, flags: int, chunks: list[tuple[int | None, bytes]]):
     """open/write.../close as one operation; the first error wins, the handle is always closed."""
     fd = os.open(p, flags, 0o644)
@@ -75,12 +85,7 @@ def _write(p: Path, flags: int, chunks: list[tuple[int | None, bytes]]):
                 os.pwrite(fd, chunk, off)
     except OSError as e:
         first = e
-    try:
-        os.close(fd)
-    except OSError as e:
-        first = first or e
-    if first:
-        raise first
+    _close_keeping_first_error(fd, first)
     return None
 
 
@@ -125,12 +130,7 @@ def _fsync_write(p: Path, body: bytes):
         os.fsync(fd)
     except OSError as e:
         first = e
-    try:
-        os.close(fd)
-    except OSError as e:
-        first = first or e
-    if first:
-        raise first
+    _close_keeping_first_error(fd, first)
 
 
 def _stat(p: Path):
