@@ -33,7 +33,7 @@ def _handler(fn: Callable) -> Callable:
         try:
             return fn(self, *args)
         except FsError as e:
-            raise pyfuse3.FUSEError(e.errno) from None
+            raise pyfuse3.FUSEError(e.errno or errno.EIO) from None  # FsError always has one
         except pyfuse3.FUSEError:
             raise
         except Exception:

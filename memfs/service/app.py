@@ -23,7 +23,7 @@ from starlette.background import BackgroundTask
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
-from starlette.routing import Route
+from starlette.routing import BaseRoute, Route
 
 from memfs.limits import DEFAULT_MAX_MEMORIES, MAX_STORES_PER_SESSION
 from memfs.service import body, params, wire
@@ -61,10 +61,12 @@ def _json(body: object, status: int = 200, headers: dict | None = None) -> JSONR
 class _Service:
     extensions = True  # the memfs extensions (counter, changes feed, snapshot, counter header)
 
-    def __init__(self, storage: Storage, admin_key: str, max_memories: int, metrics: Metrics):
+    def __init__(self, storage: Storage, admin_key: str, max_memories: int, metrics: Metrics,
+                 watch_hub: WatchHub):
         if not admin_key:
             raise ValueError("admin_key must not be empty")
         self.storage = storage
+        self.watch_hub = watch_hub
         self.max_memories = max_memories
         self.metrics = metrics
         self._admin_key = admin_key
@@ -460,7 +462,7 @@ class _Service:
         return ResourceSpec(store_id, access, instr)
 
     def _own_session(self, p: Principal, session_id: str) -> None:
-        if not p.is_admin and p.session.id != session_id:
+        if p.session is not None and p.session.id != session_id:  # a session sees only its own
             raise not_found(f"session {session_id} not found")
 
     async def get_session(self, request: Request) -> Response:
@@ -496,7 +498,7 @@ class _Service:
             return _json({"status": "unavailable", "reason": "the database is not reachable"}, 503)
         return _json({"status": "ready"})
 
-    def routes(self) -> list[Route]:
+    def routes(self) -> list[BaseRoute]:
         s = "/v1/memory_stores/{store_id}"
         m = s + "/memories/{memory_id}"
         v = s + "/memory_versions/{version_id}"
@@ -574,9 +576,10 @@ class _RequestFrame:
     everywhere.
     """
 
-    def __init__(self, app, metrics: Metrics):
+    def __init__(self, app, metrics: Metrics, watch_hub: WatchHub):
         self.app = app
         self.metrics = metrics
+        self.watch_hub = watch_hub  # for server.py, which closes it at SIGTERM
 
     async def __call__(self, scope, receive, send) -> None:
         if scope["type"] != "http":
@@ -646,9 +649,9 @@ def create_app(
     The returned app's `watch_hub` holds the watches; its change source runs for the app's lifespan,
     and `watch_hub.close()` (server.py, at SIGTERM) answers every held watch at once."""
     metrics = metrics or Metrics()
-    service = _Service(storage, admin_key, max_memories, metrics)
+    hub = watch_hub or WatchHub(storage)
+    service = _Service(storage, admin_key, max_memories, metrics, hub)
     service.extensions = extensions
-    service.watch_hub = hub = watch_hub or WatchHub(storage)
 
     @contextlib.asynccontextmanager
     async def lifespan(_app):
@@ -675,6 +678,4 @@ def create_app(
             Exception: _on_unexpected,
         },
     )
-    frame = _RequestFrame(app, metrics)
-    frame.watch_hub = hub
-    return frame
+    return _RequestFrame(app, metrics, hub)

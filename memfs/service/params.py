@@ -9,6 +9,7 @@ import json
 import re
 import unicodedata
 from datetime import UTC, datetime
+from typing import overload
 
 from starlette.requests import ClientDisconnect, Request
 
@@ -157,6 +158,10 @@ def precondition(value: object) -> str | None:
 # --- query parameters ----------------------------------------------------------------------------
 
 
+@overload
+def q_int(request: Request, name: str, default: int, lo: int, hi: int | None) -> int: ...
+@overload
+def q_int(request: Request, name: str, default: None, lo: int, hi: int | None) -> int | None: ...
 def q_int(request: Request, name: str, default: int | None, lo: int, hi: int | None) -> int | None:
     raw = request.query_params.get(name)
     if raw is None:

@@ -22,6 +22,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import psycopg
 import psycopg_pool
@@ -210,7 +211,7 @@ class PostgresBackend:
             raise DatabaseError(f"cannot use the PostgreSQL database: {e}") from None
 
     @contextmanager
-    def _transaction(self, begin: str) -> Iterator[psycopg.Connection]:
+    def _transaction(self, begin: str) -> Iterator[psycopg.Connection[Any]]:  # rows are dicts: dict_row
         with self._pool.connection() as conn:
             conn.execute(begin)
             try:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 import secrets
 import string
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
 
 from memfs.limits import slugify
@@ -153,7 +153,7 @@ class _Snapshot:
         try:
             _require_store(tx, store_id)
             self.counter = tx.counter(store_id)
-            self._batches = None
+            self._batches: Iterator[list[MemoryRecord]] | None = None
             self._store_id = store_id
         except BaseException:
             self.close()

@@ -163,7 +163,8 @@ class SqlTx:
         created_lte: str | None,
         only_ids: Sequence[str] | None,
     ) -> list[tuple[int, StoreRecord]]:
-        where, args = ["1 = 1"], []
+        where: list[str] = ["1 = 1"]
+        args: list[object] = []
         if after is not None:
             where.append("seq < ?")
             args.append(after)
@@ -351,7 +352,8 @@ class SqlTx:
     def list_versions(
         self, store_id: str, *, filters: VersionFilter, after: int | None, limit: int, content: bool
     ) -> list[tuple[int, VersionRecord]]:
-        where, args = ["store_id = ?"], [store_id]
+        where: list[str] = ["store_id = ?"]
+        args: list[object] = [store_id]
         if after is not None:
             where.append("seq < ?")
             args.append(after)

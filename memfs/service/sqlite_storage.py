@@ -126,7 +126,7 @@ class _HeldRead(SqliteTx):
         conn.execute("BEGIN")
 
     def close(self) -> None:
-        conn, self.c = self.c, None  # type: ignore[assignment]
+        conn, self.c = self.c, None
         if conn is not None:
             try:
                 if conn.in_transaction:
@@ -174,7 +174,8 @@ class SqliteBackend:
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
             with self._lock:
-                if not self._closed and len(self._pool) < _POOL_IDLE_MAX:
+                # mypy keeps the narrowing of the check before the yield; close() may have run since
+                if not self._closed and len(self._pool) < _POOL_IDLE_MAX:  # type: ignore[redundant-expr]
                     self._pool.append(conn)
                     conn = None
             if conn is not None:

@@ -306,9 +306,10 @@ def cmd_status(args: argparse.Namespace) -> int:
         return _fail("status", f"the memfs daemon for {args.root} answered the ping but not the status "
                      f"within 30s; see {state_dir / 'memfs.log'}", EXIT_NOT_ANSWERING)
     except control.NoDaemon:
-        answer = _offline_status(state_dir)
-        if answer is None:
+        offline = _offline_status(state_dir)
+        if offline is None:
             return _fail("status", f"no memfs mount at {args.root} and no state dir at {state_dir}")
+        answer = offline
     answer["state_dir"] = str(state_dir)
     if args.json:
         print(json.dumps(answer, indent=2))

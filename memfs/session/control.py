@@ -246,7 +246,11 @@ class DaemonClient:
                  timeout: float | None = 120.0):
         if (root is None) == (state_dir is None):
             raise ValueError("give a mount root or state_dir=, not both")
-        self.state_dir = _path(os.fspath(state_dir)) if state_dir is not None else lookup_state_dir(os.fspath(root))
+        if state_dir is not None:
+            self.state_dir = _path(os.fspath(state_dir))
+        else:
+            assert root is not None  # checked above: exactly one of the two
+            self.state_dir = lookup_state_dir(os.fspath(root))
         self.timeout = timeout
         self._sock: socket.socket | None = None
         self._lines: _Lines | None = None

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass, field, fields
+from typing import Any, TypeVar
 
 from memfs.limits import DEFAULT_MAX_BYTES, DEFAULT_MAX_FILES, RESERVED_NAMES, PathError, check_memory_path
 
@@ -88,9 +88,6 @@ class Inputs:
     max_files: int = DEFAULT_MAX_FILES
     max_bytes: int = DEFAULT_MAX_BYTES
     remote_changed: bool = True
-
-
-PlanInputs = Inputs
 
 
 # ---- actions ----------------------------------------------------------------------------------
@@ -258,11 +255,6 @@ class Plan:
     def empty(self) -> bool:
         return not self.actions
 
-    @property
-    def fetch(self) -> tuple[tuple[str, str], ...]:
-        """(memory_id, sha) of every content the view actions need."""
-        return tuple(sorted({(a.memory_id, a.sha) for a in self.view if isinstance(a, Materialise)}))
-
 
 # ---- helpers ----------------------------------------------------------------------------------
 
@@ -356,9 +348,12 @@ def _schedule(moves: list[tuple[str, str, str]], tree: _Tree) -> list[list[tuple
     return waves
 
 
-def _rekey(rows: Iterable[Any], cls: type, key: str) -> dict:
-    names = list(cls.__dataclass_fields__)
-    out: dict = {}
+_Entry = TypeVar("_Entry", BaseEntry, LocalEntry, RemoteEntry)
+
+
+def _rekey(rows: Iterable[Any], cls: type[_Entry], key: str) -> dict[str, _Entry]:
+    names = [f.name for f in fields(cls)]
+    out: dict[str, _Entry] = {}
     for row in rows:
         entry = row if type(row) is cls else cls(**{n: getattr(row, n) for n in names if hasattr(row, n)})
         out[getattr(entry, key)] = entry
@@ -383,6 +378,28 @@ class _Mem:
     keep: bool = False  # the agent's content at l.path is saved before the view changes
     notes: list[Notice] = field(default_factory=list)
     skip: tuple[str, str] | None = None  # (notice kind, reason): not materialised here
+
+    # The phases keep invariants the types cannot say (a memory in the view is one the store holds;
+    # a kept or moved one has a local file): these read a field that must be set, loudly if not.
+    @property
+    def base_entry(self) -> BaseEntry:
+        assert self.b is not None, f"{self.m}: no base entry"
+        return self.b
+
+    @property
+    def remote_entry(self) -> RemoteEntry:
+        assert self.r is not None, f"{self.m}: not on the store"
+        return self.r
+
+    @property
+    def local_entry(self) -> LocalEntry:
+        assert self.l is not None, f"{self.m}: no local file"
+        return self.l
+
+    @property
+    def view_entry(self) -> tuple[str, str, int]:
+        assert self.view is not None, f"{self.m}: not in the view"
+        return self.view
 
     @property
     def store_path(self) -> str | None:
@@ -414,7 +431,8 @@ class _Planner:
     def run(self) -> Plan:
         self._merge_all()
         for o in self._viewed():  # a base path was materialised before: known good
-            if o.view[0] == o.r.path != getattr(o.b, "path", None) and (why := unviewable(o.r.path)):
+            rpath = o.remote_entry.path
+            if o.view_entry[0] == rpath != getattr(o.b, "path", None) and (why := unviewable(rpath)):
                 self._drop(o, "not-materialised", why)
         # A memory dropped for the limits stays where it is on the store, which can block a local
         # rename or a create placed before: settle again until nothing more is dropped.
@@ -452,6 +470,7 @@ class _Planner:
     def _merge(self, o: _Mem) -> None:
         b, r, lo = o.b, o.r, o.l
         if r is None:  # the store deleted it (b is set): decision 2
+            assert b is not None, o.m  # a memory comes from the base or the store
             if lo is not None and (lo.path, lo.sha) != (b.path, b.sha):
                 o.keep = True
                 o.notes.append(Notice("deleted-by-store", lo.path,
@@ -514,19 +533,20 @@ class _Planner:
     def _fall_back(self) -> None:
         """A local rename onto (or beside) a path the store keeps using is undone: store wins."""
         while True:
-            moved = [o for o in self._viewed() if o.view[0] != o.r.path]
+            moved = [o for o in self._viewed() if o.view_entry[0] != o.remote_entry.path]
             tree = self._store_tree() if moved else _Tree()
-            lost = [o for o in moved if tree.blockers(o.view[0], o.m)]
+            lost = [o for o in moved if tree.blockers(o.view_entry[0], o.m)]
             if not lost:
                 return
             for o in lost:
-                path, sha, size = o.view
-                o.view = (o.r.path, sha, size)
-                o.push = "update" if sha != o.r.sha else None
+                path, sha, size = o.view_entry
+                r = o.remote_entry
+                o.view = (r.path, sha, size)
+                o.push = "update" if sha != r.sha else None
                 if not o.notes:
-                    o.notes.append(Notice("store-won-conflict", o.l.path,
+                    o.notes.append(Notice("store-won-conflict", o.local_entry.path,
                                           f"renamed here to {path}, but the store holds another memory at or "
-                                          f"around that path: moved back to {o.r.path}"))
+                                          f"around that path: moved back to {r.path}"))
 
     def _place_new_files(self) -> dict[str, str]:
         """New local files against the store's paths: same path -> decision 3 (resolved later);
@@ -546,7 +566,7 @@ class _Planner:
                     o = self.mems[m]
                     if o.view is not None and o.view[0] == o.store_path:
                         self._drop(o, "not-materialised",
-                                   f"a file here cannot also be a directory: {o.r.path} clashes with the local file {path}")
+                                   f"a file here cannot also be a directory: {o.remote_entry.path} clashes with the local file {path}")
             else:
                 self.fate[path] = "push"
         return exact
@@ -555,8 +575,8 @@ class _Planner:
         """Decision 4: materialise in the store's list order until the next one would pass a limit;
         it and every later one are not materialised. Only memories the view would hold count.
         Returns whether it dropped anything."""
-        seen: set[str] = set()
-        order = [m for m in self.inp.remote_order if m in self.remote and not (m in seen or seen.add(m))]
+        order = [m for m in dict.fromkeys(self.inp.remote_order) if m in self.remote]
+        seen = set(order)
         order += sorted((m for m in self.remote if m not in seen), key=lambda m: (self.remote[m].path, m))
         files = size = 0
         full = dropped = False
@@ -565,12 +585,13 @@ class _Planner:
             if o.view is None:
                 full = full or (o.skip is not None and o.skip[0] == "over-limit")  # an earlier pass's cut
                 continue
-            sz = o.r.size or 0
+            r = o.remote_entry
+            sz = r.size or 0
             if not full and files + 1 <= self.inp.max_files and size + sz <= self.inp.max_bytes:
                 files, size = files + 1, size + sz
                 continue
             full = True
-            if o.push == "update" and not o.suppressed and (o.r.path, o.r.sha) == (o.b.path, o.b.sha):
+            if o.push == "update" and not o.suppressed and (r.path, r.sha) == (o.base_entry.path, o.base_entry.sha):
                 continue  # the agent's own pending change goes out first; the next tick drops it
             self._drop(o, "over-limit", f"not materialised: the store holds more than --max-files "
                                         f"{self.inp.max_files} / --max-bytes {self.inp.max_bytes} allow")
@@ -591,7 +612,7 @@ class _Planner:
                 else:
                     self.fate[path] = "drop"
             elif o.view is None and o.skip is not None:
-                if f.sha == o.r.sha:
+                if f.sha == o.remote_entry.sha:
                     self.fate[path] = "drop"
                 else:
                     self._lose(f, "overwritten-by-store", "the store holds a memory at this path that is not "
@@ -609,18 +630,18 @@ class _Planner:
         remove: list[RemoveLocal] = []
         moves: list[tuple[str, str, str]] = []
         mats: list[Materialise] = []
-        book: list[Any] = []
+        book: list[BookAction] = []
         notes: list[Notice] = list(self.new_notes)
-        holds: list[Any] = []
+        holds: list[HoldDelete | PushDelete] = []
         updates: list[_Mem] = []
         creates: list[PushCreate] = []
         still_refused: set[str] = set()
         held = frozenset(self.inp.deletes_held)
 
         for m, o in sorted(self.mems.items()):
-            b, r, lo = o.b, o.r, o.l
+            b, lo = o.b, o.l
             if o.keep:
-                keep.append(KeepLocal(lo.path, lo.sha))
+                keep.append(KeepLocal(o.local_entry.path, o.local_entry.sha))
             if o.view is None:
                 if lo is not None:
                     remove.append(RemoveLocal(lo.path))
@@ -634,6 +655,7 @@ class _Planner:
                     mats.append(Materialise(m, vpath, vsha, vsize))
                 elif o.set_id:
                     book.append(SetLocalMemoryId(vpath, m))
+                r = o.remote_entry
                 target = BaseEntry(m, r.path, r.sha, r.size)
                 if b != target:
                     book.append(SetBase(target))
@@ -641,23 +663,25 @@ class _Planner:
             prev = self.inp.skipped.get(m)
             if o.skip is not None:
                 kind, reason = o.skip
+                r = o.remote_entry
                 fresh = prev is None or (prev.path, prev.sha) != (r.path, r.sha)
                 if fresh:
                     book.append(Skip(m, r.path, r.sha, r.size, reason))
                 if fresh or o.keep:
-                    notes.append(Notice(kind, lo.path if o.keep else r.path, reason, kept=o.keep))
+                    notes.append(Notice(kind, o.local_entry.path if o.keep else r.path, reason, kept=o.keep))
             elif prev is not None:
                 book.append(Unskip(m))
             if o.push == "hold":
                 if m not in held:
-                    holds.append(HoldDelete(m, b.path, self.inp.deletions))
+                    holds.append(HoldDelete(m, o.base_entry.path, self.inp.deletions))
             elif m in held:
                 book.append(ClearHeld(m))
             if o.push == "delete":
-                holds.append(PushDelete(m, r.path, r.sha))
+                holds.append(PushDelete(m, o.remote_entry.path, o.remote_entry.sha))
             elif o.push == "update" and not o.suppressed:
                 updates.append(o)
-            elif o.push == "update" and o.view == (lo.path, lo.sha, lo.size) and self.refused.get(lo.path) == lo.sha:
+            elif (o.push == "update" and lo is not None and o.view == (lo.path, lo.sha, lo.size)
+                  and self.refused.get(lo.path) == lo.sha):
                 still_refused.add(lo.path)
 
         for path, f in sorted(self.new.items()):
@@ -689,9 +713,10 @@ class _Planner:
                     tree.add(o.l.path, o.m)
         view_moves = [MoveLocal(src, dst) for wave in _schedule(moves, tree) for _, src, dst in wave]
 
+        view: list[ViewAction] = [*sorted(keep, key=lambda a: a.path), *sorted(remove, key=lambda a: a.path),
+                                  *view_moves, *sorted(mats, key=lambda a: a.path)]
         return Plan(
-            view=tuple(sorted(keep, key=lambda a: a.path)) + tuple(sorted(remove, key=lambda a: a.path))
-            + tuple(view_moves) + tuple(sorted(mats, key=lambda a: a.path)),
+            view=tuple(view),
             bookkeeping=tuple(sorted(book, key=_book_key)),
             notices=tuple(sorted(notes, key=lambda n: (n.path, n.kind))),
             push_stages=tuple(s for s in [tuple(sorted(holds, key=_push_key)), *self._update_stages(updates),
@@ -702,10 +727,11 @@ class _Planner:
         """Content-only updates go at once; renames in waves so that none targets a path (or a
         path beside one) still in use on the store; a cycle goes through a temporary path."""
         final = {o.m: o for o in updates}
-        renames = [(o.m, o.r.path, o.view[0]) for o in updates if o.view[0] != o.r.path]
+        renames = [(o.m, o.remote_entry.path, o.view_entry[0]) for o in updates
+                   if o.view_entry[0] != o.remote_entry.path]
         tree = self._store_tree_before_updates() if renames else _Tree()
-        stages: list[list[PushUpdate]] = [[self._update(o, o.r.path, o.r.path) for o in updates
-                                           if o.view[0] == o.r.path]]
+        stages: list[list[PushUpdate]] = [[self._update(o, o.remote_entry.path, o.remote_entry.path)
+                                           for o in updates if o.view_entry[0] == o.remote_entry.path]]
         for i, wave in enumerate(_schedule(renames, tree)):
             if i >= len(stages):
                 stages.append([])
@@ -718,11 +744,12 @@ class _Planner:
 
     @staticmethod
     def _update(o: _Mem, src: str, dst: str) -> PushUpdate:
-        vpath, vsha, vsize = o.view
+        vpath, vsha, vsize = o.view_entry
+        rsha = o.remote_entry.sha
         if dst != vpath:  # the first hop of a cycle: move only
-            return PushUpdate(o.m, src, o.r.sha, dst)
-        changed = vsha != o.r.sha
-        return PushUpdate(o.m, src, o.r.sha, dst if dst != src else None,
+            return PushUpdate(o.m, src, rsha, dst)
+        changed = vsha != rsha
+        return PushUpdate(o.m, src, rsha, dst if dst != src else None,
                           vsha if changed else None, vsize if changed else None)
 
 

@@ -24,7 +24,6 @@ non-forced sync with no tick due is one small round trip, with no thread hop and
 from __future__ import annotations
 
 import json
-import math
 import os
 from pathlib import Path
 from typing import Any
@@ -158,7 +157,7 @@ class DaemonLink:
         with anyio.move_on_after(min(ANSWER_PATIENCE, ping_wait)):
             return json.loads(await self._line(path))
         await self._probe(path, ping_wait)
-        left = timeout - (anyio.current_time() - started) if timeout is not None else math.inf
+        left = timeout - (anyio.current_time() - started)
         with anyio.fail_after(max(0.001, left)):
             return json.loads(await self._line(path))
 

@@ -111,7 +111,7 @@ class ConsoleBackend:
 
     def _search_stores(self, needle: str, include_archived: bool, limit: int) -> tuple[list, bool]:
         found: list[StoreRecord] = []
-        after = None
+        after: int | None = None
         for _ in range(_STORE_SCAN_MAX_PAGES):
             p = self._storage.list_stores(
                 limit=LIST_PAGE, after=after, include_archived=include_archived, created_gte=None, created_lte=None
@@ -121,9 +121,9 @@ class ConsoleBackend:
                     if len(found) == limit:
                         return found, True
                     found.append(s)
-            after = p.next_after
-            if after is None:
+            if p.next_after is None:
                 break
+            after = int(p.next_after)  # a store listing resumes after a sequence number
         return found, False
 
     async def get_store(self, store_id: str) -> StoreRecord:

@@ -31,10 +31,11 @@ def size(n: int | None) -> str:
         return "—"
     if n < 1024:
         return f"{n} B"
+    scaled = float(n)
     for unit in ("KiB", "MiB", "GiB"):
-        n /= 1024
-        if n < 1024 or unit == "GiB":
-            return f"{n:.1f} {unit}"
+        scaled /= 1024
+        if scaled < 1024 or unit == "GiB":
+            return f"{scaled:.1f} {unit}"
     return str(n)
 
 

@@ -90,6 +90,12 @@ def _crumbs(prefix: str) -> list[tuple[str, str]]:
     return out
 
 
+def _text(value: object) -> str | None:
+    """A form field or error detail that must be text: anything else (an uploaded file where a
+    token belongs) counts as absent."""
+    return value if isinstance(value, str) else None
+
+
 def _lf(text: str) -> str:
     # Browsers send every line break of a textarea as CRLF (HTML's form encoding).
     return text.replace("\r\n", "\n")
@@ -159,7 +165,7 @@ class Console:
         nonce = self._nonce(request)
         if nonce is None:
             raise HTTPException(401)
-        if not self._same_origin(request) or not self.sessions.csrf_ok(nonce, form.get("csrf")):
+        if not self._same_origin(request) or not self.sessions.csrf_ok(nonce, _text(form.get("csrf"))):
             raise _Forbidden()
         return form
 
@@ -194,7 +200,7 @@ class Console:
     async def login(self, request: Request) -> Response:
         form = await request.form(max_part_size=64 * 1024, max_files=0, max_fields=10)
         nxt = str(form.get("next") or "")
-        if not self.sessions.login_ok(request.cookies.get(LOGIN_COOKIE), form.get("csrf")):
+        if not self.sessions.login_ok(request.cookies.get(LOGIN_COOKIE), _text(form.get("csrf"))):
             return await self.login_form(
                 request, error="The sign-in form expired or was not sent by this page: try again.", status=403,
                 next_url=nxt,
@@ -441,7 +447,7 @@ class Console:
             if e.status == 404:
                 raise
             return await self.new_memory(request, path=path, content=content, error=e.message, status=e.status,
-                                         conflict_id=e.extra.get("conflicting_memory_id"))  # fmt: skip
+                                         conflict_id=_text(e.extra.get("conflicting_memory_id")))  # fmt: skip
         return _see_other(f"/stores/{sid}/memories/{mem.id}", msg="created")
 
     async def memory(self, request: Request) -> Response:
@@ -517,7 +523,7 @@ class Console:
                 msg = ("The memory's content changed since you opened this page; nothing was renamed. "
                        "Check its content below and rename again.")  # fmt: skip
             return await self.rename_form(request, path=path, error=msg, status=e.status,
-                                          conflict_id=e.extra.get("conflicting_memory_id"))  # fmt: skip
+                                          conflict_id=_text(e.extra.get("conflicting_memory_id")))  # fmt: skip
         return _see_other(f"/stores/{sid}/memories/{mid}", msg="renamed")
 
     async def delete_confirm(self, request: Request, *, error: str | None = None, status: int = 200) -> Response:
@@ -582,8 +588,8 @@ class Console:
         b = await self.backend.get_version(sid, b_id)
         if a.memory_id != b.memory_id:
             raise ApiError(400, "invalid_request_error", "these two versions belong to different memories")
-        comparable = a.content is not None and b.content is not None
-        rows = line_diff(a.content, b.content) if comparable else []
+        comparable = a.content is not None and b.content is not None  # a redacted version has none
+        rows = line_diff(a.content, b.content) if a.content is not None and b.content is not None else []
         return self.page(request, "diff.html", store=store, a=a, b=b, rows=rows, stat=summary(rows),
                          comparable=comparable, identical=comparable and a.content == b.content)  # fmt: skip
 

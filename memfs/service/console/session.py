@@ -55,7 +55,7 @@ class ConsoleSessions:
 
     def revoke(self, cookie: str | None) -> None:
         nonce = self.nonce_of(cookie)
-        if nonce is None:
+        if cookie is None or nonce is None:
             return
         now = time.time()
         with self._lock:
@@ -66,7 +66,7 @@ class ConsoleSessions:
         return self._sign("csrf", nonce)
 
     def csrf_ok(self, nonce: str, token: str | None) -> bool:
-        return bool(token) and hmac.compare_digest(token, self.csrf_token(nonce))
+        return token is not None and token != "" and hmac.compare_digest(token, self.csrf_token(nonce))
 
     # --- the sign-in form ----------------------------------------------------------------------
 
@@ -78,4 +78,6 @@ class ConsoleSessions:
         return self._sign("login", login_nonce)
 
     def login_ok(self, login_nonce: str | None, token: str | None) -> bool:
-        return bool(login_nonce) and bool(token) and hmac.compare_digest(token, self.login_token(login_nonce))
+        if not login_nonce or not token:
+            return False
+        return hmac.compare_digest(token, self.login_token(login_nonce))
