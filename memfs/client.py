@@ -23,9 +23,8 @@ import httpx
 import orjson
 import trio
 
-MEMORY_BETA = "agent-memory-2026-07-22"
-SESSIONS_BETA = "managed-agents-2026-04-01"
-COUNTER_HEADER = "memfs-store-counter"
+from memfs.protocol import COUNTER_HEADER, MEMORY_BETA, SESSIONS_BETA
+
 CONCURRENCY = 32  # requests in flight per client (all stores together): a WAN's latency, bounded
 RETRY_WITHIN = 4.0  # seconds: the longest retry-after honoured inside a tick (the interval is >= 5 s)
 RETRIES = 2  # per request

@@ -17,6 +17,8 @@ PACKAGE = Path(__file__).resolve().parent.parent / "memfs"
 # package (or module) -> memfs packages/modules it must never import
 FORBIDDEN: dict[str, tuple[str, ...]] = {
     "memfs.limits": ("memfs.",),
+    "memfs.protocol": ("memfs.",),
+    "memfs.logging_setup": ("memfs.",),
     "memfs.client": ("memfs.mount", "memfs.sync", "memfs.session", "memfs.service", "memfs.worker"),
     "memfs.sync": ("memfs.mount", "memfs.session", "memfs.service", "memfs.worker"),
     "memfs.mount": ("memfs.sync", "memfs.session", "memfs.service", "memfs.worker", "memfs.client"),

@@ -51,6 +51,7 @@ from memfs.limits import (
 )
 from memfs.mount.access import Caller, W, X, allowed, may_change_owner_fields, sticky_allows
 from memfs.mount.state import EMPTY_SHA, FLAG_BAD_UTF8, FLAG_UNBORN, State
+from memfs.protocol import Access
 
 log = logging.getLogger("memfs.mount.core")
 
@@ -76,7 +77,7 @@ class StoreInfo:
     store_id: str
     name: str
     slug: str
-    access: str  # "read_write" | "read_only"
+    access: Access
 
     @property
     def read_only(self) -> bool:

@@ -25,9 +25,11 @@ import sys
 import trio
 
 from memfs.limits import DEFAULT_MAX_BYTES, DEFAULT_MAX_FILES
+from memfs.logging_setup import setup_logging
 from memfs.mount.core import Filesystem, StoreInfo
 from memfs.mount.runner import run_mount
 from memfs.mount.state import State, StateLocked
+from memfs.protocol import is_access
 
 
 def _store(spec: str) -> StoreInfo:
@@ -35,7 +37,7 @@ def _store(spec: str) -> StoreInfo:
         store_id, slug, access = spec.split(":")
     except ValueError:
         raise argparse.ArgumentTypeError(f"--store wants ID:SLUG:ACCESS, got {spec!r}") from None
-    if access not in ("read_write", "read_only"):
+    if not is_access(access):
         raise argparse.ArgumentTypeError(f"access must be read_write or read_only, got {access!r}")
     return StoreInfo(store_id, slug, slug, access)
 
@@ -53,11 +55,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--debug", action="store_true")
     p.add_argument("--stdin-commands", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
-    logging.basicConfig(
-        level=logging.DEBUG if args.debug else logging.INFO,
-        stream=sys.stderr,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    setup_logging(level=logging.DEBUG if args.debug else logging.INFO)
     state = State(args.state_dir)
     try:
         state.lock(args.root)

@@ -31,6 +31,7 @@ from pathlib import Path
 import cachetools
 
 from memfs.limits import NOTICES_KEPT
+from memfs.protocol import Access
 
 SCHEMA_VERSION = 2
 DEFAULT_CACHE_BYTES = 64 * 1024 * 1024
@@ -94,7 +95,7 @@ class StoreRow:
     store_id: str
     name: str
     slug: str
-    access: str
+    access: Access
     counter: int | None
     last_sync_at: str | None
     last_result: str | None

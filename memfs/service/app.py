@@ -26,6 +26,15 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import BaseRoute, Route
 
 from memfs.limits import DEFAULT_MAX_MEMORIES, MAX_STORES_PER_SESSION
+from memfs.protocol import (
+    COUNTER_HEADER,
+    COUNTERS_PATH,
+    REQUEST_ID_HEADER,
+    SESSIONS_PATH,
+    STORES_PATH,
+    WATCH_PATH,
+    is_access,
+)
 from memfs.service import body, params, wire
 from memfs.service.auth import (
     Principal,
@@ -46,7 +55,6 @@ from memfs.service.watch import WatchHub
 log = logging.getLogger("memfs.service")
 access_log = logging.getLogger("memfs.service.access")
 
-COUNTER_HEADER = "memfs-store-counter"
 MAX_COUNTER_IDS = 100
 READY_TIMEOUT_S = 2.0
 DEFAULT_WATCH_WAIT_S = 30
@@ -454,7 +462,7 @@ class _Service:
             res.get("memory_store_id"), f"{where}.memory_store_id", min_chars=1, max_chars=128
         )
         access = res.get("access") or "read_write"
-        if access not in ("read_write", "read_only"):
+        if not is_access(access):
             raise invalid(f"{where}.access: must be read_write or read_only")
         instr = res.get("instructions")
         if instr is not None:
@@ -499,14 +507,14 @@ class _Service:
         return _json({"status": "ready"})
 
     def routes(self) -> list[BaseRoute]:
-        s = "/v1/memory_stores/{store_id}"
+        s = STORES_PATH + "/{store_id}"
         m = s + "/memories/{memory_id}"
         v = s + "/memory_versions/{version_id}"
         table = [
-            ("/v1/memory_stores", "POST", self.create_store),
-            ("/v1/memory_stores", "GET", self.list_stores),
-            ("/v1/memory_store_counters", "GET", self.get_counters),
-            ("/v1/memory_store_watch", "GET", self.watch),
+            (STORES_PATH, "POST", self.create_store),
+            (STORES_PATH, "GET", self.list_stores),
+            (COUNTERS_PATH, "GET", self.get_counters),
+            (WATCH_PATH, "GET", self.watch),
             (s, "GET", self.get_store),
             (s, "POST", self.update_store),
             (s, "DELETE", self.delete_store),
@@ -522,9 +530,9 @@ class _Service:
             (s + "/memory_versions", "GET", self.list_versions),
             (v, "GET", self.get_version),
             (v + "/redact", "POST", self.redact_version),
-            ("/v1/sessions", "POST", self.create_session),
-            ("/v1/sessions/{session_id}", "GET", self.get_session),
-            ("/v1/sessions/{session_id}/archive", "POST", self.archive_session),
+            (SESSIONS_PATH, "POST", self.create_session),
+            (SESSIONS_PATH + "/{session_id}", "GET", self.get_session),
+            (SESSIONS_PATH + "/{session_id}/archive", "POST", self.archive_session),
             ("/metrics", "GET", self.get_metrics),
             ("/healthz", "GET", self.get_live),
             ("/readyz", "GET", self.get_ready),
@@ -593,7 +601,7 @@ class _RequestFrame:
         async def send_with_id(message) -> None:
             if message["type"] == "http.response.start":
                 status.append(message["status"])
-                headers = [*message.get("headers", []), (b"request-id", request_id.encode())]
+                headers = [*message.get("headers", []), (REQUEST_ID_HEADER.encode(), request_id.encode())]
                 message = {**message, "headers": headers}
             await send(message)
 

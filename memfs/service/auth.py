@@ -12,11 +12,11 @@ from dataclasses import dataclass
 
 from starlette.requests import Request
 
+from memfs.protocol import API_KEY_HEADER, BETA_HEADER
+from memfs.protocol import MEMORY_BETA as BETA_MEMORY
+from memfs.protocol import SESSIONS_BETA as BETA_AGENTS
 from memfs.service.errors import ApiError, invalid, not_found, permission
 from memfs.service.storage import Actor, SessionRecord
-
-BETA_MEMORY = "agent-memory-2026-07-22"
-BETA_AGENTS = "managed-agents-2026-04-01"
 
 
 def hash_token(token: str) -> str:
@@ -30,7 +30,7 @@ def admin_key_id(admin_key: str) -> str:
 
 def _betas(request: Request) -> set[str]:
     out: set[str] = set()
-    for header in request.headers.getlist("anthropic-beta"):
+    for header in request.headers.getlist(BETA_HEADER):
         out.update(v.strip() for v in header.split(",") if v.strip())
     return out
 
@@ -52,7 +52,7 @@ def check_sessions_beta(request: Request) -> None:
 
 
 def presented_credential(request: Request) -> str | None:
-    key = request.headers.get("x-api-key")
+    key = request.headers.get(API_KEY_HEADER)
     if key:
         return key
     auth = request.headers.get("authorization", "")

@@ -11,10 +11,17 @@ import os
 import sys
 
 from memfs.limits import DEFAULT_MAX_MEMORIES, MAX_STORES_PER_SESSION
+from memfs.protocol import (
+    API_KEY_HEADER,
+    BETA_HEADER,
+    MEMORY_BETA,
+    SESSIONS_BETA,
+    SESSIONS_PATH,
+    STORES_PATH,
+    is_access,
+)
 
 DEFAULT_BASE_URL = "http://127.0.0.1:8470"
-_MEMORY_BETA = "agent-memory-2026-07-22"
-_SESSIONS_BETA = "managed-agents-2026-04-01"
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -101,7 +108,7 @@ def _request(args: argparse.Namespace, method: str, path: str, beta: str, body: 
     key = args.admin_key or os.environ.get("MEMFS_ADMIN_KEY")
     if not key:
         raise _Failed("no admin key: pass --admin-key or set MEMFS_ADMIN_KEY")
-    headers = {"x-api-key": key, "anthropic-beta": beta}
+    headers = {API_KEY_HEADER: key, BETA_HEADER: beta}
     try:
         resp = httpx.request(method, base + path, json=body, headers=headers, timeout=30.0)
     except httpx.HTTPError as e:
@@ -131,7 +138,7 @@ def _store_create(args: argparse.Namespace) -> int:
         body: dict = {"name": args.name}
         if args.description is not None:
             body["description"] = args.description
-        store = _request(args, "POST", "/v1/memory_stores", _MEMORY_BETA, body)
+        store = _request(args, "POST", STORES_PATH, MEMORY_BETA, body)
         print(json.dumps(store, indent=2) if args.json else store["id"])
         return 0
 
@@ -146,7 +153,7 @@ def _store_list(args: argparse.Namespace) -> int:
             q = "?limit=100" + ("&include_archived=true" if args.include_archived else "")
             if page:
                 q += f"&page={page}"
-            data = _request(args, "GET", "/v1/memory_stores" + q, _MEMORY_BETA)
+            data = _request(args, "GET", STORES_PATH + q, MEMORY_BETA)
             stores += data.get("data", [])
             page = data.get("next_page")
             if not page:
@@ -165,7 +172,7 @@ def _store_list(args: argparse.Namespace) -> int:
 def _parse_store_arg(value: str) -> dict:
     store_id, _, access = value.partition(":")
     access = access or "read_write"
-    if not store_id or access not in ("read_write", "read_only"):
+    if not store_id or not is_access(access):
         raise _Failed(f"--store {value!r}: expected ID, ID:read_only or ID:read_write")
     return {"type": "memory_store", "memory_store_id": store_id, "access": access}
 
@@ -175,7 +182,7 @@ def _session_create(args: argparse.Namespace) -> int:
         if len(args.store) > MAX_STORES_PER_SESSION:
             raise _Failed(f"at most {MAX_STORES_PER_SESSION} --store options")
         resources = [_parse_store_arg(v) for v in args.store]
-        session = _request(args, "POST", "/v1/sessions", _SESSIONS_BETA, {"resources": resources})
+        session = _request(args, "POST", SESSIONS_PATH, SESSIONS_BETA, {"resources": resources})
         if args.json:
             print(json.dumps(session, indent=2))
         else:

@@ -13,6 +13,7 @@ from hypercorn.config import Config
 from hypercorn.trio import serve
 
 from memfs.limits import DEFAULT_MAX_MEMORIES
+from memfs.logging_setup import setup_logging
 from memfs.service.app import create_app
 from memfs.service.backend import DatabaseError
 from memfs.service.database import DatabaseUrlError, open_storage
@@ -27,15 +28,6 @@ def resolve_admin_key(admin_key: str | None) -> tuple[str, bool]:
     if key:
         return key, False
     return "memfs_admin_" + secrets.token_urlsafe(32), True
-
-
-def _configure_logging() -> None:
-    root = logging.getLogger("memfs")
-    if not root.handlers:
-        handler = logging.StreamHandler(sys.stderr)
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-        root.addHandler(handler)
-        root.setLevel(logging.INFO)
 
 
 async def _serve(app, config: Config, host: str, retention: Retention, retention_interval_s: float) -> None:
@@ -80,7 +72,7 @@ def run(
     server: str = "hypercorn",
     console: bool = False,
 ) -> int:
-    _configure_logging()
+    setup_logging()
     key, generated = resolve_admin_key(admin_key)
     try:
         storage = open_storage(db_path)

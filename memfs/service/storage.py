@@ -11,6 +11,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from memfs.protocol import Access
+
 # --- domain errors -----------------------------------------------------------------------------
 
 
@@ -144,14 +146,14 @@ class ResourceSpec:
     """One memory store to attach when creating a session."""
 
     memory_store_id: str
-    access: str  # read_write | read_only
+    access: Access
     instructions: str | None
 
 
 @dataclass
 class ResourceRecord:
     memory_store_id: str
-    access: str
+    access: Access
     name: str
     description: str
     instructions: str | None

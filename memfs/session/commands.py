@@ -12,6 +12,8 @@ import sys
 from pathlib import Path
 
 from memfs import limits
+from memfs.logging_setup import LOG_FORMATS, setup_logging
+from memfs.protocol import DELETION_MODES
 from memfs.session import control
 from memfs.session.hook import EXIT_NOT_ANSWERING, cmd_sync
 
@@ -44,33 +46,6 @@ def _float(text: str) -> float:
         raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
 
 
-def setup_logging(fmt: str = "text", level: int | None = None) -> None:
-    import logging
-    import time
-
-    class JsonFormatter(logging.Formatter):
-        def format(self, record: logging.LogRecord) -> str:
-            out = {
-                "time": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created)) + f".{int(record.msecs):03d}Z",
-                "level": record.levelname.lower(),
-                "logger": record.name,
-                "message": record.getMessage(),
-            }
-            if record.exc_info:
-                out["exception"] = self.formatException(record.exc_info)
-            return json.dumps(out)
-
-    handler = logging.StreamHandler(sys.stderr)
-    if fmt == "json":
-        handler.setFormatter(JsonFormatter())
-    else:
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-    root = logging.getLogger()
-    root.handlers[:] = [handler]
-    root.setLevel(logging.INFO if level is None else level)
-    logging.getLogger("httpx").setLevel(logging.WARNING)
-
-
 def _fail(command: str, message: str, code: int = 1) -> int:
     print(f"memfs {command}: error: {message}", file=sys.stderr)
     return code
@@ -83,13 +58,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--base-url", default=None, help="default: $ANTHROPIC_BASE_URL")
     p.add_argument("--state-dir", default=None, help="default: /var/lib/memfs/<root>")
     p.add_argument("--sync-interval", type=_float, default=limits.DEFAULT_SYNC_INTERVAL)
-    p.add_argument("--sync-deletions", choices=["enabled", "log_only", "disabled"], default="enabled")
+    p.add_argument("--sync-deletions", choices=DELETION_MODES, default="enabled")
     p.add_argument("--max-files", type=int, default=limits.DEFAULT_MAX_FILES)
     p.add_argument("--max-bytes", type=parse_size, default=limits.DEFAULT_MAX_BYTES)
     p.add_argument("--uid", type=int, default=None)
     p.add_argument("--gid", type=int, default=None)
     p.add_argument("--allow-other", action="store_true")
-    p.add_argument("--log-format", choices=["text", "json"], default="text")
+    p.add_argument("--log-format", choices=LOG_FORMATS, default="text")
     p.add_argument("--flush-timeout", type=_float, default=limits.FLUSH_TIMEOUT)
     p.add_argument("--foreground", action="store_true")
     p.set_defaults(func=cmd_mount)
@@ -115,9 +90,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--state-dir", required=True)
     p.add_argument("--base-url", default=None, help="default: the one the mount used")
     p.add_argument("--flush-timeout", type=_float, default=limits.FLUSH_TIMEOUT)
-    p.add_argument("--sync-deletions", choices=["enabled", "log_only", "disabled"], default=None,
+    p.add_argument("--sync-deletions", choices=DELETION_MODES, default=None,
                    help="default: the one the mount used")
-    p.add_argument("--log-format", choices=["text", "json"], default="text")
+    p.add_argument("--log-format", choices=LOG_FORMATS, default="text")
     p.set_defaults(func=cmd_flush)
 
 

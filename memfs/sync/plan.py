@@ -17,6 +17,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any, TypeVar
 
 from memfs.limits import DEFAULT_MAX_BYTES, DEFAULT_MAX_FILES, RESERVED_NAMES, PathError, check_memory_path
+from memfs.protocol import Access, Deletions
 
 # A rename cycle (a swap) goes through a temporary path, on the store and in the view. Seeing it
 # again later (an interrupted swap) means "our own move", never a remote/local rename.
@@ -83,8 +84,8 @@ class Inputs:
     refused: Mapping[str, Any] = field(default_factory=dict)
     skipped: Mapping[str, Any] = field(default_factory=dict)
     deletes_held: frozenset[str] = frozenset()
-    access: str = "read_write"  # | "read_only"
-    deletions: str = "enabled"  # | "log_only" | "disabled"
+    access: Access = "read_write"
+    deletions: Deletions = "enabled"
     max_files: int = DEFAULT_MAX_FILES
     max_bytes: int = DEFAULT_MAX_BYTES
     remote_changed: bool = True
@@ -139,7 +140,7 @@ class PushDelete:
 class HoldDelete:
     memory_id: str
     path: str
-    reason: str  # the --sync-deletions mode: "log_only" | "disabled"
+    reason: Deletions  # the --sync-deletions mode that holds it: "log_only" | "disabled"
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,8 @@ from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any, Protocol
 
+from memfs.protocol import Access
+
 
 class StoreRef(Protocol):
     """One attached store, as the session resolved it."""
@@ -26,7 +28,7 @@ class StoreRef(Protocol):
     @property
     def slug(self) -> str: ...
     @property
-    def access(self) -> str: ...  # "read_write" | "read_only"
+    def access(self) -> Access: ...
 
 
 class LocalFileRecord(Protocol):

@@ -22,6 +22,8 @@ import signal
 import subprocess
 import sys
 
+from memfs.logging_setup import setup_logging
+
 log = logging.getLogger("memfs.worker")
 
 ITEM_VARS = ("ANTHROPIC_WORK_ID", "ANTHROPIC_ENVIRONMENT_ID", "ANTHROPIC_SESSION_ID")
@@ -53,7 +55,7 @@ def make_non_dumpable() -> bool:
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    setup_logging()
     try:
         import anthropic  # noqa: F401
     except ImportError:

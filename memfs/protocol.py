@@ -1,0 +1,45 @@
+"""The store API's names on the wire, spelled once (the service checks them, its clients send
+them), and the two mode vocabularies that flow from the command line to the planner.
+
+The beta values select which API a request speaks (the memory store API, or the sessions API that
+a memory request may also use); the counter header is the memfs extension that tells a listing's
+reader which counter its snapshot was read at. Like `limits.py`, this imports nothing from memfs,
+so any layer may use it. The tests spell the values out themselves: a change here must break them.
+"""
+
+from __future__ import annotations
+
+from typing import Literal, TypeGuard, get_args
+
+BETA_HEADER = "anthropic-beta"
+MEMORY_BETA = "agent-memory-2026-07-22"
+SESSIONS_BETA = "managed-agents-2026-04-01"
+
+API_KEY_HEADER = "x-api-key"
+COUNTER_HEADER = "memfs-store-counter"  # the store counter a memory listing, feed or snapshot was read at
+REQUEST_ID_HEADER = "request-id"
+
+STORES_PATH = "/v1/memory_stores"
+COUNTERS_PATH = "/v1/memory_store_counters"
+WATCH_PATH = "/v1/memory_store_watch"
+SESSIONS_PATH = "/v1/sessions"
+
+# How a session holds a store: the wire value of a session resource's `access`.
+Access = Literal["read_write", "read_only"]
+ACCESS_MODES: tuple[Access, ...] = get_args(Access)
+
+# What the mount does with a local delete (`--sync-deletions`): send it, or hold it (log it once).
+Deletions = Literal["enabled", "log_only", "disabled"]
+DELETION_MODES: tuple[Deletions, ...] = get_args(Deletions)
+
+
+def is_access(value: object) -> TypeGuard[Access]:
+    return value in ACCESS_MODES
+
+
+def is_deletions(value: object) -> TypeGuard[Deletions]:
+    return value in DELETION_MODES
+
+
+def store_path(store_id: str) -> str:
+    return f"{STORES_PATH}/{store_id}"
