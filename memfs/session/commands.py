@@ -131,7 +131,7 @@ def cmd_mount(args: argparse.Namespace) -> int:
 def _live_mount_problem(root: str) -> str | None:
     """Why root cannot be mounted when a memfs daemon still serves it, found without touching
     the root (the preflight stats it, which hangs for ever on a stopped daemon's mount)."""
-    from memfs.session.daemon import fuse_mount_at
+    from memfs.mount.mount_table import fuse_mount_at
 
     entry = control.registry_entry(root)
     if fuse_mount_at(entry["root"] if entry and entry.get("root") else control.registry_key(root),
@@ -344,7 +344,8 @@ def _deletes_held_note(answer: dict[str, Any]) -> str:
 
 
 def cmd_unmount(args: argparse.Namespace) -> int:
-    from memfs.session.daemon import clear_stale_mount, fuse_mount_at, wait_until_unmounted
+    from memfs.mount.mount_table import fuse_mount_at
+    from memfs.session.daemon import clear_stale_mount, wait_until_unmounted
 
     root = os.path.abspath(args.root)
     state_dir = control.lookup_state_dir(root)

@@ -26,6 +26,7 @@ import trio
 from memfs import limits
 from memfs.client import ApiError, StoreClient, Unreachable
 from memfs.mount.core import Filesystem, StoreInfo
+from memfs.mount.mount_table import fuse_mount_at
 from memfs.mount.state import State, StateLocked
 from memfs.session import control
 
@@ -63,21 +64,6 @@ def check_interval(value: float) -> float:
 
 
 # -- preflight ----------------------------------------------------------------------------------
-def fuse_mount_at(path: str, *, resolve: bool = True) -> str | None:
-    """The filesystem type of a FUSE mount at path ('fuse.memfs', ...) or None. `resolve=False`:
-    path is already resolved (realpath stats the path itself, which a live mount must answer)."""
-    real = os.path.realpath(path) if resolve else path
-    try:
-        with open("/proc/mounts") as f:
-            for line in f:
-                parts = line.split()
-                if len(parts) >= 3 and parts[1].replace("\\040", " ") == real and parts[2].startswith("fuse"):
-                    return parts[2]
-    except OSError:
-        pass
-    return None
-
-
 def clear_stale_mount(root: str) -> bool:
     """Lazily unmount a dead memfs mount at root ("Transport endpoint is not connected")."""
     kind = fuse_mount_at(root)

@@ -22,21 +22,11 @@ from pathlib import Path
 
 import pytest
 
+from memfs.mount.mount_table import mounted_at
+
 REPO = Path(__file__).resolve().parents[2]
 PYTHON = sys.executable
 SYSTEM_PYTHON = "/usr/bin/python3"
-
-
-def _unescape(field: str) -> str:
-    # /proc/mounts escapes space, tab, newline and backslash as octal.
-    return field.replace("\\040", " ").replace("\\011", "\t").replace("\\012", "\n").replace("\\134", "\\")
-
-
-def mounted_at(path: str | os.PathLike[str]) -> bool:
-    """Whether anything is mounted exactly at `path` (per /proc/mounts)."""
-    target = os.path.abspath(path)
-    with open("/proc/mounts") as f:
-        return any(_unescape(line.split()[1]) == target for line in f if line.strip())
 
 
 def force_unmount(path: str | os.PathLike[str], *, timeout: float = 10.0) -> None:
