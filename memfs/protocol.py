@@ -37,9 +37,5 @@ def is_access(value: object) -> TypeGuard[Access]:
     return value in ACCESS_MODES
 
 
-def is_deletions(value: object) -> TypeGuard[Deletions]:
-    return value in DELETION_MODES
-
-
 def store_path(store_id: str) -> str:
     return f"{STORES_PATH}/{store_id}"

@@ -43,8 +43,6 @@ def from_storage(exc: st.StorageError) -> ApiError:
         )
     if isinstance(exc, st.PreconditionFailed):
         return ApiError(409, "memory_precondition_failed_error", str(exc))
-    if isinstance(exc, st.Conflict):
-        return ApiError(409, "conflict_error", str(exc))
     return ApiError(500, "api_error", "internal error")
 
 

@@ -36,10 +36,6 @@ class LimitExceeded(Invalid):
     """A configured limit (e.g. --max-memories) would be passed."""
 
 
-class Conflict(StorageError):
-    """A generic state conflict (409 conflict_error)."""
-
-
 class PreconditionFailed(StorageError):
     pass
 

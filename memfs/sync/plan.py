@@ -153,7 +153,6 @@ class PushUpdate:
     expected_sha: str
     new_path: str | None = None
     new_sha: str | None = None
-    new_size: int | None = None
 
     @property
     def local_path(self) -> str:
@@ -745,13 +744,12 @@ class _Planner:
 
     @staticmethod
     def _update(o: _Mem, src: str, dst: str) -> PushUpdate:
-        vpath, vsha, vsize = o.view_entry
+        vpath, vsha, _ = o.view_entry
         rsha = o.remote_entry.sha
         if dst != vpath:  # the first hop of a cycle: move only
             return PushUpdate(o.m, src, rsha, dst)
         changed = vsha != rsha
-        return PushUpdate(o.m, src, rsha, dst if dst != src else None,
-                          vsha if changed else None, vsize if changed else None)
+        return PushUpdate(o.m, src, rsha, dst if dst != src else None, vsha if changed else None)
 
 
 _BOOK_ORDER = {DropBase: 0, SetBase: 1, SetLocalMemoryId: 2, Skip: 3, Unskip: 4, ClearHeld: 5, ClearRefused: 6}

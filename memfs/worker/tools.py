@@ -42,7 +42,6 @@ from memfs.worker.daemon_link import PRE_CALL_TIMEOUT, DaemonLink, DaemonUnavail
 log = logging.getLogger("memfs.worker")
 
 DEFAULT_ROOT = "/mnt/memory"
-SESSION_MOUNT_PARENT = "/mnt/memory"  # where the platform says a session's stores live
 FINAL_SYNC_TIMEOUT = limits.FLUSH_TIMEOUT
 
 Tools = Sequence[Any]

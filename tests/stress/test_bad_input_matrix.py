@@ -52,10 +52,6 @@ def W(path, data=b"x", flags=os.O_WRONLY | os.O_CREAT | os.O_TRUNC):
     return act
 
 
-def rw_(name):
-    return lambda c: c.rw / name if isinstance(name, str) else os.fsencode(c.rw) + b"/" + name
-
-
 def mkfiles(n, prefix="fill"):
     def go(c):
         for i in range(n):

@@ -85,9 +85,6 @@ class Sandbox:
                 pass
             _wait_dead(pid)
 
-    def store_dir(self, slug: str) -> Path:
-        return self.root / slug
-
     def notices(self, slug: str) -> list[str]:
         return (self.root / slug / ".sync-notices.log").read_text().splitlines()
 

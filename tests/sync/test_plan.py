@@ -76,7 +76,7 @@ def note(kind, p, kept=False):
 
 
 def upd(m, p, exp, new_path=None, new_sha=None):
-    return PushUpdate(m, p, exp, new_path, new_sha, Z[new_sha] if new_sha else None)
+    return PushUpdate(m, p, exp, new_path, new_sha)
 
 
 def create(p, s):

@@ -83,9 +83,7 @@ class Work:
     last_heartbeat: str = ""
     lost: bool = False
     acked: bool = False
-    heartbeats: int = 0
     stop_requests: list[dict[str, Any]] = field(default_factory=list)
-    stopped_at_monotonic: float | None = None
 
     def body(self) -> dict[str, Any]:
         d = {"type": "work", "id": self.id, "environment_id": self.environment_id, "created_at": now(),
@@ -239,7 +237,6 @@ class FakePlatform:
         denied = self._auth(request, self.sessions[work.session_id].token)
         if denied:
             return self._log(request, denied)
-        work.heartbeats += 1
         expected = request.query_params.get("expected_last_heartbeat")
         stale = expected != (work.last_heartbeat or "NO_HEARTBEAT")
         if work.lost or (stale and work.state not in ("stopping", "stopped")):
@@ -267,7 +264,6 @@ class FakePlatform:
         work.stop_requests.append(body)
         if self.on_stop is not None:
             await asyncio.to_thread(self.on_stop, work)
-        work.stopped_at_monotonic = time.monotonic()
         if work.state == "stopped":
             return self._log(request, self._error(409, "conflict_error", "work item already stopped"))
         work.state = "stopped"
