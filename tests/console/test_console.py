@@ -309,6 +309,17 @@ def test_a_form_post_without_the_csrf_token_is_refused(signed_in, api, console_s
     assert r.status == 303
 
 
+def test_a_csrf_token_sent_as_a_file_is_refused_not_a_500(console_service):
+    # The forms take one upload (the import); a file where the token belongs is no token.
+    with httpx.Client(base_url=console_service.base_url) as client:
+        login = client.get("/console/login")
+        client.post("/console/login", data={
+            "csrf": re.search(r'name="csrf" value="([^"]+)"', login.text).group(1), "admin_key": console_service.admin_key,
+        })  # fmt: skip
+        r = client.post("/console/stores", data={"name": "forged"}, files={"csrf": ("csrf.txt", b"0" * 64)})
+        assert r.status_code == 403, r.text
+
+
 def test_script_in_content_path_and_name_renders_inert(signed_in, api):
     page = signed_in
     evil = "<script>alert('xss')</script><img src=x onerror=alert(2)>"
