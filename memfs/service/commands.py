@@ -22,7 +22,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("serve", help="run the reference store service")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8470, help="TCP port (0 picks a free one)")
-    p.add_argument("--db", default="./memfs-data/store.db", help="sqlite:///PATH or a file path (created if missing), or postgresql://…")
+    p.add_argument("--db", default=os.environ.get("MEMFS_DB") or "./memfs-data/store.db",
+                   help="sqlite:///PATH or a file path (created if missing), or postgresql://… "
+                        "(default: $MEMFS_DB, else ./memfs-data/store.db)")
     p.add_argument("--admin-key", help="admin key (default: $MEMFS_ADMIN_KEY, else generated and printed)")
     p.add_argument("--max-memories", type=int, default=DEFAULT_MAX_MEMORIES, help="memories per store")
     p.add_argument("--hosted-api", action="store_true",
