@@ -430,13 +430,16 @@ class StoreClient:
 def _describe(exc: BaseException) -> str:
     """`Type: message`; when httpx's own message is empty (a TLS failure under trio is a bare
     ConnectError), the first cause that says something, e.g. the certificate verify failure."""
-    text = f"{type(exc).__name__}: {exc}"
-    cause, seen = exc.__cause__ or exc.__context__, 0
-    while not str(exc) and cause is not None and seen < 10:
+    if str(exc):
+        return f"{type(exc).__name__}: {exc}"
+    cause = exc.__cause__ or exc.__context__
+    for _ in range(10):  # bounded: a cause chain is short, never trusted to end
+        if cause is None:
+            break
         if str(cause):
-            return f"{text} {type(cause).__name__}: {cause}"
-        cause, seen = cause.__cause__ or cause.__context__, seen + 1
-    return text
+            return f"{type(exc).__name__}: {type(cause).__name__}: {cause}"
+        cause = cause.__cause__ or cause.__context__
+    return f"{type(exc).__name__}: (no details)"
 
 
 def _first(group: BaseExceptionGroup) -> BaseException:
