@@ -1,13 +1,17 @@
-# The reference store service, `memfs serve`, on SQLite. See docs/OPERATIONS.md.
+# The reference store service, `memfs serve`, on SQLite (default) or PostgreSQL. See docs/OPERATIONS.md.
 #
 # Same build context and arguments as docker/sandbox.Dockerfile:
 #   pip wheel --no-deps -w docker/dist .
 #   docker build -f docker/serve.Dockerfile -t memfs-serve docker/
 #   docker run -d --name memfs-serve -p 127.0.0.1:8470:8470 -v memfs-data:/data \
 #       -e MEMFS_ADMIN_KEY="$(cat admin-key)" memfs-serve
+# The database: MEMFS_DB, a SQLite path (default /data/store.db, in the volume /data) or a
+# PostgreSQL URL (-e MEMFS_DB=postgresql://memfs:PASSWORD@db/memfs; then /data holds nothing and
+# any number of containers may share the database). More `memfs serve` flags go after the image
+# name: `memfs-serve --server uvicorn --rate-limit 20 --certfile /certs/tls.crt --keyfile /certs/tls.key`.
 # The service does not mount anything, so it needs neither FUSE nor pyfuse3 (a compiler): memfs is
-# installed without its pyfuse3 dependency. The database lives in the volume /data; the process runs
-# as the unprivileged user `memfs` (uid 1001).
+# installed without its pyfuse3 dependency. The process runs as the unprivileged user `memfs`
+# (uid 1001).
 ARG BASE_IMAGE=python:3.11-slim-bookworm
 FROM ${BASE_IMAGE}
 ARG PIP_OPTIONS=""
@@ -32,6 +36,9 @@ RUN set -eu; \
     mkdir -p /data; \
     chown memfs:memfs /data
 USER memfs
+ENV MEMFS_DB=/data/store.db
 # --host 0.0.0.0 inside the container; publish the port on the host's loopback (or a private
 # network) only. The admin key comes from MEMFS_ADMIN_KEY; without it one is generated and printed.
-ENTRYPOINT ["memfs", "serve", "--host", "0.0.0.0", "--port", "8470", "--db", "/data/store.db"]
+# `--db` is not given here: memfs serve reads MEMFS_DB (tests/service/test_operations.py runs this
+# line, with a PostgreSQL URL, outside Docker).
+ENTRYPOINT ["memfs", "serve", "--host", "0.0.0.0", "--port", "8470"]

@@ -175,7 +175,7 @@ class StoreClient:
                 async with self.slots:
                     resp = await self._http.request(method, url, **kw)
             except httpx.HTTPError as exc:
-                raise Unreachable(f"{method} {url}: {type(exc).__name__}: {exc}") from exc
+                raise Unreachable(f"{method} {url}: {_describe(exc)}") from exc
             if resp.status_code < 400:
                 return resp
             wait = self._retry_wait(resp, attempt)
@@ -280,7 +280,7 @@ class StoreClient:
                     else:
                         return await self._read_snapshot(url, resp)
             except httpx.HTTPError as exc:
-                raise Unreachable(f"GET {url}: {type(exc).__name__}: {exc}") from exc
+                raise Unreachable(f"GET {url}: {_describe(exc)}") from exc
             await trio.sleep(wait)
         raise AssertionError("unreachable")  # the last attempt returns or raises
 
@@ -424,6 +424,21 @@ class StoreClient:
     async def delete_memory(self, store_id: str, memory_id: str, *, expected_sha: str | None) -> None:
         params = {"expected_content_sha256": expected_sha} if expected_sha else None
         await self._request("DELETE", f"/v1/memory_stores/{store_id}/memories/{memory_id}", params=params)
+
+
+def _describe(exc: BaseException) -> str:
+    """`Type: message`; when httpx's own message is empty (a TLS failure under trio is a bare
+    ConnectError), the first cause that says something, e.g. the certificate verify failure."""
+    if str(exc):
+        return f"{type(exc).__name__}: {exc}"
+    cause = exc.__cause__ or exc.__context__
+    for _ in range(10):  # bounded: a cause chain is short, never trusted to end
+        if cause is None:
+            break
+        if str(cause):
+            return f"{type(exc).__name__}: {type(cause).__name__}: {cause}"
+        cause = cause.__cause__ or cause.__context__
+    return f"{type(exc).__name__}: (no details)"
 
 
 def _first(group: BaseExceptionGroup) -> BaseException:

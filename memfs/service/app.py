@@ -47,8 +47,9 @@ from memfs.service.auth import (
     unauthenticated,
 )
 from memfs.service.cursors import CursorError, Cursors
-from memfs.service.errors import ApiError, envelope, from_storage, invalid, not_found
+from memfs.service.errors import ApiError, envelope, from_storage, invalid, not_found, rate_limited
 from memfs.service.metrics import CONTENT_TYPE, Metrics
+from memfs.service.ratelimit import RateLimiter, retry_after_headers
 from memfs.service.storage import Actor, ResourceSpec, Storage, StorageError, VersionFilter
 from memfs.service.watch import WatchHub
 
@@ -70,13 +71,14 @@ class _Service:
     extensions = True  # the memfs extensions (counter, changes feed, snapshot, counter header)
 
     def __init__(self, storage: Storage, admin_key: str, max_memories: int, metrics: Metrics,
-                 watch_hub: WatchHub):
+                 watch_hub: WatchHub, rate_limiter: RateLimiter | None = None):
         if not admin_key:
             raise ValueError("admin_key must not be empty")
         self.storage = storage
         self.watch_hub = watch_hub
         self.max_memories = max_memories
         self.metrics = metrics
+        self.rate_limiter = rate_limiter
         self._admin_key = admin_key
         self._admin_actor = Actor("api_actor", admin_key_id(admin_key))
         self.cursors = Cursors(admin_key)
@@ -103,11 +105,29 @@ class _Service:
         if cred is None:
             raise unauthenticated("no credentials: send x-api-key: KEY or Authorization: Bearer KEY")
         if is_admin_key(cred, self._admin_key):
+            self._limit("admin", "admin", "the admin key")
             return Principal(self._admin_actor)
         session = await self.call(self.storage.session_for_token, hash_token(cred))
         if session is None:
             raise unauthenticated("invalid API key or session token")
+        self._limit("session:" + session.id, "session", f"session {session.id}")
         return Principal(Actor("session_actor", session.id), session)
+
+    def _limit(self, key: str, kind: str, who: str) -> None:
+        """Per-credential rate limit, after authentication: only a known caller has a bucket (a
+        bad credential is a 401, whatever its rate). Health and metrics never come here."""
+        if self.rate_limiter is None:
+            return
+        wait = self.rate_limiter.take(key)
+        if wait is None:
+            return
+        self.metrics.rate_limited(kind)
+        limiter = self.rate_limiter
+        raise rate_limited(
+            f"rate limit exceeded for {who}: at most {limiter.rate:g} requests/s (bursts of {limiter.burst}); "
+            f"retry after {wait:.2f} s",
+            retry_after_headers(wait),
+        )
 
     # --- memory stores -------------------------------------------------------------------------
 
@@ -550,8 +570,8 @@ def _request_id(request: Request) -> str:
 def _error_response(err: ApiError, request_id: str) -> JSONResponse:
     # The official client retries 409s by default; ours are answers about state, not lock
     # timeouts, so tell it (and any client honouring the header) not to retry 4xx errors.
-    headers = {"x-should-retry": "false"} if 400 <= err.status < 500 and err.status != 429 else None
-    return _json(envelope(err, request_id), status=err.status, headers=headers)
+    headers = {"x-should-retry": "false"} if 400 <= err.status < 500 and err.status != 429 else {}
+    return _json(envelope(err, request_id), status=err.status, headers={**headers, **err.headers})
 
 
 async def _on_api_error(request: Request, exc: Exception) -> Response:
@@ -651,14 +671,16 @@ def create_app(
     extensions: bool = True,
     watch_hub: WatchHub | None = None,
     console: bool = False,
+    rate_limiter: RateLimiter | None = None,
 ):
     """The ASGI app serving `storage`. `admin_key` can do everything; sessions get scoped tokens.
 
     The returned app's `watch_hub` holds the watches; its change source runs for the app's lifespan,
-    and `watch_hub.close()` (server.py, at SIGTERM) answers every held watch at once."""
+    and `watch_hub.close()` (server.py, at SIGTERM) answers every held watch at once.
+    `rate_limiter` (None: no limit) limits each credential's requests (429 with retry-after)."""
     metrics = metrics or Metrics()
     hub = watch_hub or WatchHub(storage)
-    service = _Service(storage, admin_key, max_memories, metrics, hub)
+    service = _Service(storage, admin_key, max_memories, metrics, hub, rate_limiter)
     service.extensions = extensions
 
     @contextlib.asynccontextmanager

@@ -40,7 +40,8 @@ class _Server(uvicorn.Server):
         super().handle_exit(sig, frame)
 
 
-async def serve(app, host: str, port: int, retention: Retention, retention_interval_s: float) -> None:
+async def serve(app, host: str, port: int, retention: Retention, retention_interval_s: float,
+                certfile: str | None = None, keyfile: str | None = None) -> None:
     config = uvicorn.Config(
         app,
         host=host,
@@ -53,6 +54,8 @@ async def serve(app, host: str, port: int, retention: Retention, retention_inter
         server_header=False,
         date_header=True,
         timeout_graceful_shutdown=GRACEFUL_TIMEOUT_S,
+        ssl_certfile=certfile,
+        ssl_keyfile=keyfile,
     )
     server = _Server(config, app)
     server._loop = asyncio.get_running_loop()
@@ -65,7 +68,7 @@ async def serve(app, host: str, port: int, retention: Retention, retention_inter
     sockname = server.servers[0].sockets[0].getsockname()
     bound = f"[{sockname[0]}]:{sockname[1]}" if ":" in sockname[0] else f"{sockname[0]}:{sockname[1]}"
     # The line tests and scripts wait for: the socket is bound and accepting.
-    print(f"memfs: listening on http://{bound}", flush=True)
+    print(f"memfs: listening on {'https' if config.is_ssl else 'http'}://{bound}", flush=True)
     background = asyncio.create_task(run_periodically(retention, retention_interval_s))
     try:
         await serving
@@ -81,11 +84,12 @@ def _stopped(_sig, _frame) -> None:
     pass
 
 
-def run(app, host: str, port: int, retention: Retention, retention_interval_s: float) -> None:
+def run(app, host: str, port: int, retention: Retention, retention_interval_s: float,
+        certfile: str | None = None, keyfile: str | None = None) -> None:
     import uvloop
 
     # uvicorn restores the handlers it found and raises the signal again once it has shut down
     # gracefully; a handler that does nothing makes that a normal exit (status 0, as before).
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, _stopped)
-    uvloop.run(serve(app, host, port, retention, retention_interval_s))
+    uvloop.run(serve(app, host, port, retention, retention_interval_s, certfile, keyfile))

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 
@@ -28,7 +29,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("serve", help="run the reference store service")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8470, help="TCP port (0 picks a free one)")
-    p.add_argument("--db", default="./memfs-data/store.db", help="sqlite:///PATH or a file path (created if missing), or postgresql://…")
+    p.add_argument("--db", default=os.environ.get("MEMFS_DB") or "./memfs-data/store.db",
+                   help="sqlite:///PATH or a file path (created if missing), or postgresql://… "
+                        "(default: $MEMFS_DB, else ./memfs-data/store.db)")
     p.add_argument("--admin-key", help="admin key (default: $MEMFS_ADMIN_KEY, else generated and printed)")
     p.add_argument("--max-memories", type=int, default=DEFAULT_MAX_MEMORIES, help="memories per store")
     p.add_argument("--hosted-api", action="store_true",
@@ -43,6 +46,15 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "(about 2-3x the counter reads/s here; scripts/counter_rate.py)")
     p.add_argument("--console", action="store_true",
                    help="also serve the web console at /console (sign in with the admin key)")
+    p.add_argument("--rate-limit", type=float, default=0.0, metavar="RPS",
+                   help="requests per second per credential (admin key, session token), answered "
+                        "429 with retry-after beyond it; per process (default 0: no limit)")
+    p.add_argument("--rate-burst", type=int, default=None, metavar="N",
+                   help="requests a credential may send at once before --rate-limit applies "
+                        "(default: two seconds' worth, at least 1)")
+    p.add_argument("--certfile", default=None, metavar="PEM",
+                   help="serve https with this certificate chain (with --keyfile)")
+    p.add_argument("--keyfile", default=None, metavar="PEM", help="the private key of --certfile")
     p.set_defaults(func=_serve)
 
     store = sub.add_parser("store", help="manage memory stores (admin, over HTTP)")
@@ -90,10 +102,17 @@ def _serve(args: argparse.Namespace) -> int:
     if args.version_retention_days < 0 or args.retention_interval <= 0:
         print("memfs serve: --version-retention-days must be >= 0 and --retention-interval > 0", file=sys.stderr)
         return 2
+    if not (args.rate_limit >= 0 and math.isfinite(args.rate_limit)):  # also refuses nan
+        print("memfs serve: --rate-limit must be a number >= 0 (requests/s; 0: no limit)", file=sys.stderr)
+        return 2
+    if args.rate_burst is not None and (args.rate_burst < 1 or not args.rate_limit):
+        print("memfs serve: --rate-burst must be at least 1, and goes with --rate-limit", file=sys.stderr)
+        return 2
     return run(
         args.host, args.port, args.db, args.admin_key, args.max_memories, extensions=not args.hosted_api,
         retention_days=args.version_retention_days, retention_interval_s=args.retention_interval,
-        server=args.server, console=args.console,
+        server=args.server, console=args.console, rate_limit=args.rate_limit, rate_burst=args.rate_burst,
+        certfile=args.certfile, keyfile=args.keyfile,
     )  # fmt: skip
 
 

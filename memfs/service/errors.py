@@ -6,13 +6,16 @@ from memfs.service import storage as st
 
 
 class ApiError(Exception):
-    """An error answered to the client: HTTP status, error type, message, extra `error` fields."""
+    """An error answered to the client: HTTP status, error type, message, extra `error` fields,
+    and response headers (`retry-after` on a 429)."""
 
-    def __init__(self, status: int, type_: str, message: str, **extra: object):
+    def __init__(self, status: int, type_: str, message: str, *, headers: dict[str, str] | None = None,
+                 **extra: object):
         super().__init__(message)
         self.status = status
         self.type = type_
         self.message = message
+        self.headers = headers or {}
         self.extra = extra
 
 
@@ -26,6 +29,10 @@ def not_found(message: str) -> ApiError:
 
 def permission(message: str) -> ApiError:
     return ApiError(403, "permission_error", message)
+
+
+def rate_limited(message: str, headers: dict[str, str]) -> ApiError:
+    return ApiError(429, "rate_limit_error", message, headers=headers)
 
 
 def from_storage(exc: st.StorageError) -> ApiError:

@@ -54,7 +54,12 @@ class Metrics:
             "Store counters read through the counter extension endpoints.",
             registry=self.registry,
         )
-
+        self._rate_limited = Counter(
+            "memfs_rate_limited_requests",
+            "Requests refused with 429 by the per-credential rate limit, by credential kind (admin, session).",
+            ("credential",),
+            registry=self.registry,
+        )
         self.watches_held = Gauge(
             "memfs_watches_held",
             "Watch requests held open now, waiting for a counter to move.",
@@ -67,6 +72,9 @@ class Metrics:
 
     def counter_reads(self, n: int) -> None:
         self._counter_reads.inc(n)
+
+    def rate_limited(self, kind: str) -> None:
+        self._rate_limited.labels(kind).inc()
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -6,6 +6,7 @@ import logging
 import os
 import secrets
 import signal
+import ssl
 import sys
 
 import trio
@@ -17,6 +18,7 @@ from memfs.logging_setup import setup_logging
 from memfs.service.app import create_app
 from memfs.service.backend import DatabaseError
 from memfs.service.database import DatabaseUrlError, open_storage
+from memfs.service.ratelimit import RateLimiter
 from memfs.service.retention import DEFAULT_INTERVAL_S, DEFAULT_RETENTION_DAYS, Retention, run_periodically
 
 log = logging.getLogger("memfs.service")
@@ -53,11 +55,25 @@ async def _serve(app, config: Config, host: str, retention: Retention, retention
             lambda task_status: serve(app, config, shutdown_trigger=stop.wait, task_status=task_status)
         )
         # The line tests and scripts wait for: the socket is bound and accepting.
-        url = binds[0] if binds else f"http://{host}"
+        url = binds[0] if binds else f"{'https' if config.ssl_enabled else 'http'}://{host}"
         print(f"memfs: listening on {url}", flush=True)
         await stop.wait()
         background.cancel()
         # serve() returns after its graceful shutdown; then the signal watcher is done too.
+
+
+def check_tls(certfile: str | None, keyfile: str | None) -> str | None:
+    """None if the pair is usable (or both absent), else what is wrong: said at start, in one line,
+    rather than as a handshake failure on the first connection."""
+    if certfile is None and keyfile is None:
+        return None
+    if certfile is None or keyfile is None:
+        return "--certfile and --keyfile go together (TLS needs both)"
+    try:
+        ssl.create_default_context(ssl.Purpose.CLIENT_AUTH).load_cert_chain(certfile, keyfile)
+    except (OSError, ssl.SSLError) as e:
+        return f"cannot use --certfile {certfile} / --keyfile {keyfile}: {e}"
+    return None
 
 
 def run(
@@ -71,8 +87,17 @@ def run(
     retention_interval_s: float = DEFAULT_INTERVAL_S,
     server: str = "hypercorn",
     console: bool = False,
+    rate_limit: float = 0.0,  # requests/s per credential; 0: no limit
+    rate_burst: int | None = None,
+    certfile: str | None = None,
+    keyfile: str | None = None,
 ) -> int:
     setup_logging()
+    tls_problem = check_tls(certfile, keyfile)
+    if tls_problem:
+        print(f"memfs serve: {tls_problem}", file=sys.stderr)
+        return 2
+    limiter = RateLimiter(rate_limit, rate_burst) if rate_limit > 0 else None
     key, generated = resolve_admin_key(admin_key)
     try:
         storage = open_storage(db_path)
@@ -91,13 +116,17 @@ def run(
     config.graceful_timeout = 5.0
     config.accesslog = None  # our own access log has no query strings or headers
     config.errorlog = logging.getLogger("hypercorn.error")
-    app = create_app(storage, key, max_memories, extensions=extensions, console=console)
+    if certfile and keyfile:
+        config.certfile, config.keyfile = certfile, keyfile
+    app = create_app(storage, key, max_memories, extensions=extensions, console=console, rate_limiter=limiter)
+    if limiter is not None:
+        log.info("rate limit: %g requests/s per credential, bursts of %d (per process)", limiter.rate, limiter.burst)
     try:
         retention = Retention(storage.backend, retention_days)
         if server == "uvicorn":
             from memfs.service import asgi_server
 
-            asgi_server.run(app, host, port, retention, retention_interval_s)
+            asgi_server.run(app, host, port, retention, retention_interval_s, certfile=certfile, keyfile=keyfile)
         else:
             trio.run(_serve, app, config, host, retention, retention_interval_s)
     finally:

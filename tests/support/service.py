@@ -15,7 +15,7 @@ import httpx
 
 MEMORY_BETA = "agent-memory-2026-07-22"
 SESSIONS_BETA = "managed-agents-2026-04-01"
-_LISTENING = re.compile(r"listening on (http://\S+)")
+_LISTENING = re.compile(r"listening on (https?://\S+)")
 _live: set[ServiceProcess] = set()
 
 
