@@ -24,8 +24,8 @@ class Bench:
         self.cfg = cfg
         self.work = work
         self.shm = shm
-        self.svc: ServiceProcess | None = None
-        self.admin: Admin | None = None
+        self.service: ServiceProcess | None = None  # set by main once it runs
+        self.admin_client: Admin | None = None
         self.sandboxes: list[Sandbox] = []
         self.results: list[dict] = []
         self.extra: dict[str, Any] = {}
@@ -33,6 +33,16 @@ class Bench:
         self.rtt: float | None = None  # --rtt: every client reaches the service through a delay proxy
         self.front: ProxyProcess | None = None
         self.proxies: list[ProxyProcess] = []
+
+    @property
+    def svc(self) -> ServiceProcess:
+        assert self.service is not None, "the bench's service has not started"
+        return self.service
+
+    @property
+    def admin(self) -> Admin:
+        assert self.admin_client is not None, "the bench's service has not started"
+        return self.admin_client
 
     @property
     def url(self) -> str:

@@ -93,10 +93,10 @@ def main(argv: list[str] | None = None) -> int:
         if "net" in wanted:  # the same data behind a hosted-API-only service (no counter, feed, snapshot)
             (work / "hosted" / "data").mkdir(parents=True)
             shutil.copyfile(db, work / "hosted" / "data" / "store.db")
-        b.svc = ServiceProcess(work / "service", admin_key=ADMIN_KEY, db_path=db)
+        b.service = ServiceProcess(work / "service", admin_key=ADMIN_KEY, db_path=db)
         if args.rtt is not None:
             b.front = b.proxy(b.svc)
-        b.admin = Admin(b.svc.base_url)
+        b.admin_client = Admin(b.svc.base_url)
         ids = [ids_by_name[f"full-{k}"] for k in range(cfg.stores)]
         run = Run(ids=ids, stores=stores, sess1=b.admin.session(ids[:1]), sess8=b.admin.session(ids),
                   disk=disk, tmpfs=tmpfs, ref=ref)
@@ -108,10 +108,10 @@ def main(argv: list[str] | None = None) -> int:
         b.close_all()
         for p in b.proxies:
             p.stop()
-        if b.admin is not None:
-            b.admin.close()
-        if b.svc is not None:
-            b.svc.stop()
+        if b.admin_client is not None:
+            b.admin_client.close()
+        if b.service is not None:
+            b.service.stop()
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)
         shutil.rmtree(shm, ignore_errors=True)

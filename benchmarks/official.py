@@ -92,7 +92,7 @@ async def official_steady(args: dict) -> dict:
     root = Path(args["root"])
     client, stores, session = await official_open(args["proxy_url"], args["session"], root)
     out: dict[str, Any] = {"idle": [], "change": []}
-    target = args.get("change_target")
+    target: dict = args.get("change_target") or {}
     try:
         t = time.perf_counter()
         await stores.download(session)

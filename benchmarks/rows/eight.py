@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shutil
 import time
+from typing import Any
 
 from benchmarks.config import median
 from benchmarks.harness import Bench
@@ -27,7 +28,8 @@ def row_eight_stores(b: Bench, sess8: dict, ids: list[str], proxy: ProxyProcess,
     target = {"store_id": target_store, "memory_id": listing[target_path]["id"], "path": target_path,
               "slug": target_slug}
     mem_ready, off_ready = [], []
-    idle, change = [], []
+    idle: list[dict[str, Any]] = []
+    change: list[dict[str, Any]] = []
     for run in range(cfg.runs_8):
         last = run == cfg.runs_8 - 1
         sb = b.sandbox(sess8, base_url=proxy.url, name="eight")

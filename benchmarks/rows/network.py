@@ -65,10 +65,10 @@ def _row_network(b: Bench, hosted: ServiceProcess, hadmin: Admin, ids: list[str]
         ready["official"].append(asyncio.run(official_download_time(ph.url, one["hosted"], root)))
         shutil.rmtree(root, ignore_errors=True)
     o = median(ready["official"])
-    for m, target in (("hosted", 0.5), ("counter", 0.2)):
+    for m, limit in (("hosted", 0.5), ("counter", 0.2)):
         v = median(ready[m])
         b.add(f"net first-download ({m})", f"`memfs mount` of 1 full store ({m} service) vs official download, "
-              f"rtt {rtt}", v, o, "s", f"<= {target:g}x official", v <= target * o, base_label="official",
+              f"rtt {rtt}", v, o, "s", f"<= {limit:g}x official", v <= limit * o, base_label="official",
               details={"memfs_runs_s": ready[m], "official_runs_s": ready["official"], "rtt": rtt})
 
     # eight stores: download; on the last run's mounts the steady rows

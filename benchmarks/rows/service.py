@@ -27,10 +27,10 @@ def row_service(b: Bench, ids8: list[str]) -> None:
         runs_w.append(w["ok"] / w["seconds"])
         if c["err"] or w["err"]:
             log(f"service load: errors counter={c['err']} write={w['err']}")
-    c, w = median(runs_c), median(runs_w)
+    reads, writes = median(runs_c), median(runs_w)
     b.add("service (counter reads)", f"GET /v1/memory_store_counters ({len(ids8)} ids), 16 connections from a "
-          "second process", c, 2000, "/s", ">= 2,000/s", c >= 2000, base_label="target", ratio=c / 2000,
+          "second process", reads, 2000, "/s", ">= 2,000/s", reads >= 2000, base_label="target", ratio=reads / 2000,
           details={"runs": runs_c})
     b.add("service (memory writes)", "POST update (1 KiB, a new version each), 8 connections from a second process",
-          w, float("nan"), "/s", "report", None, base_label="-", ratio=float("nan"), details={"runs": runs_w})
+          writes, float("nan"), "/s", "report", None, base_label="-", ratio=float("nan"), details={"runs": runs_w})
 
