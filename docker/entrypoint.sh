@@ -13,7 +13,7 @@
 # otherwise the command's status, and 0 when the container was stopped with SIGTERM and every
 # change reached the store service.
 #
-# Worker mode (MEMFS_MODE=worker, SPEC §8): the command (default `memfs worker`) is the official
+# Worker mode (MEMFS_MODE=worker, docs/SEMANTICS.md#d-worker): the command (default `memfs worker`) is the official
 # EnvironmentWorker for one work item (ANTHROPIC_WORK_ID, ANTHROPIC_ENVIRONMENT_ID, ANTHROPIC_SESSION_ID,
 # ANTHROPIC_WORK_SECRET, ANTHROPIC_BASE_URL = the platform). It runs as the agent user, keeps the work
 # secret (and makes itself non-dumpable, so the agent's bash, its child, cannot read it from

@@ -1,5 +1,5 @@
 #!/bin/bash
-# One memfs sandbox per work item, for the official poller (docs/OPERATIONS.md, SPEC §8):
+# One memfs sandbox per work item, for the official poller (docs/OPERATIONS.md section 7, docs/SEMANTICS.md#d-worker):
 #
 #   ant beta:worker poll --on-work /path/to/spawn-worker-sandbox.sh
 #

@@ -1,4 +1,4 @@
-"""Limits shared by the service and the mount (SPEC §4), and the memory path rules (SPEC §2.3).
+"""Limits shared by the service and the mount (docs/SEMANTICS.md#d-limits), and the memory path rules (docs/SEMANTICS.md#d-api).
 
 Two path rules: `check_store_path` is what the store service accepts (the hosted API's rule, no
 limit per segment); `check_memory_path` is what a mount can hold as a file (the same, plus the
@@ -24,7 +24,7 @@ FLUSH_TIMEOUT = 30.0
 NOTICES_KEPT = 100
 MAX_REQUEST_BODY = 1024 * 1024
 
-# Names the mount reserves in every store root (SPEC §3.2).
+# Names the mount reserves in every store root (docs/SEMANTICS.md#d-reserved).
 MARKER_NAME = ".anthropic-memory-store"
 NOTICES_NAME = ".sync-notices.log"
 RESERVED_NAMES = frozenset({MARKER_NAME, NOTICES_NAME})
@@ -94,7 +94,7 @@ def _segments(path: object) -> list[str]:
 
 
 def check_store_path(path: object) -> str:
-    """The store service's path rule (SPEC §2.3): no limit per segment, as on the hosted API.
+    """The store service's path rule (docs/SEMANTICS.md#d-api): no limit per segment, as on the hosted API.
 
     Returns the path unchanged; raises PathError with a clear message."""
     segments = _segments(path)
@@ -108,7 +108,7 @@ def check_store_path(path: object) -> str:
 def check_memory_path(path: object) -> str:
     """A memory path that a mount can hold as a file: the store's rule, and every segment a valid
     name (at most 255 bytes, the kernel's NAME_MAX). A memory that passes `check_store_path` but
-    not this one stays on the store and is not materialised (SPEC §5.3)."""
+    not this one stays on the store and is not materialised (docs/SEMANTICS.md#d-three-way)."""
     for seg in _segments(path):
         if seg == "":
             raise PathError("path has an empty segment")
@@ -130,7 +130,7 @@ def check_content(content: object) -> bytes:
 
 
 def slugify(name: str) -> str:
-    """mount_path slug (SPEC §2.6): lowercase, runs of non [a-z0-9] become one '-', trimmed."""
+    """mount_path slug (docs/SEMANTICS.md#d-sessions): lowercase, runs of non [a-z0-9] become one '-', trimmed."""
     out: list[str] = []
     dash = False
     for ch in name.lower():

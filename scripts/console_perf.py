@@ -1,4 +1,4 @@
-"""How fast the console's pages answer on a store of 10,000 memories (issue 15: each under 300 ms).
+"""How fast the console's pages answer on a store of 10,000 memories (docs/SEMANTICS.md#d-console: each under 300 ms).
 
 Seeds a temp SQLite database through the service's rules (`StoreService`) (10,000 memories in 50 directories of 200,
 some with several versions), starts `memfs serve --console` on it on a free loopback port, signs in

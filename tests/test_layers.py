@@ -102,3 +102,76 @@ def test_the_check_catches_a_wrong_import(tmp_path, module, source):
     (fake / "__init__.py").write_text("")
     target.write_text(source)
     assert violations(fake), f"{module}: {source!r} was not caught"
+
+
+# ---- the benchmark builds on public names only ------------------------------------------------
+# scripts/bench (the `benchmarks` package) and the seeding it shares with the tests may use memfs
+# and tests/support only through their public names: no `_private` import, no `obj._member` of
+# anything but the module's own `self`, no subclass of a memfs class (what the old bench did to
+# the SQLite backend). The official worker's two private names are anthropic's, listed here.
+REPO = PACKAGE.parent
+BENCH_FILES = ("benchmarks", "scripts/bench", "scripts/bench-compare", "tests/support/seed.py")
+ANTHROPIC_PRIVATE = {"_last_sync", "_copy_client_with_bearer_auth", "_scoped_client", "_memories"}
+
+
+def _bench_sources(root: Path) -> list[Path]:
+    out: list[Path] = []
+    for rel in BENCH_FILES:
+        p = root / rel
+        out += sorted(p.rglob("*.py")) if p.is_dir() else ([p] if p.exists() else [])
+    return out
+
+
+def _private(name: str) -> bool:
+    return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
+
+
+def bench_violations(root: Path = REPO) -> list[str]:
+    out = []
+    for path in _bench_sources(root):
+        tree = ast.parse(path.read_text(), filename=str(path))
+        where = lambda node, path=path: f"{path.relative_to(root)}:{node.lineno}"  # noqa: E731
+        ours: set[str] = set()  # names bound by imports from memfs or tests
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] in ("memfs", "tests"):
+                for part in node.module.split("."):
+                    if _private(part):
+                        out.append(f"{where(node)}: imports from private module {node.module}")
+                for a in node.names:
+                    ours.add(a.asname or a.name)
+                    if _private(a.name):
+                        out.append(f"{where(node)}: imports private {node.module}.{a.name}")
+            elif isinstance(node, ast.Import):
+                for a in node.names:
+                    if a.name.split(".")[0] in ("memfs", "tests") and any(map(_private, a.name.split("."))):
+                        out.append(f"{where(node)}: imports private module {a.name}")
+            elif isinstance(node, ast.Attribute) and _private(node.attr) and node.attr not in ANTHROPIC_PRIVATE:
+                if not (isinstance(node.value, ast.Name) and node.value.id in ("self", "cls")):
+                    out.append(f"{where(node)}: uses another object's private member .{node.attr}")
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ClassDef):
+                for base in node.bases:
+                    name = base.id if isinstance(base, ast.Name) else base.attr if isinstance(base, ast.Attribute) else ""
+                    if name in ours:
+                        out.append(f"{where(node)}: class {node.name} subclasses {name} from memfs/tests")
+    return sorted(set(out))
+
+
+def test_the_bench_uses_only_public_names():
+    assert (REPO / "benchmarks" / "main.py").exists()
+    assert bench_violations() == []
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "from memfs.service.sqlite_storage import SqliteBackend\nclass S(SqliteBackend):\n    pass\n",
+        "def f(backend):\n    with backend._conn() as c:\n        return c\n",
+        "from memfs.service.sqlite_storage import _HeldRead\n",
+        "import memfs.service._private\n",
+    ],
+)
+def test_the_bench_check_catches_a_private_use(tmp_path, source):
+    (tmp_path / "benchmarks").mkdir()
+    (tmp_path / "benchmarks" / "bad.py").write_text(source)
+    assert bench_violations(tmp_path), f"{source!r} was not caught"

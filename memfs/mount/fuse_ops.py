@@ -23,7 +23,7 @@ from memfs.mount.core import Attr, Filesystem, FsError
 
 log = logging.getLogger("memfs.mount.fuse")
 
-TIMEOUT = 1.0  # entry/attr cache lifetime in the kernel (SPEC §3.5)
+TIMEOUT = 1.0  # entry/attr cache lifetime in the kernel (docs/SEMANTICS.md#d-kernel-cache)
 
 
 def _handler(fn: Callable) -> Callable:

@@ -349,7 +349,7 @@ class _Service:
         return _json({"type": "list", "data": [wire.counter(sid, counters[sid]) for sid in ids]})
 
     async def watch(self, request: Request) -> Response:
-        """Held until a store's counter differs from the known one, or `wait` passes (SPEC §2.5)."""
+        """Held until a store's counter differs from the known one, or `wait` passes (docs/SEMANTICS.md#d-counter)."""
         p = await self.principal(request)
         known: dict[str, int] = {}
         for raw in request.query_params.getlist("known"):
@@ -694,7 +694,7 @@ def create_app(
                 tg.cancel_scope.cancel()
 
     routes = service.routes()
-    if console:  # the web console at /console (SPEC §9); imported only when served
+    if console:  # the web console at /console (docs/SEMANTICS.md#d-console); imported only when served
         from memfs.service.console import console_mount
 
         routes.append(console_mount(storage, admin_key, max_memories))

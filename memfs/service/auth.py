@@ -1,4 +1,4 @@
-"""Credentials, scoping and the `anthropic-beta` rule (SPEC §2.1, §7).
+"""Credentials, scoping and the `anthropic-beta` rule (docs/SEMANTICS.md#d-api, #d-security).
 
 The admin key is compared in constant time; session tokens are stored only as SHA-256 hashes
 (a lookup by hash leaks nothing useful about the token). Nothing here logs a credential.

@@ -1,4 +1,4 @@
-"""The request body, read whole (at most 1 MiB) before any handler runs (SPEC §2.1).
+"""The request body, read whole (at most 1 MiB) before any handler runs (docs/SEMANTICS.md#d-api).
 
 Why before the handler and not inside it: on a keep-alive connection the server can start the
 next request only once this one's body has been received. A handler that answers without reading

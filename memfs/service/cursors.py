@@ -1,4 +1,4 @@
-"""Page cursors: opaque, signed, and valid only for the listing that produced them (SPEC §2.3).
+"""Page cursors: opaque, signed, and valid only for the listing that produced them (docs/SEMANTICS.md#d-api).
 
 A backend pages by position (the last path or sequence number a page ended on); this module turns
 a position into the `next_page` token a client sees and back. The token is url-safe base64 of a

@@ -1,4 +1,4 @@
-"""API errors and the error envelope (SPEC §2.1)."""
+"""API errors and the error envelope (docs/SEMANTICS.md#d-api)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""PostgreSQL backend of the store service (SPEC §2.7): several `memfs serve` on one database.
+"""PostgreSQL backend of the store service (docs/SEMANTICS.md#d-storage): several `memfs serve` on one database.
 
 psycopg 3 with its connection pool, blocking API, called from worker threads like SQLite's. The
 statements are SQLite's (`sql_tx.SqlTx`); what is PostgreSQL's own:

@@ -1,4 +1,4 @@
-"""Version history retention (SPEC §2.8): a background job that deletes history past the window.
+"""Version history retention (docs/SEMANTICS.md#d-retention): a background job that deletes history past the window.
 
 Every version is kept for at least `--version-retention-days` after it was written (0 keeps
 everything). Per store, the **horizon** H is the largest counter such that every version with

@@ -83,7 +83,7 @@ def _live_memory(tx: Tx, store_id: str, memory_id: str, *, content: bool = True)
 
 
 def check_path_free(tx: Tx, store_id: str, path: str, exclude_id: str | None) -> None:
-    """A path must not be taken, below another memory, or above other memories (SPEC §2.3).
+    """A path must not be taken, below another memory, or above other memories (docs/SEMANTICS.md#d-api).
 
     The memory named: the one at the exact path, else the one at the shortest ancestor path,
     else the first (byte order) below the path."""
@@ -125,7 +125,7 @@ def merge_metadata(current: dict[str, str], patch: dict[str, str | None] | None)
 
 
 def mount_paths(names: Sequence[str]) -> list[str]:
-    """`/mnt/memory/<slug>` per attached store, `-2`, `-3`… when two would share one (SPEC §2.6)."""
+    """`/mnt/memory/<slug>` per attached store, `-2`, `-3`… when two would share one (docs/SEMANTICS.md#d-sessions)."""
     used: set[str] = set()
     out = []
     for name in names:

@@ -1,4 +1,4 @@
-"""SQLite backend of the store service (SPEC §2.7): transactions and queries, no API rules.
+"""SQLite backend of the store service (docs/SEMANTICS.md#d-storage): transactions and queries, no API rules.
 
 One file in WAL mode, schema versioned with PRAGMA user_version and migrated at start.
 Every write is one `BEGIN IMMEDIATE` transaction, so writers from several threads or service

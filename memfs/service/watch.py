@@ -1,4 +1,4 @@
-"""Watch (SPEC §2.5): held requests woken when a store's counter moves, on whichever replica.
+"""Watch (docs/SEMANTICS.md#d-counter, docs/API.md): held requests woken when a store's counter moves, on whichever replica.
 
 One `WatchHub` per process, fanned out in memory: a held request is a `_Waiter` (its stores'
 known counters and an event), indexed by store id. The hub learns of commits from one source per

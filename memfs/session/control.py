@@ -7,7 +7,7 @@ tells the commands where the state dir of a root is, so `memfs sync --root R` wo
 
 Nothing here touches the mount path itself (no stat, realpath, exists of the root or below it):
 a stopped or wedged FUSE daemon would hang that call for ever, before any timeout could help
-(SPEC §1). Roots are keyed by `registry_key()`: the absolute path as given, normalised, with
+(docs/SEMANTICS.md#d-commands). Roots are keyed by `registry_key()`: the absolute path as given, normalised, with
 symlinks resolved only in its parent directories.
 
 "Alive but busy" and "stopped" are told apart by a ping pipelined in front of every request: the
@@ -82,7 +82,7 @@ def _default_state_dir(root: str | os.PathLike[str]) -> str:
 
 
 def default_state_dir(root: str | os.PathLike[str]) -> Path:
-    """One state dir per root under /var/lib/memfs (SPEC §3.4); per-user elsewhere when not root."""
+    """One state dir per root under /var/lib/memfs (docs/SEMANTICS.md#d-state); per-user elsewhere when not root."""
     return _path(_default_state_dir(root))
 
 

@@ -1,4 +1,4 @@
-"""`memfs sync`: the hook a worker runs before every tool call (SPEC §1, §5.1).
+"""`memfs sync`: the hook a worker runs before every tool call (docs/SEMANTICS.md#d-commands, #d-when).
 
 It runs as a process that often, so it imports as little as possible: json, socket and the
 control module (no argparse, logging, typing, pathlib, httpx, trio). A plain

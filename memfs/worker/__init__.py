@@ -1,4 +1,4 @@
-"""The official `anthropic` worker with memfs as the session's memory (SPEC §8; extra `memfs[worker]`).
+"""The official `anthropic` worker with memfs as the session's memory (docs/SEMANTICS.md#d-worker; extra `memfs[worker]`).
 
     from anthropic import AsyncAnthropic
     from anthropic.lib.environments import EnvironmentWorker

@@ -1,4 +1,4 @@
-"""`memfs_tools()`: the official worker's toolset, with memfs as the session's memory (SPEC §8).
+"""`memfs_tools()`: the official worker's toolset, with memfs as the session's memory (docs/SEMANTICS.md#d-worker).
 
 Per session (the factory is called once per claimed session, with its `AgentToolContext`):
 1. the stores mounted at the root must be exactly the session's memory stores (same ids, folders

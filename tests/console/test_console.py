@@ -1,4 +1,4 @@
-"""The console in a real headless chromium: every flow of issue 15's "Must show", checked against the API.
+"""The console in a real headless chromium: every flow of docs/SEMANTICS.md#d-console, checked against the API.
 
 One `memfs serve --console` and one browser for the module; each test has its own browser context
 (its own cookies) and its own store, so tests do not see each other's data.

@@ -1,4 +1,4 @@
-"""Failed writers and half-created files never reach the store (issue 11, items 1 and 2).
+"""Failed writers and half-created files never reach the store (docs/SEMANTICS.md#d-fs, "Failed writers").
 
 Real tools through a real mount against a real `memfs serve`: each tool is given more than a
 memory can hold (150,000 bytes; the limit is 102,400) or content the store cannot hold, fails,

@@ -1,7 +1,7 @@
-"""Issue 13: listings split by path prefix and read concurrently stay complete and consistent,
+"""Sync over a network (docs/SEMANTICS.md#network): listings split by path prefix and read concurrently stay complete and consistent,
 downloads cost a bounded number of requests, and a short retry-after is honoured within the tick.
 
-Real `memfs serve` (hosted-API mode where the test says so: no counter, feed or snapshot, SPEC
+Real `memfs serve` (hosted-API mode where the test says so: no counter, feed or snapshot, docs/SEMANTICS.md#d-no-counter
 §5.8), real mounts, and the loopback proxy of tests/support/proxy.py in between to count requests
 and inject answers. Nothing here is timed.
 """
@@ -229,5 +229,5 @@ def test_a_long_retry_after_fails_the_tick_which_counts_as_an_attempt(small, tmp
         assert answer["ok"] is False and "429" in str(answer["error"]), answer
         assert proxy.count("GET", r"/memory_store_counters$", since=start) == 1  # not retried: waiting is the interval's job
         not_forced = box.sync(force=False, wait=False, check=False)
-        assert not_forced.get("ran") is False, not_forced  # decision 6: the failure was this interval's attempt
+        assert not_forced.get("ran") is False, not_forced  # docs/SEMANTICS.md#d-unreachable: the failure was this interval's attempt
         assert box.sync()["ok"]  # forced: the rule was for one request only

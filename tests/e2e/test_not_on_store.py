@@ -1,4 +1,4 @@
-"""Everything local that is not on the store is counted and named (issue 11 items 3 and 5, SPEC §5.7).
+"""Everything local that is not on the store is counted and named (docs/SEMANTICS.md#d-end).
 
 Real `memfs serve`, real mounts, real shell tools: a file the store cannot hold (not UTF-8), a file
 the service refuses (the store is full), deletes held back by --sync-deletions, and a crash with

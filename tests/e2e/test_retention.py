@@ -1,4 +1,4 @@
-"""A mount whose applied counter fell below the store's history floor (SPEC §2.8, §5.2).
+"""A mount whose applied counter fell below the store's history floor (docs/SEMANTICS.md#d-retention, #d-tick).
 
 The service runs as usual; the retention job runs against the same SQLite file from this test,
 with a clock 1,000 days ahead (the real job, an injected clock: no waiting). The mount's next

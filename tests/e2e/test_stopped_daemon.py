@@ -1,5 +1,5 @@
-"""No command hangs on a stopped daemon (issue 11 item 4, SPEC §1 last paragraph), and the
-daemon's socket client for per-call hooks (issue 13)."""
+"""No command hangs on a stopped daemon (docs/SEMANTICS.md#d-commands), and the
+daemon's socket client for per-call hooks (docs/OPERATIONS.md, section 4)."""
 
 from __future__ import annotations
 

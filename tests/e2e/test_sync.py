@@ -22,7 +22,7 @@ NOTICE = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z (?P<kind>[a-z-]+)
 @pytest.fixture(params=["counter", "hosted-api"])
 def service(request, tmp_path):
     """Every sync test runs twice: against memfs serve with its counter, and against a service that
-    has only the hosted API (no counter, feed or snapshot: the mount lists every store, SPEC §5.8)."""
+    has only the hosted API (no counter, feed or snapshot: the mount lists every store, docs/SEMANTICS.md#d-no-counter)."""
     svc = ServiceProcess(tmp_path / "service", hosted_api=request.param == "hosted-api")
     try:
         yield svc
@@ -34,7 +34,7 @@ def notices(box, kind: str) -> list[re.Match]:
     out = []
     for line in box.notices(RW):
         m = NOTICE.match(line)
-        assert m, f"notice line does not follow the SPEC format: {line!r}"
+        assert m, f"notice line does not follow the notice format (docs/SEMANTICS.md#d-notices): {line!r}"
         if m["kind"] == kind:
             out.append(m)
     return out

@@ -574,7 +574,7 @@ def test_permissions_match_a_plain_directory_for_every_user(mount):
 
 
 def test_modes_asked_for_are_kept_and_a_non_owner_write_drops_setuid(mount):
-    """SPEC §3.3: `umask 777; touch f` is 0000, `mkdir(d, 0)` is 0000; a write by another user
+    """docs/SEMANTICS.md#d-fs: `umask 777; touch f` is 0000, `mkdir(d, 0)` is 0000; a write by another user
     (through --allow-other) to a 04777/02777 file succeeds and clears setuid/setgid, as the
     kernel does on a plain directory."""
     m = mount(agent=True, stores=(RW,))

@@ -1,4 +1,4 @@
-"""Rules of the memory-store API that the hosted API has and memfs serve must match (issue 11, item 8).
+"""Rules of the memory-store API that the hosted API has and memfs serve must match (docs/SEMANTICS.md#d-api).
 
 The metadata limit applies to the result of a patch; an update must change content or path; a
 path segment may be longer than 255 bytes; page cursors are opaque and valid only for the listing

@@ -1,4 +1,4 @@
-"""A keep-alive connection never stalls, whatever a handler did with the request body (issue 11, item 7).
+"""A keep-alive connection never stalls, whatever a handler did with the request body (docs/SEMANTICS.md#d-security).
 
 Every case sends a body the handler does not read (or reads only after an early error), then a GET
 on the same client. The client allows one connection and a 1 s timeout: a stalled connection is a

@@ -1,4 +1,4 @@
-"""Three `memfs serve` on one PostgreSQL behind a round-robin proxy; one is SIGKILLed mid-run (SPEC §2.7).
+"""Three `memfs serve` on one PostgreSQL behind a round-robin proxy; one is SIGKILLed mid-run (docs/SEMANTICS.md#d-storage).
 
 Writers and readers go through the proxy on a fresh connection per request, so consecutive
 requests land on different replicas. Shown: no acknowledged write is lost, each store's counter

@@ -1,4 +1,4 @@
-"""The watch (SPEC §2.5): `GET /v1/memory_store_watch?known=ID:N,…&wait=S`, on both backends.
+"""The watch (docs/SEMANTICS.md#d-counter): `GET /v1/memory_store_watch?known=ID:N,…&wait=S`, on both backends.
 
 Real `memfs serve` processes: one, and two on one database (the second process's commit must
 wake a watch held on the first: LISTEN/NOTIFY on PostgreSQL, the change marker on SQLite).
@@ -21,7 +21,7 @@ from memfs.client import StoreClient
 from tests.support.service import ServiceProcess
 
 pytestmark = pytest.mark.timeout(90)
-WOKEN_WITHIN_S = 0.5  # the SPEC's ~100 ms, with room for a loaded two-core test machine
+WOKEN_WITHIN_S = 0.5  # the promised ~100 ms (docs/SEMANTICS.md#d-counter), with room for a loaded two-core test machine
 
 
 def watch(c: httpx.Client, known: dict[str, int], wait: float) -> httpx.Response:

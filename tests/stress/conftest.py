@@ -1,4 +1,4 @@
-"""Stress suites (issue 5): the profile switch, stats for scripts/stress, shared fixtures.
+"""Stress suites (docs/DESIGN.md#stress): the profile switch, stats for scripts/stress, shared fixtures.
 
 `MEMFS_STRESS=long` selects the long profile (thousands of model steps, 50+ crash rounds);
 anything else is the short CI profile. Tests that exist only for the long profile call

@@ -1,9 +1,9 @@
-"""Bad-input matrix (issue 5, item 5): one table per half.
+"""Bad-input matrix (docs/DESIGN.md#stress): one table per half.
 
-Mount: every name, size, content, file-type and permission case of SPEC §3.3 through a real mount,
+Mount: every name, size, content, file-type and permission case of docs/SEMANTICS.md#d-fs through a real mount,
 with the errno expected per row; after each row the whole view (files, contents, directories, the
 read_only store) and the staged count are what they were, and at the end one sync shows the store
-never saw any of it. Service: every malformed request of SPEC §2 that tests/service/test_bad_input.py
+never saw any of it. Service: every malformed request of docs/SEMANTICS.md#d-api that tests/service/test_bad_input.py
 does not already cover, with the status (and error type) expected per row; after each row the
 store's memories and counter are unchanged.
 """
@@ -284,7 +284,7 @@ def test_mount_bad_input_matrix(tmp_path, stats):
                 row.cleanup(c)
             stats["steps"] += 1
         assert not failures, "\n".join(failures)
-        # the read_only modes are what SPEC §3.3 says, the marker is intact
+        # the read_only modes are what docs/SEMANTICS.md#d-fs says, the marker is intact
         assert stat.S_IMODE(os.stat(c.ro / "keep.md").st_mode) == 0o444
         assert stat.S_IMODE(os.stat(c.ro / "dir").st_mode) == 0o555
         assert (c.rw / ".anthropic-memory-store").read_text() == f"version 1\n{rig.rw}"

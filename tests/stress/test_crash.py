@@ -1,4 +1,4 @@
-"""Crash matrix (issue 5, item 4): SIGKILL of the daemon during write bursts and during ticks, and
+"""Crash matrix (docs/DESIGN.md#stress): SIGKILL of the daemon during write bursts and during ticks, and
 SIGKILL of the service during pushes. After each crash: remount with the same state dir (or
 restart the service on its db); nothing acknowledged is lost (a close() or unlink() that returned),
 nothing is pushed twice (store == mount, no memory with more versions than writes explain).

@@ -1,4 +1,4 @@
-"""Fault injection (issue 5, item 3): a proxy between the mount and the real service.
+"""Fault injection (docs/DESIGN.md#stress): a proxy between the mount and the real service.
 
 Expected everywhere: a clear error, automatic recovery, no duplicate memory, no lost change, no
 tick storm (at most one tick per interval unless forced), and no `memfs sync` hung on a service

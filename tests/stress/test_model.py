@@ -1,11 +1,11 @@
-"""Differential model test (issue 5, item 1): the mount against a plain directory.
+"""Differential model test (docs/DESIGN.md#stress): the mount against a plain directory.
 
 A Hypothesis state machine applies the same random operation to a plain temp directory (the
 model) and to a fresh sub-directory of the read_write store of a real mount, and demands equal
-results and equal errnos. Where the SPEC deliberately differs from a local disk the model encodes
-the SPEC: a name the store cannot hold is EINVAL, a file crossing 102,400 bytes is EFBIG (nothing
+results and equal errnos. Where memfs deliberately differs from a local disk the model encodes
+its promise (docs/SEMANTICS.md#d-fs): a name the store cannot hold is EINVAL, a file crossing 102,400 bytes is EFBIG (nothing
 of that write lands), content that is not UTF-8 fails its close with EILSEQ (the content stays,
-local only). Writers that fail (issue 11) are undone at their close: an oversized write after
+local only). Writers that fail (docs/SEMANTICS.md, "Failed writers") are undone at their close: an oversized write after
 O_TRUNC, content that is not UTF-8 at fsync, a writer SIGKILLed after a failed write — the file
 is as it was before that writer, a file it created is gone; a writer SIGKILLed after good writes
 keeps them (the kernel closes its files). `memfs sync --force --wait` is interleaved; after
@@ -163,7 +163,7 @@ class MountModel(RuleBasedStateMachine):
 
     # -- helpers ----------------------------------------------------------------------------
     def _both(self, op: str, fn, expected=None):
-        """Run fn on the mount; on the model too unless the SPEC decides (`expected`)."""
+        """Run fn on the mount; on the model too unless memfs's promise decides (`expected`)."""
         self.steps += 1
         self.ctx.stats["steps"] += 1
         want = expected if expected is not None else outcome(lambda: fn(self.model))
@@ -185,7 +185,7 @@ class MountModel(RuleBasedStateMachine):
         return name == BAD and (parent == "" or self._kind(parent) == "dir") and BAD not in parent
 
     def _spec_write(self, rel: str, new_content) -> tuple | None:
-        """SPEC outcome of a write to an existing file: EFBIG past the limit, EILSEQ if not UTF-8."""
+        """The promised outcome (docs/SEMANTICS.md#d-fs) of a write to an existing file: EFBIG past the limit, EILSEQ if not UTF-8."""
         if new_content is None:
             return None
         if len(new_content) > LIMIT:
@@ -242,9 +242,9 @@ class MountModel(RuleBasedStateMachine):
         # A truncate that cuts a character in half is not refused itself (SEMANTICS.md).
         self._both(f"truncate {rel} {size}", fn)
 
-    # -- writers that fail (issue 11): undone at their close --------------------------------
+    # -- writers that fail (SEMANTICS.md "Failed writers"): undone at their close --------------------------------
     def _failing(self, op: str, fn, rel: str, err: str, *, creates: bool):
-        """Run a writer the SPEC makes fail with `err` (where nothing else fails first): the
+        """Run a writer that memfs makes fail with `err` (where nothing else fails first): the
         model gets the plain-disk run, then is put back as it was before that writer."""
         self.ctx.stats["faults"] += 1
         if creates and self._creates_bad_name(rel) and self._kind(rel) is None:

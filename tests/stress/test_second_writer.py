@@ -1,4 +1,4 @@
-"""A second writer (issue 5, item 2): two mounts of one store and the API edit the same files at
+"""A second writer (docs/DESIGN.md#stress): two mounts of one store and the API edit the same files at
 the same time. After the final syncs both mounts and the store agree, and every local change the
 store overrode is in a `.sync-notices.log` notice whose kept copy holds exactly that change.
 """

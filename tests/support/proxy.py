@@ -595,6 +595,17 @@ def _process_main(upstream: str, rtt: float, sock: socket.socket, ctl: socket.so
         asyncio.run(main())
 
 
+def counts_at(ctl_port: int, *, reset: bool = False) -> dict[str, int]:
+    """A `ProxyProcess`'s counts asked over its control port: from any process that knows only the
+    port (the bench's official worker runs in a child of its own)."""
+    with socket.create_connection(("127.0.0.1", ctl_port), timeout=10) as c:
+        c.sendall(b"reset\n" if reset else b"counts\n")
+        data = b""
+        while chunk := c.recv(65536):
+            data += chunk
+    return json.loads(data)
+
+
 class ProxyProcess:
     """The proxy in a process of its own; `counts()` asks it over a control port."""
 
@@ -611,12 +622,7 @@ class ProxyProcess:
         self.counts()  # answers once its loop runs
 
     def counts(self, *, reset: bool = False) -> dict[str, int]:
-        with socket.create_connection(("127.0.0.1", self.ctl_port), timeout=10) as c:
-            c.sendall(b"reset\n" if reset else b"counts\n")
-            data = b""
-            while chunk := c.recv(65536):
-                data += chunk
-        return json.loads(data)
+        return counts_at(self.ctl_port, reset=reset)
 
     def bytes(self) -> int:
         c = self.counts()

@@ -1,6 +1,6 @@
 """Pure tests of the sync decisions (memfs/sync/plan.py): no I/O, no kernel, no service.
 
-The exhaustive table below is written from the rules (SPEC §5.3, docs/SEMANTICS.md "Sync
+The exhaustive table below is written from the rules (docs/SEMANTICS.md#d-three-way and "Sync
 decisions"), not from running the code. One memory M is at /a with content s0 in the base; the
 agent changes it to s1 and/or renames it to /b; the store changes it to s2 and/or renames it to /c;
 "new-at-path" is a new local file (no memory id) at /a, or a new store memory N at /a (M gone).
@@ -245,7 +245,7 @@ RO = {
 for (_l, _p, _s) in (("same", "/a", S0), ("modified", "/a", S1), ("new-at-path", "/a", S1),
                      ("renamed", "/b", S0), ("renamed+modified", "/b", S1)):
     # M not in the base: every local file is new and cannot be uploaded; store paths at /a are
-    # decision 3 (as in RW), anything else is lost to the read-only store.
+    # the store created it, docs/SEMANTICS.md#d-store-created (as in RW), anything else is lost to the read-only store.
     for _r, rem in REMOTE.items():
         if _p == "/a" and _r in ("same", "modified", "new-at-path"):
             continue
@@ -349,7 +349,7 @@ def test_local_rename_onto_a_held_delete_is_undone():
     assert list(p.actions) == [mv("/b", "/a"), note(SWC, "/b"), HoldDelete(N, "/b", "log_only")]
 
 
-# ---- decision 4: limits ---------------------------------------------------------------------------
+# ---- over the limits (docs/SEMANTICS.md#d-over-limits) ----------------------------------------------------
 
 
 def _many(n, sha=S0):

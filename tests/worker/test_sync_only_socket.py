@@ -1,4 +1,4 @@
-"""The daemon's sync-only socket (SPEC §8): sync and status for anyone, nothing else."""
+"""The daemon's sync-only socket (docs/SEMANTICS.md#d-worker): sync and status for anyone, nothing else."""
 
 from __future__ import annotations
 

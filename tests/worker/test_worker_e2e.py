@@ -1,5 +1,5 @@
 """The unchanged EnvironmentWorker.handle_item() + memfs_tools() against the fake platform, a real
-`memfs serve` and a real mount (SPEC §8, issue 14)."""
+`memfs serve` and a real mount (docs/SEMANTICS.md#d-worker)."""
 
 from __future__ import annotations
 
@@ -105,7 +105,7 @@ def test_a_remote_edit_between_two_calls_is_seen_by_the_later_read(wworld):
     def edit_remotely(_result):
         wworld.api.update(wworld.rw, memory_id, content="name: agent\nlikes: remote edits\n")
         # The model thinks until the mount's next tick is due (this service has no watch, so a
-        # change is pulled by the first sync once the interval has passed: SPEC §5.1).
+        # change is pulled by the first sync once the interval has passed: docs/SEMANTICS.md#d-when).
         time.sleep(wworld.box.status()["next_tick_in"] + 0.2)
 
     run = wworld.run_item([

@@ -1,4 +1,4 @@
-"""The storage contract suite runs in-process against every backend (SPEC §2.7).
+"""The storage contract suite runs in-process against every backend (docs/SEMANTICS.md#d-storage).
 
 `storage` is the service's rules over a fresh database of each backend; `backend` is the same
 backend underneath, for the tests that hold a transaction open themselves.

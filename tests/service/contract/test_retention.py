@@ -1,4 +1,4 @@
-"""Version history retention (SPEC §2.8) on every backend, with an injected clock.
+"""Version history retention (docs/SEMANTICS.md#d-retention) on every backend, with an injected clock.
 
 The clock is set so that the window's edge falls exactly on one version's `created_at`: what is
 older goes, what is at or after the edge stays, whatever the real time is.

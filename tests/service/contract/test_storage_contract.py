@@ -1,7 +1,7 @@
 """What every backend must honour under the service's rules, run in-process on SQLite and PostgreSQL.
 
 No HTTP here: `storage` is `rules.StoreService` over a fresh database. The HTTP suite around this
-directory checks the wire; this one checks the storage promises of SPEC §2.3–§2.7 that a new
+directory checks the wire; this one checks the storage promises of docs/SEMANTICS.md#d-api to #d-storage that a new
 backend could break: the counter in the writing transaction, byte-order paths, conflicts, the
 changes feed, the snapshot at one counter, versions, redaction, sessions, per-store writers.
 """
