@@ -50,7 +50,10 @@ from memfs.limits import (
     check_memory_path,
 )
 from memfs.mount.access import Caller, W, X, allowed, may_change_owner_fields, sticky_allows
-from memfs.mount.state import EMPTY_SHA, FLAG_BAD_UTF8, FLAG_UNBORN, State
+from memfs.mount.blobs import EMPTY_SHA
+from memfs.mount.state import State
+from memfs.mount.view_rows import FLAG_BAD_UTF8, FLAG_UNBORN
+from memfs.records import LocalFile, StoreInfo
 
 log = logging.getLogger("memfs.mount.core")
 
@@ -69,18 +72,6 @@ class FsError(OSError):
 
     def __init__(self, err: int, message: str = ""):
         super().__init__(err, message or os.strerror(err))
-
-
-@dataclass(frozen=True, slots=True)
-class StoreInfo:
-    store_id: str
-    name: str
-    slug: str
-    access: str  # "read_write" | "read_only"
-
-    @property
-    def read_only(self) -> bool:
-        return self.access == "read_only"
 
 
 @dataclass(slots=True)
@@ -116,15 +107,6 @@ class OpenReply:
     fh: int
     keep_cache: bool
     direct_io: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class LocalFile:
-    path: str
-    memory_id: str | None
-    sha: str
-    size: int
-    bad_utf8: bool
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,11 +1,10 @@
 """What the sync engine needs from the rest of the mount, as typed ports (structural protocols).
 
 The engine never imports the filesystem or the state dir: the session layer hands it objects that
-have these shapes (`memfs.mount.core.Filesystem` is a `View`, `memfs.mount.state.State` a
-`Journal`, `memfs.mount.core.StoreInfo` a `StoreRef`). That keeps the dependency one way
-(session -> mount, session -> sync; never sync -> mount) and lets a test drive the engine with any
-object that has these methods. Records are described by the attributes the engine reads; the
-mount's own record classes have them.
+have these shapes (`memfs.mount.filesystem.Filesystem` is a `View`, `memfs.mount.state.State` a
+`Journal`). That keeps the dependency one way (session -> mount, session -> sync; never
+sync -> mount) and lets a test drive the engine with any object that has these methods. The
+records that cross the ports are the shared ones of `memfs.records` (both sides import them).
 """
 
 from __future__ import annotations
@@ -15,33 +14,7 @@ from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any, Protocol
 
-
-class StoreRef(Protocol):
-    """One attached store, as the session resolved it."""
-
-    @property
-    def store_id(self) -> str: ...
-    @property
-    def name(self) -> str: ...
-    @property
-    def slug(self) -> str: ...
-    @property
-    def access(self) -> str: ...  # "read_write" | "read_only"
-
-
-class LocalFileRecord(Protocol):
-    """A file of the view in its committed state (last close/fsync)."""
-
-    @property
-    def path(self) -> str: ...
-    @property
-    def memory_id(self) -> str | None: ...
-    @property
-    def sha(self) -> str: ...
-    @property
-    def size(self) -> int: ...
-    @property
-    def bad_utf8(self) -> bool: ...
+from memfs.records import BaseEntry, LocalFile, RefusedEntry, SkippedEntry
 
 
 class View(Protocol):
@@ -49,8 +22,8 @@ class View(Protocol):
 
     last_activity: float  # time.monotonic() of the last filesystem request
 
-    def local_view(self, store_id: str) -> Mapping[str, LocalFileRecord]: ...
-    def local_file(self, store_id: str, path: str) -> LocalFileRecord | None: ...
+    def local_view(self, store_id: str) -> Mapping[str, LocalFile]: ...
+    def local_file(self, store_id: str, path: str) -> LocalFile | None: ...
     def dirty_paths(self, store_id: str) -> set[str]: ...
     def dir_paths(self, store_id: str) -> set[str]: ...
     def apply_remote(self, store_id: str, path: str, memory_id: str | None, sha: str, content: bytes,
@@ -68,9 +41,9 @@ class Journal(Protocol):
     content by sha and kept copies. Every method commits on its own unless inside transaction()."""
 
     def transaction(self) -> AbstractContextManager[Any]: ...
-    def baseline(self, store_id: str) -> Mapping[str, Any]: ...
-    def refused(self, store_id: str) -> Mapping[str, Any]: ...
-    def skipped(self, store_id: str) -> Mapping[str, Any]: ...
+    def baseline(self, store_id: str) -> Mapping[str, BaseEntry]: ...  # by path
+    def refused(self, store_id: str) -> Mapping[str, RefusedEntry]: ...  # by path
+    def skipped(self, store_id: str) -> Mapping[str, SkippedEntry]: ...  # by memory id
     def deletes_held(self, store_id: str) -> set[str]: ...
     def generation(self, store_id: str) -> int: ...
     def store_counter(self, store_id: str) -> int | None: ...

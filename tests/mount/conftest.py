@@ -8,7 +8,8 @@ import os
 import pytest
 
 from memfs.mount.core import ROOT_INO, Filesystem, FsError, StoreInfo
-from memfs.mount.state import FLAG_UNBORN, State
+from memfs.mount.state import State
+from memfs.mount.view_rows import FLAG_UNBORN
 
 RW = StoreInfo("memstore_rw", "Work Notes", "work-notes", "read_write")
 RO = StoreInfo("memstore_ro", "Team Handbook", "team-handbook", "read_only")
