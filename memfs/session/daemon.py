@@ -25,8 +25,9 @@ import trio
 
 from memfs import limits
 from memfs.client import ApiError, StoreClient, Unreachable
-from memfs.mount.core import Filesystem, StoreInfo
+from memfs.mount.filesystem import Filesystem
 from memfs.mount.state import State, StateLocked
+from memfs.records import StoreInfo
 from memfs.session import control
 
 log = logging.getLogger("memfs.mount")

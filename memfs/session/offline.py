@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from memfs.client import StoreClient
-from memfs.mount.core import Filesystem
+from memfs.mount.filesystem import Filesystem
 from memfs.mount.state import State
 from memfs.sync.engine import SyncEngine, not_on_store
 

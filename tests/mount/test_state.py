@@ -268,7 +268,8 @@ def test_notices_keep_last_100_per_store(st):
 
 CHILD = textwrap.dedent("""
     import os, sys, time
-    from memfs.mount.core import Filesystem, StoreInfo
+    from memfs.mount.filesystem import Filesystem
+    from memfs.records import StoreInfo
     from memfs.mount.state import State
     st = State(sys.argv[1]); st.lock("/x")
     fs = Filesystem(st, [StoreInfo("s", "s", "s", "read_write")])
