@@ -8,7 +8,8 @@ The parts: the node kinds (nodes.py) in a tree (tree.py); the permission checks 
 directories, files and their handles, rename, and the failed-writer rule.
 
 Staging: `flush`/`fsync` stage a file's content (blob, then the `files` row, in one commit).
-Namespace changes stage at once. Read paths never touch SQLite.
+Namespace changes stage at once. The view (names, attributes) lives in memory; a read touches
+SQLite only for content that is not in the state dir's LRU cache (blobs.py).
 
 Failed writers (docs/SEMANTICS.md): a handle whose write or truncate failed (EFBIG, ENOSPC) or
 whose fsync found content that is not UTF-8 stages nothing, ever; at its close the file returns

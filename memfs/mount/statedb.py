@@ -186,10 +186,6 @@ class StateDb:
         except (ValueError, OSError):
             return {}
 
-    @property
-    def locked(self) -> bool:
-        return self._lock_fd is not None
-
     def unlock(self) -> None:
         if self._lock_fd is not None:
             os.close(self._lock_fd)  # closing the description releases the flock

@@ -1,6 +1,6 @@
 """The mount's node tree: the inode table, each store's path map, and what a node shows (mode,
-size, content, attributes). Built at start from the state dir's rows; read paths never touch
-SQLite (the view lives in memory, content comes from the state dir's LRU or its blobs table).
+size, content, attributes). Built at start from the state dir's rows; the view lives in memory,
+and content comes from the state dir's LRU cache or, on a miss, its blobs table.
 
 The tree changes only in memory here; the operations (filesystem.py, sync_view.py) write the
 matching rows.

@@ -327,3 +327,22 @@ def test_commits_leave_the_wal_to_checkpoint(st):
     st.checkpoint()
     assert st.db_path.stat().st_size >= before + 50 * 20_000
     assert [st.get_blob(hashlib.sha256(d).hexdigest()) for d in datas] == datas
+
+
+def test_state_and_filesystem_have_the_shapes_the_engine_needs(st):
+    """State is the engine's Journal and Filesystem its View (memfs/sync/ports.py): every member
+    of the ports exists, with the parameters the port names."""
+    import inspect
+
+    from memfs.mount.filesystem import Filesystem
+    from memfs.sync.ports import Journal, View
+
+    fs = Filesystem(st, [])
+    for port, impl in ((Journal, st), (View, fs)):
+        for name, member in vars(port).items():
+            if name.startswith("_") or not callable(member):
+                continue
+            got = getattr(impl, name, None)
+            assert callable(got), f"{type(impl).__name__} has no {name} ({port.__name__})"
+            want = [p for p in inspect.signature(member).parameters if p != "self"]
+            assert list(inspect.signature(got).parameters)[: len(want)] == want, name
