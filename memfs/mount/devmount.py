@@ -26,10 +26,11 @@ import trio
 
 from memfs.limits import DEFAULT_MAX_BYTES, DEFAULT_MAX_FILES
 from memfs.logging_setup import setup_logging
-from memfs.mount.core import Filesystem, StoreInfo
+from memfs.mount.filesystem import Filesystem
 from memfs.mount.runner import run_mount
 from memfs.mount.state import State, StateLocked
 from memfs.protocol import is_access
+from memfs.records import StoreInfo
 
 
 def _store(spec: str) -> StoreInfo:

@@ -1,4 +1,4 @@
-"""Thin pyfuse3 adapter over `core.Filesystem`: type conversion, error mapping, invalidations.
+"""Thin pyfuse3 adapter over `filesystem.Filesystem`: type conversion, error mapping, invalidations.
 
 Every handler is wrapped so that an unexpected exception is logged and becomes EIO: an exception
 other than FUSEError escaping a handler would end pyfuse3.main() and kill the mount. Handlers are
@@ -17,9 +17,10 @@ from collections.abc import Callable
 import pyfuse3
 import trio
 
-from memfs.mount import core
+from memfs.mount import replies
 from memfs.mount.access import Caller, R, W, X, open_wants
-from memfs.mount.core import Attr, Filesystem, FsError
+from memfs.mount.filesystem import Filesystem
+from memfs.mount.replies import Attr, FsError
 
 log = logging.getLogger("memfs.mount.fuse")
 
@@ -71,7 +72,7 @@ class FuseOps(pyfuse3.Operations):
         e.st_gid = a.gid
         e.st_rdev = 0
         e.st_size = a.size
-        e.st_blksize = core.BLOCK_SIZE
+        e.st_blksize = replies.BLOCK_SIZE
         e.st_blocks = a.blocks
         e.st_atime_ns = a.atime_ns
         e.st_mtime_ns = a.mtime_ns
@@ -79,7 +80,7 @@ class FuseOps(pyfuse3.Operations):
         return e
 
     @staticmethod
-    def _info(reply: core.OpenReply) -> pyfuse3.FileInfo:
+    def _info(reply: replies.OpenReply) -> pyfuse3.FileInfo:
         return pyfuse3.FileInfo(
             fh=reply.fh, direct_io=reply.direct_io, keep_cache=reply.keep_cache, nonseekable=False
         )
@@ -173,9 +174,9 @@ class FuseOps(pyfuse3.Operations):
         self.fs.permit_rename(parent_inode_old, name_old, parent_inode_new, name_new, self._caller(ctx))
         f = 0
         if flags & pyfuse3.RENAME_NOREPLACE:
-            f |= core.RENAME_NOREPLACE
+            f |= replies.RENAME_NOREPLACE
         if flags & pyfuse3.RENAME_EXCHANGE:
-            f |= core.RENAME_EXCHANGE
+            f |= replies.RENAME_EXCHANGE
         self.fs.rename(parent_inode_old, name_old, parent_inode_new, name_new, f)
 
     @_handler

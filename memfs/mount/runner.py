@@ -7,7 +7,7 @@ import logging
 import pyfuse3
 import trio
 
-from memfs.mount.core import Filesystem
+from memfs.mount.filesystem import Filesystem
 from memfs.mount.fuse_ops import FuseOps
 
 log = logging.getLogger("memfs.mount.runner")

@@ -25,9 +25,10 @@ import trio
 
 from memfs import limits
 from memfs.client import ApiError, StoreClient, Unreachable
-from memfs.mount.core import Filesystem, StoreInfo
+from memfs.mount.filesystem import Filesystem
 from memfs.mount.mount_table import fuse_mount_at
 from memfs.mount.state import State, StateLocked
+from memfs.records import StoreInfo
 from memfs.session import control
 
 log = logging.getLogger("memfs.mount")

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from memfs.client import StoreClient
-from memfs.mount.core import Filesystem, StoreInfo
+from memfs.mount.filesystem import Filesystem
 from memfs.mount.state import State
 from memfs.sync.engine import SyncEngine, not_on_store
 
@@ -47,7 +47,7 @@ async def flush_state_dir(state_dir: Path, base_url: str | None, token: str, tim
         url = base_url or state.get_meta("base_url")
         if not url:
             raise ValueError(f"no --base-url given and none recorded in {state_dir}")
-        stores = [StoreInfo(s.store_id, s.name, s.slug, s.access) for s in state.stores()]
+        stores = [s.info for s in state.stores()]
         fs = Filesystem(state, stores)
         async with StoreClient(url, token) as client:
             engine = SyncEngine(client, state, fs, stores, interval=5,
@@ -72,20 +72,20 @@ def offline_status(state_dir: Path) -> dict[str, Any]:
     try:
         root = state.get_meta("root") or ""
         rows = state.stores()
-        infos = [StoreInfo(s.store_id, s.name, s.slug, s.access) for s in rows]
-        fs = Filesystem(state, infos)
+        fs = Filesystem(state, [s.info for s in rows])
         deletions = state.get_meta("sync_deletions") or "enabled"
         limits_ = _recorded_limits(state)
         stores = []
         missing: dict[str, dict[str, Any]] = {}
-        for s, info in zip(rows, infos, strict=True):
-            summary = not_on_store(state, info, fs.local_view(s.store_id), deletions=deletions, **limits_).summary()
-            missing[s.store_id] = summary
-            stores.append({"store_id": s.store_id, "name": s.name, "slug": s.slug,
-                           "mount_path": os.path.join(root, s.slug), "access": s.access,
+        for s in rows:
+            info = s.info
+            summary = not_on_store(state, info, fs.local_view(info.store_id), deletions=deletions, **limits_).summary()
+            missing[info.store_id] = summary
+            stores.append({"store_id": info.store_id, "name": info.name, "slug": info.slug,
+                           "mount_path": os.path.join(root, info.slug), "access": info.access,
                            "counter": s.counter, "last_sync_at": s.last_sync_at, "last_result": s.last_result,
                            "last_error": s.last_error, **summary})
         return {"stores": stores, "pending": sum(m["not_on_store"] for m in missing.values()),
-                "not_on_store": missing, "slugs": {s.store_id: s.slug for s in rows}}
+                "not_on_store": missing, "slugs": {s.store_id: s.info.slug for s in rows}}
     finally:
         state.close()

@@ -18,8 +18,9 @@ from typing import Any
 import trio
 
 from memfs.client import CONCURRENCY, ApiError, Listing, StoreClient, Unreachable
+from memfs.records import LocalFile, StoreInfo
 from memfs.sync import plan as P
-from memfs.sync.ports import Journal, LocalFileRecord, StoreRef, View
+from memfs.sync.ports import Journal, View
 
 log = logging.getLogger("memfs.sync")
 
@@ -115,7 +116,7 @@ class TickFailed(Exception):
 class StoreSync:
     """Per-store bookkeeping shown by `memfs status`."""
 
-    store: StoreRef
+    store: StoreInfo
     last_sync_at: str | None = None
     last_result: str | None = None
     last_error: str | None = None
@@ -137,7 +138,7 @@ class SyncEngine:
         client: StoreClient,
         state: Journal,
         fs: View,
-        stores: Iterable[StoreRef],
+        stores: Iterable[StoreInfo],
         *,
         interval: float,
         deletions: str = "enabled",
@@ -685,7 +686,7 @@ def _remote_from_base(state: Journal, sid: str, base) -> tuple[dict, list]:
     return remote, sorted(remote, key=lambda mid: remote[mid].path)
 
 
-def not_on_store(state: Journal, store: StoreRef, local: Mapping[str, LocalFileRecord], *, deletions: str, max_files: int, max_bytes: int) -> NotOnStore:
+def not_on_store(state: Journal, store: StoreInfo, local: Mapping[str, LocalFile], *, deletions: str, max_files: int, max_bytes: int) -> NotOnStore:
     """The one rule for "what is not on the store", shared by live and offline `memfs status`,
     the final sync of `memfs unmount` and the daemon's exit, and `memfs flush`: the difference
     between the view (`local`: path -> committed file, from the state dir's `files`) and the

@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 
 from memfs.limits import DEFAULT_MAX_BYTES, DEFAULT_MAX_FILES, RESERVED_NAMES, PathError, check_memory_path
 from memfs.protocol import Access, Deletions
+from memfs.records import BaseEntry, LocalFile, RefusedEntry, SkippedEntry
 
 # A rename cycle (a swap) goes through a temporary path, on the store and in the view. Seeing it
 # again later (an interrupted swap) means "our own move", never a remote/local rename.
@@ -25,27 +26,6 @@ TEMP_PREFIX = "/.memfs-tmp-"
 
 
 # ---- inputs -----------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class BaseEntry:
-    """What the store held at the last sync for one materialised memory."""
-
-    memory_id: str
-    path: str
-    sha: str
-    size: int
-
-
-@dataclass(frozen=True)
-class LocalEntry:
-    """A file of the view as of its last close/fsync. `memory_id`: the memory it continues."""
-
-    path: str
-    memory_id: str | None
-    sha: str
-    size: int
-    bad_utf8: bool = False
 
 
 @dataclass(frozen=True)
@@ -59,30 +39,19 @@ class RemoteEntry:
 
 
 @dataclass(frozen=True)
-class SkippedEntry:
-    """A remote memory already noticed as not materialisable here."""
-
-    path: str
-    sha: str | None
-    size: int | None = None
-    reason: str = ""
-
-
-@dataclass(frozen=True)
 class Inputs:
-    """Everything one decision needs. Values are read by attribute, so the engine's own row types
-    (baseline, local file, refused, skipped rows) can be passed as they are; `base` and `local` may
-    be keyed any way (they are re-keyed by memory id / path), `refused` maps path -> sha or a row
-    with `.sha`. `dirty` is informative only: `local` is the committed state, and the engine defers
-    a plan whose view actions touch a dirty path."""
+    """Everything one decision needs, in the records the state dir and the view hand out
+(memfs/records.py). `base` and `local` may be keyed any way (they are re-keyed by memory id /
+path: the state dir keys its baseline by path). `dirty` is informative only: `local` is the
+committed state, and the engine defers a plan whose view actions touch a dirty path."""
 
-    base: Mapping[str, Any]
-    local: Mapping[str, Any]
-    remote: Mapping[str, Any]
+    base: Mapping[str, BaseEntry]
+    local: Mapping[str, LocalFile]
+    remote: Mapping[str, RemoteEntry]
     remote_order: Sequence[str] = ()
     dirty: frozenset[str] = frozenset()
-    refused: Mapping[str, Any] = field(default_factory=dict)
-    skipped: Mapping[str, Any] = field(default_factory=dict)
+    refused: Mapping[str, RefusedEntry] = field(default_factory=dict)  # by path
+    skipped: Mapping[str, SkippedEntry] = field(default_factory=dict)  # by memory id
     deletes_held: frozenset[str] = frozenset()
     access: Access = "read_write"
     deletions: Deletions = "enabled"
@@ -348,18 +317,6 @@ def _schedule(moves: list[tuple[str, str, str]], tree: _Tree) -> list[list[tuple
     return waves
 
 
-_Entry = TypeVar("_Entry", BaseEntry, LocalEntry, RemoteEntry)
-
-
-def _rekey(rows: Iterable[Any], cls: type[_Entry], key: str) -> dict[str, _Entry]:
-    names = [f.name for f in fields(cls)]
-    out: dict[str, _Entry] = {}
-    for row in rows:
-        entry = row if type(row) is cls else cls(**{n: getattr(row, n) for n in names if hasattr(row, n)})
-        out[getattr(entry, key)] = entry
-    return out
-
-
 # ---- the decision -----------------------------------------------------------------------------
 
 
@@ -370,7 +327,7 @@ class _Mem:
     m: str
     b: BaseEntry | None
     r: RemoteEntry | None
-    l: LocalEntry | None  # noqa: E741
+    l: LocalFile | None  # noqa: E741
     set_id: bool = False  # l is a file without this id that now continues the memory
     view: tuple[str, str, int] | None = None  # (path, sha, size) the view shows afterwards
     push: str | None = None  # "update" | "delete" | "hold"
@@ -419,12 +376,12 @@ class _Planner:
     def __init__(self, inp: Inputs):
         self.inp = inp
         self.ro = inp.access == "read_only"
-        self.base: dict[str, BaseEntry] = _rekey(inp.base.values(), BaseEntry, "memory_id")
-        self.remote: dict[str, RemoteEntry] = _rekey(inp.remote.values(), RemoteEntry, "memory_id")
-        self.local: dict[str, LocalEntry] = _rekey(inp.local.values(), LocalEntry, "path")
-        self.refused = {p: getattr(v, "sha", v) for p, v in inp.refused.items()}
+        self.base: dict[str, BaseEntry] = {b.memory_id: b for b in inp.base.values()}
+        self.remote: dict[str, RemoteEntry] = {r.memory_id: r for r in inp.remote.values()}
+        self.local: dict[str, LocalFile] = {f.path: f for f in inp.local.values()}
+        self.refused: dict[str, str] = {p: r.sha for p, r in inp.refused.items()}
         self.mems: dict[str, _Mem] = {}
-        self.new: dict[str, LocalEntry] = {}  # local files that continue no base memory
+        self.new: dict[str, LocalFile] = {}  # local files that continue no base memory
         self.fate: dict[str, str] = {}  # new file path -> "push" | "blocked" | "adopted" | "drop" | "keep"
         self.new_notes: list[Notice] = []
 
@@ -446,7 +403,7 @@ class _Planner:
 
     # -- phase 1: three-way merge per memory ----------------------------------------------------
     def _merge_all(self) -> None:
-        by_id: dict[str, LocalEntry] = {}
+        by_id: dict[str, LocalFile] = {}
         for path in sorted(self.local):
             f = self.local[path]
             if f.memory_id in self.base and f.memory_id not in by_id:
@@ -620,7 +577,7 @@ class _Planner:
             else:  # the store keeps it there while the view shows it elsewhere (a refused rename)
                 self.fate[path] = "drop" if self.ro else "blocked"
 
-    def _lose(self, f: LocalEntry, kind: str, details: str) -> None:
+    def _lose(self, f: LocalFile, kind: str, details: str) -> None:
         self.fate[f.path] = "keep"
         self.new_notes.append(Notice(kind, f.path, details, kept=True))
 

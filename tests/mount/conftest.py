@@ -7,8 +7,11 @@ import os
 
 import pytest
 
-from memfs.mount.core import ROOT_INO, Filesystem, FsError, StoreInfo
-from memfs.mount.state import FLAG_UNBORN, State
+from memfs.mount.filesystem import Filesystem
+from memfs.mount.replies import ROOT_INO, FsError
+from memfs.mount.state import State
+from memfs.mount.view_rows import FLAG_UNBORN
+from memfs.records import StoreInfo
 
 RW = StoreInfo("memstore_rw", "Work Notes", "work-notes", "read_write")
 RO = StoreInfo("memstore_ro", "Team Handbook", "team-handbook", "read_only")

@@ -10,8 +10,9 @@ import stat
 import pytest
 
 from memfs.limits import MARKER_NAME, MAX_CONTENT_BYTES, NOTICES_NAME
-from memfs.mount.core import RENAME_EXCHANGE, RENAME_NOREPLACE, ROOT_INO, StoreInfo
+from memfs.mount.replies import RENAME_EXCHANGE, RENAME_NOREPLACE, ROOT_INO
 from memfs.mount.state import State
+from memfs.records import StoreInfo
 from tests.mount.conftest import RO, RW, Harness, errno_of
 
 pytestmark = pytest.mark.timeout(30)
@@ -670,7 +671,7 @@ def test_stop_writes(h):
     fh = h.fs.open(ino, os.O_WRONLY).fh
     h.fs.write(fh, 0, b"y")
     h.fs.stop_writes()
-    assert h.fs.write_lock
+    assert h.fs.frozen
     assert errno_of(h.fs.write, fh, 0, b"z") == errno.EROFS
     assert errno_of(h.fs.open, ino, os.O_WRONLY) == errno.EROFS
     assert errno_of(h.fs.create, h.ino(W), b"g", 0o644, os.O_WRONLY) == errno.EROFS

@@ -287,8 +287,9 @@ def test_fuse_ops_getxattr_answers_enosys_and_enoent(tmp_path):
     import pyfuse3
     import trio
 
-    from memfs.mount.core import Filesystem, StoreInfo
+    from memfs.mount.filesystem import Filesystem
     from memfs.mount.fuse_ops import FuseOps
+    from memfs.records import StoreInfo
 
     with State(tmp_path / "state") as st:
         ops = FuseOps(Filesystem(st, [StoreInfo("memstore_x", "x", "x", "read_write")]))

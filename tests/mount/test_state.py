@@ -14,7 +14,9 @@ import time
 
 import pytest
 
-from memfs.mount.state import EMPTY_SHA, SCHEMA_VERSION, State, StateError, StateLocked
+from memfs.mount.blobs import EMPTY_SHA
+from memfs.mount.state import State, StateError, StateLocked
+from memfs.mount.statedb import SCHEMA_VERSION
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -168,7 +170,7 @@ def test_gc_blobs_keeps_referenced(st):
     keep_x = st.put_blob(b"extra")
     gone = st.put_blob(b"garbage")
     st.upsert_file("s", "/f", None, keep_f, 4, 1)
-    st.set_baseline("s", "mem_1", "/b", keep_b, 4, "2025-01-01T00:00:00Z")
+    st.set_baseline("s", "mem_1", "/b", keep_b, 4)
     assert st.gc_blobs(keep={keep_x}) == 1
     assert (
         st.has_blob(keep_f)
@@ -229,13 +231,13 @@ def test_stores_baseline_and_side_tables(st):
     st.update_store("s1", counter=7, last_sync_at="t", last_result="ok", last_error=None)
     st.set_store("s1", "Work 2", "work-2", "read_write")  # keeps counter
     rows = {r.store_id: r for r in st.stores()}
-    assert rows["s1"].counter == 7 and rows["s1"].name == "Work 2" and rows["s2"].access == "read_only"
+    assert rows["s1"].counter == 7 and rows["s1"].info.name == "Work 2" and rows["s2"].info.access == "read_only"
     assert st.store("nope") is None
     with pytest.raises(ValueError):
         st.set_store("s3", "x", "x", "write")
     with pytest.raises(KeyError):
         st.update_store("nope", counter=1)
-    st.set_baseline("s1", "m1", "/a", "sha", 3, "2025-01-01T00:00:00Z")
+    st.set_baseline("s1", "m1", "/a", "sha", 3)
     st.set_baseline("s1", "m2", "/a", "sha2", 4)  # another memory now at /a replaces the row
     assert {p: r.memory_id for p, r in st.baseline("s1").items()} == {"/a": "m2"}
     st.set_baseline("s1", "m2", "/b", "sha2", 4)  # rename
@@ -253,8 +255,6 @@ def test_stores_baseline_and_side_tables(st):
     assert st.deletes_held("s1") == {"m6"}
     st.clear_delete_held("s1", "m6")
     assert st.refused("s1") == {} and st.skipped("s1") == {} and st.deletes_held("s1") == set()
-    st.delete_store("s1")
-    assert [r.store_id for r in st.stores()] == ["s2"]
 
 
 def test_notices_keep_last_100_per_store(st):
@@ -268,7 +268,8 @@ def test_notices_keep_last_100_per_store(st):
 
 CHILD = textwrap.dedent("""
     import os, sys, time
-    from memfs.mount.core import Filesystem, StoreInfo
+    from memfs.mount.filesystem import Filesystem
+    from memfs.records import StoreInfo
     from memfs.mount.state import State
     st = State(sys.argv[1]); st.lock("/x")
     fs = Filesystem(st, [StoreInfo("s", "s", "s", "read_write")])
@@ -307,18 +308,11 @@ def test_sigkill_after_close_loses_nothing(tmp_path):
     st.close()
 
 
-def test_counter_accessors_and_aliases(st):
+def test_counter_accessors(st):
     st.set_store("s", "S", "s", "read_write")
     assert st.store_counter("s") is None and st.store_counter("unknown") is None
     st.set_store_counter("s", 12)
     assert st.store_counter("s") == 12
-    st.add_refused("s", "/p", "sha", "400")
-    st.drop_refused("s", "/p")
-    st.set_skipped("s", "m", "/p", None, None, "clash")
-    st.drop_skipped("s", "m")
-    st.add_delete_held("s", "m")
-    st.drop_delete_held("s", "m")
-    assert st.refused("s") == {} and st.skipped("s") == {} and st.deletes_held("s") == set()
 
 
 def test_commits_leave_the_wal_to_checkpoint(st):
@@ -333,3 +327,22 @@ def test_commits_leave_the_wal_to_checkpoint(st):
     st.checkpoint()
     assert st.db_path.stat().st_size >= before + 50 * 20_000
     assert [st.get_blob(hashlib.sha256(d).hexdigest()) for d in datas] == datas
+
+
+def test_state_and_filesystem_have_the_shapes_the_engine_needs(st):
+    """State is the engine's Journal and Filesystem its View (memfs/sync/ports.py): every member
+    of the ports exists, with the parameters the port names."""
+    import inspect
+
+    from memfs.mount.filesystem import Filesystem
+    from memfs.sync.ports import Journal, View
+
+    fs = Filesystem(st, [])
+    for port, impl in ((Journal, st), (View, fs)):
+        for name, member in vars(port).items():
+            if name.startswith("_") or not callable(member):
+                continue
+            got = getattr(impl, name, None)
+            assert callable(got), f"{type(impl).__name__} has no {name} ({port.__name__})"
+            want = [p for p in inspect.signature(member).parameters if p != "self"]
+            assert list(inspect.signature(got).parameters)[: len(want)] == want, name

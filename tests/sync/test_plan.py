@@ -15,15 +15,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from memfs.records import BaseEntry, LocalFile, RefusedEntry, SkippedEntry
 from memfs.sync.plan import (
-    BaseEntry,
     ClearHeld,
     ClearRefused,
     DropBase,
     HoldDelete,
     Inputs,
     KeepLocal,
-    LocalEntry,
     Materialise,
     MoveLocal,
     Notice,
@@ -36,7 +35,6 @@ from memfs.sync.plan import (
     SetBase,
     SetLocalMemoryId,
     Skip,
-    SkippedEntry,
     Unskip,
     plan_store,
     temp_path,
@@ -88,7 +86,7 @@ def lid(p, m):
 
 
 def L(path, mid, sha, bad=False):  # noqa: N802
-    return LocalEntry(path, mid, sha, Z.get(sha, len(sha)), bad)
+    return LocalFile(path, mid, sha, Z.get(sha, len(sha)), bad)
 
 
 def R(mid, path, sha):  # noqa: N802
@@ -460,20 +458,17 @@ def test_skip_forgotten_when_the_memory_is_gone():
 
 
 def test_refused_upload_is_not_retried_until_the_content_changes():
-    assert plan(local=[L("/big", None, S1)], refused={"/big": S1}).empty
-    assert list(plan(local=[L("/big", None, S2)], refused={"/big": S1}).actions) == [ClearRefused("/big"),
+    assert plan(local=[L("/big", None, S1)], refused={"/big": RefusedEntry(S1)}).empty
+    assert list(plan(local=[L("/big", None, S2)], refused={"/big": RefusedEntry(S1)}).actions) == [ClearRefused("/big"),
                                                                                      create("/big", S2)]
     synced = [B(M, "/a", S0)]
-    assert plan(base=synced, local=[L("/a", M, S1)], remote=[R(M, "/a", S0)], refused={"/a": S1}).empty
-    assert list(plan(base=synced, local=[L("/a", M, S0)], remote=[R(M, "/a", S0)], refused={"/a": S1}).actions) == [
+    assert plan(base=synced, local=[L("/a", M, S1)], remote=[R(M, "/a", S0)], refused={"/a": RefusedEntry(S1)}).empty
+    assert list(plan(base=synced, local=[L("/a", M, S0)], remote=[R(M, "/a", S0)], refused={"/a": RefusedEntry(S1)}).actions) == [
         ClearRefused("/a")]
-    # rows with a .sha (the state dir's) are accepted as they are
-    row = type("Row", (), {"sha": S1})()
-    assert plan(local=[L("/big", None, S1)], refused={"/big": row}).empty
 
 
 def test_refused_file_overridden_by_the_store_forgets_the_refusal():
-    p = plan(base=[B(M, "/a", S0)], local=[L("/a", M, S1)], remote=[R(M, "/a", S2)], refused={"/a": S1})
+    p = plan(base=[B(M, "/a", S0)], local=[L("/a", M, S1)], remote=[R(M, "/a", S2)], refused={"/a": RefusedEntry(S1)})
     assert ClearRefused("/a") in p.bookkeeping and keep("/a", S1) in p.view
 
 
@@ -603,12 +598,9 @@ def test_stale_holds_are_cleared():
     assert list(plan(deletes_held=frozenset({M})).actions) == [ClearHeld(M)]
 
 
-def test_engine_rows_are_accepted_as_they_are():
-    # state.baseline() is keyed by path and has extra fields; core's LocalFile has its own order
-    Row = type("Row", (), {})  # noqa: N806
-    row = Row()
-    row.memory_id, row.path, row.sha, row.size, row.updated_at = M, "/a", S0, 10, None
-    p = plan_store(Inputs(base={"/a": row}, local={"/a": L("/a", M, S0)}, remote={M: R(M, "/a", S0)}))
+def test_a_baseline_keyed_by_path_is_accepted():
+    # state.baseline() keys its entries by path; the planner re-keys them by memory id
+    p = plan_store(Inputs(base={"/a": B(M, "/a", S0)}, local={"/a": L("/a", M, S0)}, remote={M: R(M, "/a", S0)}))
     assert p.empty
 
 
@@ -652,7 +644,7 @@ def worlds(draw):
     remote = {m: RemoteEntry(m, p, s, SHAS[s]) for m, (p, s) in side("remote").items()}
     local = {}
     for m, (p, s) in side("local").items():
-        local[p] = LocalEntry(p, m if m in base_ else None, s, SHAS[s])
+        local[p] = LocalFile(p, m if m in base_ else None, s, SHAS[s])
     return base_, local, remote
 
 
@@ -681,7 +673,7 @@ def apply_plan(inp: Inputs, p: Plan, counter=itertools.count(), refuse=frozenset
             # onto the same memory, or onto a new file that continues it (rm + create at its path)
             assert (cur.memory_id in (a.memory_id, None)) if cur else _free(local, a.path), a
             assert remote[a.memory_id].sha == a.sha
-            local[a.path] = LocalEntry(a.path, a.memory_id, a.sha, a.size)
+            local[a.path] = LocalFile(a.path, a.memory_id, a.sha, a.size)
     for a in p.bookkeeping:
         if isinstance(a, SetBase):
             base_[a.entry.memory_id] = a.entry
@@ -708,7 +700,7 @@ def apply_plan(inp: Inputs, p: Plan, counter=itertools.count(), refuse=frozenset
             del base_[a.memory_id]
         elif isinstance(a, (PushUpdate, PushCreate)) and (a.new_sha if isinstance(a, PushUpdate) else a.sha) in refuse:
             path = a.local_path if isinstance(a, PushUpdate) else a.path
-            refused[path] = local[path].sha
+            refused[path] = RefusedEntry(local[path].sha)
             failed = True
         elif isinstance(a, PushUpdate):
             r = remote[a.memory_id]
@@ -791,7 +783,7 @@ def test_property_refused_bad_utf8_holds_and_skips_reach_a_fixed_point(world, da
     local = dict(local)
     for path in pick(local):
         local[path] = replace(local[path], bad_utf8=True)
-    refused = {path: local[path].sha for path in pick(local)}
+    refused = {path: RefusedEntry(local[path].sha) for path in pick(local)}
     skipped = {m: SkippedEntry(remote[m].path, remote[m].sha) for m in pick(remote)}
     held = frozenset(pick(base_))
     refuse = frozenset(pick(SHAS))
@@ -808,5 +800,5 @@ def test_property_refused_bad_utf8_holds_and_skips_reach_a_fixed_point(world, da
     for f in inp.local.values():  # what was not sent is exactly what may not be sent
         b = inp.base.get(f.memory_id) if f.memory_id else None
         if b is None or (b.path, b.sha) != (f.path, f.sha):
-            assert f.bad_utf8 or inp.refused.get(f.path) == f.sha or not _fits(
+            assert f.bad_utf8 or (f.path in inp.refused and inp.refused[f.path].sha == f.sha) or not _fits(
                 {r.path for r in inp.remote.values()}, f.path)

@@ -1,0 +1,264 @@
+"""The filesystem as the sync engine sees and changes it (the engine's `View` port): the
+committed state of every file, and the store's changes applied to the tree (kernel caches
+invalidated through the queue). Called on the trio thread, never from inside a FUSE handler.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+from collections.abc import Callable
+from datetime import UTC, datetime
+
+from memfs.limits import RESERVED_NAMES, check_memory_path
+from memfs.mount.invalidation import InvalidationQueue
+from memfs.mount.nodes import DirLike, DirNode, FileHandle, FileNode, Staged, Store
+from memfs.mount.replies import FsError
+from memfs.mount.state import State
+from memfs.mount.tree import Tree
+from memfs.mount.view_rows import FLAG_BAD_UTF8
+from memfs.records import LocalFile
+
+log = logging.getLogger("memfs.mount.sync_view")
+
+
+def rfc3339_now() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+def utf8_ok(data: bytes | bytearray) -> bool:
+    try:
+        bytes(data).decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+class SyncFacing:
+    """Part of the filesystem façade (filesystem.py): the methods the sync engine calls."""
+
+    tree: Tree
+    state: State
+    inval: InvalidationQueue
+    now: Callable[[], int]
+    _handles: dict[int, FileHandle]
+
+    def local_view(self, store_id: str) -> dict[str, LocalFile]:
+        """path -> the committed state (last close/fsync) of every file in the view: what the
+        sync may push. A file whose creating writer has not closed it is left out (or shows the
+        file it replaced). Calling this is "the sync has seen every unlink so far": a failed
+        writer's create after it no longer brings back a file unlinked before it."""
+        st = self.tree.store(store_id)
+        st.replaced.clear()
+        out = {}
+        for p, n in st.paths.items():
+            if isinstance(n, FileNode):
+                lf = self._local_file(p, n)
+                if lf is not None:
+                    out[p] = lf
+        return out
+
+    def local_file(self, store_id: str, path: str) -> LocalFile | None:
+        """One entry of local_view() (without building all of it)."""
+        n = self.tree.store(store_id).paths.get(path)
+        if n is None or not isinstance(n, FileNode):
+            return None
+        return self._local_file(path, n)
+
+    @staticmethod
+    def _local_file(path: str, n: FileNode) -> LocalFile | None:
+        if n.unborn:
+            s = n.replaces
+            return None if s is None else LocalFile(path, s.memory_id, s.sha, s.size, s.bad_utf8)
+        return LocalFile(path, n.memory_id, n.sha, n.size, n.bad_utf8)
+
+    def dirty_paths(self, store_id: str) -> set[str]:
+        """Files with writes not yet staged by a close/fsync, and new files whose creating
+        writer is still at work (unborn): the engine does not apply a pull over them."""
+        st = self.tree.store(store_id)
+        return {p for p, n in st.paths.items() if isinstance(n, FileNode) and (n.buf is not None or n.unborn)}
+
+    def dir_paths(self, store_id: str) -> set[str]:
+        """Every directory of the store's view (not the store root)."""
+        st = self.tree.store(store_id)
+        return {p for p, n in st.paths.items() if isinstance(n, DirNode)}
+
+    def totals(self, store_id: str) -> tuple[int, int]:
+        """(files, bytes) the store's view holds now."""
+        st = self.tree.store(store_id)
+        return st.files, st.bytes
+
+    def _parse_path(self, st: Store, path: str) -> tuple[str, str]:
+        check_memory_path(path)
+        parent_path, _, name = path.rpartition("/")
+        if parent_path == "" and name in RESERVED_NAMES:
+            raise FsError(errno.EPERM, f"{path} is reserved in a store root")
+        return parent_path, name
+
+    def apply_remote(
+        self, store_id: str, path: str, memory_id: str | None, sha: str, content: bytes, mtime_ns: int | None
+    ) -> None:
+        """Put the store's content at `path` (the engine has settled conflicts already).
+
+        Creates parent directories; replaces a file there keeping its inode; drops any dirty
+        buffer for it. Limits are not checked (Decision 4 is the engine's). `mtime_ns` is the
+        memory's updated_at; None means now."""
+        st = self.tree.store(store_id)
+        if mtime_ns is None:
+            mtime_ns = self.now()
+        parent_path, name = self._parse_path(st, path)
+        content = bytes(content)
+        got = self.state.put_blob(content)
+        if got != sha:
+            raise ValueError(f"content of {path} has sha {got}, not {sha}")
+        created: list[DirNode] = []
+        with self.state.transaction():
+            parent = self.tree.ensure_dirs(st, parent_path, mtime_ns, created)
+            node = parent.children.get(name)
+            if node is not None and not isinstance(node, FileNode):
+                raise FsError(errno.EISDIR, f"{path} is a directory here")
+            for d in created:
+                self.state.upsert_dir(store_id, d.path, d.mtime_ns, d.mode)
+            bad = not utf8_ok(content)
+            mode = node.mode if node is not None else 0o644
+            self.state.upsert_file(
+                store_id, path, memory_id, sha, len(content), mtime_ns, mode, FLAG_BAD_UTF8 if bad else 0
+            )
+        if created:
+            self.inval.entry(Tree.parent_of(created[0]), created[0].name)
+        if node is None:
+            node = self.tree.new_file(st, 0o644, mtime_ns)
+            self.tree.attach(parent, node, name)
+            st.files += 1
+            st.bytes += len(content)
+            if not created:
+                self.inval.entry(parent, name)  # a negative dentry may be cached
+        else:
+            st.bytes += len(content) - self.tree.cur_size(node)
+            node.buf = None
+            self.inval.inode(node)
+        node.memory_id, node.sha, node.size, node.bad_utf8 = memory_id, sha, len(content), bad
+        node.unborn, node.replaces = False, None  # the store's content: nothing left to wait for
+        node.mtime_ns = node.ctime_ns = mtime_ns
+        for h in self._handles.values():
+            if h.node is node:
+                h.wrote = False  # their unflushed writes were dropped
+        self.inval.wake()
+
+    def move_path(self, store_id: str, old: str, new: str) -> None:
+        """A rename made on the store, applied here (keeps the inode; replaces a file at `new`)."""
+        st = self.tree.store(store_id)
+        self._parse_path(st, old)
+        new_parent_path, new_name = self._parse_path(st, new)
+        node = st.paths.get(old)
+        if node is None:
+            raise FsError(errno.ENOENT, f"{old} is not in the view")
+        if old == new:
+            return
+        created: list[DirNode] = []
+        t = self.now()
+        old_parent = Tree.parent_of(node)
+        with self.state.transaction():
+            parent = self.tree.ensure_dirs(st, new_parent_path, t, created)
+            p: DirLike | None = parent
+            while p is not None:
+                if p is node:
+                    raise FsError(errno.EINVAL, f"cannot move {old} into itself")
+                p = p.parent
+            dst = parent.children.get(new_name)
+            if dst is not None and (not isinstance(dst, FileNode) or not isinstance(node, FileNode)):
+                raise FsError(errno.EEXIST, f"{new} is occupied by a directory")
+            for d in created:
+                self.state.upsert_dir(store_id, d.path, d.mtime_ns, d.mode)
+            if dst is not None:
+                self.state.delete_file(store_id, dst.path)
+            self.state.rename_prefix(store_id, old, new)
+            if dst is not None:
+                self.tree.unlink_node(dst)
+            self.inval.entry(old_parent, node.name)
+            self.tree.detach(node)
+            self.tree.attach(parent, node, new_name)
+            self._prune(st, old_parent)
+        if created:
+            self.inval.entry(Tree.parent_of(created[0]), created[0].name)
+        else:
+            self.inval.entry(parent, new_name)
+        self.inval.wake()
+
+    def remove_path(self, store_id: str, path: str) -> None:
+        """A delete made on the store: gone from the view; directories it leaves empty go too."""
+        st = self.tree.store(store_id)
+        self._parse_path(st, path)
+        node = st.paths.get(path)
+        if node is None:
+            return
+        parent = Tree.parent_of(node)
+        sid = store_id
+        with self.state.transaction():
+            if isinstance(node, FileNode):
+                self.state.delete_file(sid, path)
+            else:
+                for p, n in list(st.paths.items()):
+                    if p == path or p.startswith(path + "/"):
+                        (self.state.delete_file if isinstance(n, FileNode) else self.state.delete_dir)(sid, p)
+            self.inval.entry(parent, node.name)
+            self.tree.unlink_node(node)
+            self._prune(st, parent)
+        self.inval.wake()
+
+    def _prune(self, st: Store, d: DirLike) -> None:
+        """Remove `d` and its ancestors while they are empty (not the store root)."""
+        while isinstance(d, DirNode) and not d.children:
+            parent = Tree.parent_of(d)
+            self.state.delete_dir(st.info.store_id, d.path)
+            self.inval.entry(parent, d.name)
+            self.tree.unlink_node(d)
+            d = parent
+
+    def set_memory_id(self, store_id: str, path: str, memory_id: str | None) -> None:
+        st = self.tree.store(store_id)
+        node = st.paths.get(path)
+        if node is None or not isinstance(node, FileNode):
+            raise FsError(errno.ENOENT, f"{path} is not a file in the view")
+        self.state.set_file_memory_id(store_id, path, memory_id)
+        node.memory_id = memory_id
+        if node.replaces is not None:  # what the sync sees of an unborn file
+            s = node.replaces
+            node.replaces = Staged(memory_id, s.sha, s.size, s.mode, s.mtime_ns, s.bad_utf8)
+
+    def add_notice(self, store_id: str, kind: str, path: str, details: str = "") -> str:
+        """Append a line to the store's .sync-notices.log (last 100 kept); returns the line."""
+        st = self.tree.store(store_id)
+        line = f"{rfc3339_now()} {kind} {path} {details}".rstrip()
+        line = line.replace("\n", " ")
+        self.state.add_notice(store_id, line)
+        st.notices.append(line)
+        st.render_notices()
+        node = st.notices_node
+        node.mtime_ns = node.ctime_ns = max(self.now(), node.mtime_ns + 1)
+        self.inval.inode(node)
+        self.inval.wake()
+        return line
+
+    def notices(self, store_id: str) -> list[str]:
+        return list(self.tree.store(store_id).notices)
+
+    def committed_content(self, store_id: str, path: str) -> bytes:
+        """The staged content at `path` (what a push would send)."""
+        node = self.tree.store(store_id).paths.get(path)
+        lf = None if node is None or not isinstance(node, FileNode) else self._local_file(path, node)
+        if lf is None:
+            raise FsError(errno.ENOENT)
+        try:
+            return self.state.get_blob(lf.sha)
+        except FileNotFoundError:
+            log.error("blob %s of %s is missing from the state dir", lf.sha, path)
+            raise FsError(errno.EIO) from None
+
+    def live_shas(self) -> set[str]:
+        """Shas in use by the view (for State.gc_blobs(keep=…))."""
+        shas = {n.sha for n in self.tree.nodes.values() if isinstance(n, FileNode)}
+        shas |= {n.replaces.sha for n in self.tree.nodes.values() if isinstance(n, FileNode) and n.replaces}
+        for st in self.tree.stores.values():
+            shas |= {s.sha for s in st.replaced.values()}
+        return shas
