@@ -54,6 +54,7 @@ class MountOptions:
     allow_other: bool = False
     flush_timeout: float = limits.FLUSH_TIMEOUT
     request_timeout: float = 10.0
+    live: bool = True  # hold a watch when the service has one (SPEC §5.1); False: `--live off`
 
 
 def check_interval(value: float) -> float:
@@ -228,6 +229,7 @@ class Daemon:
                 deletions=opts.sync_deletions,
                 max_files=opts.max_files,
                 max_bytes=opts.max_bytes,
+                live=opts.live,
             )
             self.engine = engine
             try:
