@@ -357,7 +357,7 @@ class Daemon:
                 self.opts.flush_timeout = float(request["flush_timeout"])
             self.request_stop("unmount requested")
             await self.final_done.wait()
-            return {"ok": True, "state_dir": str(self.opts.state_dir), "root": self.opts.root, **self.final}
+            return {"ok": True, "state_dir": str(self.opts.state_dir), "root": self.opts.root, **(self.final or {})}
         return {"ok": False, "error": f"unknown request {op!r}"}
 
 
@@ -438,7 +438,10 @@ async def _sync_only_connection(daemon: Daemon, stream: trio.SocketStream, force
             request = None if too_long else json.loads(line)
         except ValueError:
             request = None
-        op = request.get("op") if isinstance(request, dict) else None
+        if not isinstance(request, dict):
+            request = {}
+        op = request.get("op")
+        answer: dict[str, Any]
         if op == "ping":  # at once, from the event loop: tells a stopped daemon from a busy one
             answer = {"ok": True, "pong": True}
         elif op == "status":

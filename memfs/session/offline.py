@@ -50,9 +50,10 @@ async def flush_state_dir(state_dir: Path, base_url: str | None, token: str, tim
         stores = [StoreInfo(s.store_id, s.name, s.slug, s.access) for s in state.stores()]
         fs = Filesystem(state, stores)
         async with StoreClient(url, token) as client:
+            recorded = _recorded_limits(state)
             engine = SyncEngine(client, state, fs, stores, interval=5,
                                 deletions=deletions or state.get_meta("sync_deletions") or "enabled",
-                                **_recorded_limits(state))
+                                max_files=recorded["max_files"], max_bytes=recorded["max_bytes"], live=False)
             return await engine.final_sync(timeout)
     finally:
         state.close()

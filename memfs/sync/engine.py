@@ -670,8 +670,8 @@ class SyncEngine:
                 self.fs.move_path(sid, a.old_path, a.new_path)
             elif isinstance(a, P.RemoveLocal):
                 self.fs.remove_path(sid, a.path)
-        for a in plan.bookkeeping:
-            self._book(sid, a)
+        for book in plan.bookkeeping:
+            self._book(sid, book)
         for n in summarise_notices(plan.notices):
             details = n.details
             if n.kept and n.path in kept:
