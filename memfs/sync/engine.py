@@ -255,7 +255,7 @@ class SyncEngine:
         has passed. A moved store waits for its pull: pushing it first would only meet 409s."""
         if not self.watching or trio.current_time() < self._live_retry_at:
             return []
-        settled = debounce and time.monotonic() - self._changed_at < PUSH_DEBOUNCE
+        settling = debounce and time.monotonic() - self._changed_at < PUSH_DEBOUNCE
         out = []
         for s in self.stores:
             sid = s.store_id
@@ -264,7 +264,7 @@ class SyncEngine:
                     out.append(s)
                 continue
             g = self.state.generation(sid)
-            if not settled and s.access == "read_write" and g != self._clean.get(sid) and g != self._handled.get(sid):
+            if not settling and s.access == "read_write" and g != self._clean.get(sid) and g != self._handled.get(sid):
                 out.append(s)
         return out
 
@@ -401,8 +401,11 @@ class SyncEngine:
         # The download was this interval's pull: the first tick (and the first push of changes a
         # crashed mount left staged) comes one interval later, or at the first `memfs sync --force`.
         self.last_attempt = trio.current_time()
-        for s in self.stores:  # what the initial download left staged waits for that tick
-            self._handled[s.store_id] = self._gen_seen[s.store_id] = self.state.generation(s.store_id)
+        for s in self.stores:  # what a crashed mount left staged waits for that tick, live or not
+            sid = s.store_id
+            self._handled[sid] = self._gen_seen[sid] = self.state.generation(sid)
+            if s.access == "read_write" and self._maybe_staged(sid, self.state.baseline(sid)):
+                self._unsettled.add(sid)
 
     async def _pull_all(self, *, initial: bool = False, stores: list[StoreRef] | None = None,
                         counters: dict[str, int] | None = None) -> tuple[TickReport, list[tuple[Any, list]]]:
