@@ -71,6 +71,8 @@ def test_a_write_in_a_is_readable_in_b_without_a_sync_in_b(world, api):
     assert wait_for(lambda: mode(a)[0] == "live" and mode(b)[0] == "live"), (a.status(), b.status())
     text = b.memfs("status", "--root", str(b.root), check=True).stdout
     assert "sync: live: watching 2 store(s)" in text, text
+    idle = b.memfs("sync", "--root", str(b.root), check=True).stdout  # nothing moved: nothing to do
+    assert "nothing to do (live" in idle, idle
     for round_ in range(3):  # a write in A, a write in B, a remote delete: each lands unasked
         before = store_counter(api, world.rw)
         (a.root / RW / f"from-a-{round_}.md").write_text(f"written in A, round {round_}\n")
