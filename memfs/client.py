@@ -5,8 +5,8 @@ Used by the mount and the sync engine (under trio). Sized for a WAN: every reque
 has more than that many requests in flight, whatever the callers gather. A 429 or 5xx whose
 `retry-after` is short (<= `retry_within`) is retried here, at most `retries` times: over a WAN a
 second try a second later is far cheaper than failing the tick and waiting an interval. Anything
-else fails the request; a failed request fails the tick, which counts as an attempt (SPEC §5.4);
-a 409 is an answer, not a fault (SPEC §5.3).
+else fails the request; a failed request fails the tick, which counts as an attempt (SEMANTICS.md#d-unreachable);
+a 409 is an answer, not a fault (SEMANTICS.md#d-three-way).
 """
 
 from __future__ import annotations
@@ -187,7 +187,7 @@ class StoreClient:
     def _retry_wait(self, resp: httpx.Response, attempt: int) -> float | None:
         """How long to wait before sending a refused request again, or None: fail it now.
         Only a retryable status with a short retry-after: a bare 5xx may be a service that is
-        down, and a tick that fails then waits an interval (decision 6) rather than hammering it.
+        down, and a tick that fails then waits an interval (SEMANTICS.md#d-unreachable) rather than hammering it.
         Retrying a write is safe: creates answer 409 when they had landed, updates and deletes
         carry the sha precondition."""
         if attempt >= self.retries or not (resp.status_code == 429 or resp.status_code >= 500):
@@ -211,7 +211,7 @@ class StoreClient:
 
     # -- counter extension ------------------------------------------------------------------
     async def counters(self, store_ids: Iterable[str]) -> dict[str, int] | None:
-        """Counters of several stores in one request; None when the service has no counter (§5.8)."""
+        """Counters of several stores in one request; None when the service has no counter (SEMANTICS.md#d-no-counter)."""
         ids = list(store_ids)
         try:
             body = await self._json("GET", "/v1/memory_store_counters", params={"ids": ",".join(ids)})
@@ -310,7 +310,7 @@ class StoreClient:
     # -- memories ---------------------------------------------------------------------------
     async def list_memories(self, store_id: str, *, view: str = "basic",
                             known: dict[str, int] | None = None) -> Listing:
-        """Every memory of a store, read as concurrent listings by path prefix (SPEC §5.8).
+        """Every memory of a store, read as concurrent listings by path prefix (SEMANTICS.md#d-no-counter).
 
         A cursor-paged listing is a chain of round trips; a store's tree is not. A prefix is
         first asked whole (depth 0): one page holds a small subtree. A larger one is split: its

@@ -37,5 +37,16 @@ def is_access(value: object) -> TypeGuard[Access]:
     return value in ACCESS_MODES
 
 
+def as_deletions(value: object, default: Deletions = "enabled") -> Deletions:
+    """A `--sync-deletions` value read back from somewhere untyped (argv, the state dir's meta):
+    itself when it is one of the modes, else `default` (a missing value)."""
+    for mode in DELETION_MODES:
+        if value == mode:
+            return mode
+    if value is None:
+        return default
+    raise ValueError(f"not a --sync-deletions mode: {value!r} (one of {', '.join(DELETION_MODES)})")
+
+
 def store_path(store_id: str) -> str:
     return f"{STORES_PATH}/{store_id}"

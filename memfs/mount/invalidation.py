@@ -32,7 +32,7 @@ class InvalidationQueue:
         self.pushed += 1
 
     def inode(self, node: Node) -> None:
-        # Open files get attributes only (FIELD-NOTES); mtime/size changes then drop their pages.
+        # Open files get attributes only (SEMANTICS.md#d-kernel-cache); mtime/size changes then drop their pages.
         self.items.append(("inode", node.ino, node.open_count > 0))
         self.pushed += 1
 

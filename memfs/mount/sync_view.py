@@ -101,7 +101,7 @@ class SyncFacing:
         """Put the store's content at `path` (the engine has settled conflicts already).
 
         Creates parent directories; replaces a file there keeping its inode; drops any dirty
-        buffer for it. Limits are not checked (Decision 4 is the engine's). `mtime_ns` is the
+        buffer for it. Limits are not checked (SEMANTICS.md#d-over-limits is the engine's). `mtime_ns` is the
         memory's updated_at; None means now."""
         st = self.tree.store(store_id)
         if mtime_ns is None:

@@ -557,7 +557,7 @@ class _Service:
             ("/healthz", "GET", self.get_live),
             ("/readyz", "GET", self.get_ready),
         ]
-        if not self.extensions:  # behave like the hosted API: no counter, feed or snapshot (§5.8)
+        if not self.extensions:  # behave like the hosted API: no counter, feed or snapshot (SEMANTICS.md#d-no-counter)
             table = [t for t in table if t[2] not in (self.get_counter, self.get_counters, self.get_changes,
                                                       self.get_snapshot, self.watch)]
         return [Route(path, fn, methods=[method]) for path, method, fn in table]

@@ -1,4 +1,4 @@
-"""`memfs mount|sync|status|unmount|flush` (SPEC §1).
+"""`memfs mount|sync|status|unmount|flush` (SEMANTICS.md#d-commands).
 
 This module imports only what parsing and the control socket need at the top (no httpx, trio or
 pyfuse3: ~0.3 s of imports); every command imports the rest when it runs. `memfs sync` itself
@@ -59,6 +59,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--state-dir", default=None, help="default: /var/lib/memfs/<root>")
     p.add_argument("--sync-interval", type=_float, default=limits.DEFAULT_SYNC_INTERVAL)
     p.add_argument("--sync-deletions", choices=DELETION_MODES, default="enabled")
+    p.add_argument("--live", choices=["auto", "off"], default="auto",
+                   help="auto: hold a watch when the service has one (changes in about a second); "
+                        "off: only poll every --sync-interval")
     p.add_argument("--max-files", type=int, default=limits.DEFAULT_MAX_FILES)
     p.add_argument("--max-bytes", type=parse_size, default=limits.DEFAULT_MAX_BYTES)
     p.add_argument("--uid", type=int, default=None)
@@ -237,6 +240,7 @@ def _run_foreground(
         gid=args.gid if args.gid is not None else os.getgid(),
         allow_other=args.allow_other,
         flush_timeout=args.flush_timeout,
+        live=args.live != "off",
     )
 
     def on_ready(stores) -> None:
@@ -291,6 +295,8 @@ def cmd_status(args: argparse.Namespace) -> int:
         return 0
     live = "live" if answer.get("live") else "NOT RUNNING"
     print(f"memfs at {args.root}: {live}; state dir {state_dir}")
+    if answer.get("mode"):  # a running daemon: live mode (watching) or polling, and why
+        print(f"  sync: {answer['mode']}: {answer.get('mode_reason') or '-'}")
     for s in answer.get("stores", []):
         print(
             f"  {s['mount_path']}  {s['access']}  id={s['store_id']}  counter={s.get('counter')}  "

@@ -1,4 +1,4 @@
-"""The mount's lifecycle (SPEC §3.1): preflight, session, download, mount, serve, final sync, unmount.
+"""The mount's lifecycle (SEMANTICS.md#d-lifecycle): preflight, session, download, mount, serve, final sync, unmount.
 
 Everything here is orchestration; the filesystem semantics live in core.py and the sync in
 memfs/sync. The daemon is one trio program: the FUSE loop, the sync timer, the control socket and
@@ -28,6 +28,7 @@ from memfs.client import ApiError, StoreClient, Unreachable
 from memfs.mount.filesystem import Filesystem
 from memfs.mount.mount_table import fuse_mount_at
 from memfs.mount.state import State, StateLocked
+from memfs.protocol import Deletions
 from memfs.records import StoreInfo
 from memfs.session import control
 
@@ -48,7 +49,7 @@ class MountOptions:
     token: str | None
     state_dir: Path
     sync_interval: float = limits.DEFAULT_SYNC_INTERVAL
-    sync_deletions: str = "enabled"
+    sync_deletions: Deletions = "enabled"
     max_files: int = limits.DEFAULT_MAX_FILES
     max_bytes: int = limits.DEFAULT_MAX_BYTES
     uid: int = field(default_factory=os.getuid)
@@ -56,6 +57,7 @@ class MountOptions:
     allow_other: bool = False
     flush_timeout: float = limits.FLUSH_TIMEOUT
     request_timeout: float = 10.0
+    live: bool = True  # hold a watch when the service has one (SEMANTICS.md#d-when); False: `--live off`
 
 
 def check_interval(value: float) -> float:
@@ -215,6 +217,7 @@ class Daemon:
                 deletions=opts.sync_deletions,
                 max_files=opts.max_files,
                 max_bytes=opts.max_bytes,
+                live=opts.live,
             )
             self.engine = engine
             try:
@@ -314,7 +317,7 @@ class Daemon:
                         return
                     buf += chunk
                 line, buf = buf.split(b"\n", 1)
-                request: dict[str, Any] = {}
+                request: Any = {}  # whatever the line decodes to: a bad request may be any JSON
                 try:
                     request = json.loads(line)
                     answer = await self._answer(request)
@@ -342,11 +345,11 @@ class Daemon:
                 self.opts.flush_timeout = float(request["flush_timeout"])
             self.request_stop("unmount requested")
             await self.final_done.wait()
-            return {"ok": True, "state_dir": str(self.opts.state_dir), "root": self.opts.root, **self.final}
+            return {"ok": True, "state_dir": str(self.opts.state_dir), "root": self.opts.root, **(self.final or {})}
         return {"ok": False, "error": f"unknown request {op!r}"}
 
 
-# -- the sync-only socket (SPEC §8) ----------------------------------------------------------------
+# -- the sync-only socket (SEMANTICS.md#d-worker) ----------------------------------------------------------------
 # The sandbox image's worker runs as the agent's user, who must not reach the full control socket
 # (it can unmount). This second listener answers `sync` and `status` only, may be opened by anyone
 # who can reach its path, and spaces forced ticks at least SYNC_ONLY_FORCED_GAP apart: a forced
@@ -423,7 +426,10 @@ async def _sync_only_connection(daemon: Daemon, stream: trio.SocketStream, force
             request = None if too_long else json.loads(line)
         except ValueError:
             request = None
-        op = request.get("op") if isinstance(request, dict) else None
+        if not isinstance(request, dict):
+            request = {}
+        op = request.get("op")
+        answer: dict[str, Any]
         if op == "ping":  # at once, from the event loop: tells a stopped daemon from a busy one
             answer = {"ok": True, "pong": True}
         elif op == "status":

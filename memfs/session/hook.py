@@ -40,6 +40,8 @@ def cmd_sync(args) -> int:
         print(json.dumps(answer, indent=2))
     elif answer.get("ran"):
         print(f"memfs sync: {answer.get('result', 'ok')}")
+    elif answer.get("mode") == "live":  # the watch saw nothing move and nothing waits to be pushed
+        print("memfs sync: nothing to do (live: the store has not changed)")
     else:
         print(f"memfs sync: not due (next in {answer.get('next_in', 0):.1f}s)")
     if not answer.get("ok", False):

@@ -14,6 +14,7 @@ from typing import Any
 from memfs.client import StoreClient
 from memfs.mount.filesystem import Filesystem
 from memfs.mount.state import State
+from memfs.protocol import as_deletions
 from memfs.sync.engine import SyncEngine, not_on_store
 
 
@@ -50,9 +51,10 @@ async def flush_state_dir(state_dir: Path, base_url: str | None, token: str, tim
         stores = [s.info for s in state.stores()]
         fs = Filesystem(state, stores)
         async with StoreClient(url, token) as client:
+            recorded = _recorded_limits(state)
             engine = SyncEngine(client, state, fs, stores, interval=5,
-                                deletions=deletions or state.get_meta("sync_deletions") or "enabled",
-                                **_recorded_limits(state))
+                                deletions=as_deletions(deletions or state.get_meta("sync_deletions")),
+                                max_files=recorded["max_files"], max_bytes=recorded["max_bytes"], live=False)
             return await engine.final_sync(timeout)
     finally:
         state.close()
@@ -73,7 +75,7 @@ def offline_status(state_dir: Path) -> dict[str, Any]:
         root = state.get_meta("root") or ""
         rows = state.stores()
         fs = Filesystem(state, [s.info for s in rows])
-        deletions = state.get_meta("sync_deletions") or "enabled"
+        deletions = as_deletions(state.get_meta("sync_deletions"))
         limits_ = _recorded_limits(state)
         stores = []
         missing: dict[str, dict[str, Any]] = {}

@@ -1,16 +1,25 @@
-"""A sync tick (SPEC §5.2): counters → changes/listing → fetch → apply the plan → push.
+"""A sync tick (SEMANTICS.md#d-tick): counters → changes/listing → fetch → apply the plan → push.
 
 The decisions are in plan.py (pure); this module does the I/O around them and keeps the rules of
-*when* (decision 1), failure (decision 6) and the end of the session (§5.7).
+*when* (SEMANTICS.md#d-when, live mode included), failure (SEMANTICS.md#d-unreachable) and the end
+of the session (SEMANTICS.md#d-end).
+
+Two modes. **Polling**: a tick at most once per interval, at `memfs sync` or once the mount is
+quiet. **Live** (the service has the watch, SEMANTICS.md#d-counter): one held watch for all the stores tells which
+counters moved; a moved store is pulled at the next `memfs sync` or as soon as the mount is quiet,
+and what the agent changed is pushed after a short debounce. The interval then only paces the
+retries of what failed. A watch that fails counts as an attempt and the mount polls until a tick
+succeeds again, then watches again.
 """
 
 from __future__ import annotations
 
 import hashlib
 import logging
+import math
 import os
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -18,6 +27,7 @@ from typing import Any
 import trio
 
 from memfs.client import CONCURRENCY, ApiError, Listing, StoreClient, Unreachable
+from memfs.protocol import Deletions
 from memfs.records import LocalFile, StoreInfo
 from memfs.sync import plan as P
 from memfs.sync.ports import Journal, View
@@ -29,6 +39,9 @@ log = logging.getLogger("memfs.sync")
 FETCH_CONCURRENCY = CONCURRENCY
 PUSH_CONCURRENCY = CONCURRENCY
 QUIET_SECONDS = 1.0
+TIMER_STEP = 0.1  # seconds between the timer's looks (a watch's answer wakes it at once)
+PUSH_DEBOUNCE = 0.3  # live mode: a change is pushed once nothing changed for this long (SEMANTICS.md#d-when)
+WATCH_WAIT = 55.0  # seconds a watch is held by the service: renewed about once a minute (≤ 60)
 GC_INTERVAL = 600.0  # seconds between sweeps of content no file or baseline refers to
 CHECKPOINT_INTERVAL = 5.0  # seconds between copies of state.db's WAL into the database file
 
@@ -46,7 +59,7 @@ def _iso_to_ns(text: str | None) -> int | None:
         return None
 
 
-async def _gather(items, fn, concurrency: int) -> None:
+async def _gather(items: Iterable[Any], fn: Callable[[Any], Awaitable[None]], concurrency: int) -> None:
     """Run fn(item) for every item, at most `concurrency` at once. The first failure cancels the
     rest and is raised as itself (not wrapped in an ExceptionGroup) so callers can catch it."""
     failure: list[BaseException] = []
@@ -68,7 +81,7 @@ async def _gather(items, fn, concurrency: int) -> None:
         raise failure[0]
 
 
-def _prefix_sizes(base) -> dict[str, int]:
+def _prefix_sizes(base: Mapping[str, Any]) -> dict[str, int]:
     """prefix -> how many memories of the baseline lie under it ("/" is all of them): what lets
     a listing split a prefix known to be large, and ask its sub-prefixes, without probing first."""
     sizes: dict[str, int] = {"/": len(base)}
@@ -109,7 +122,7 @@ def summarise_notices(notices: Iterable[P.Notice], limit: int = NOTICES_PER_KIND
 
 
 class TickFailed(Exception):
-    """The store could not be reached or answered with a retryable error (decision 6)."""
+    """The store could not be reached or answered with a retryable error (SEMANTICS.md#d-unreachable)."""
 
 
 @dataclass
@@ -141,9 +154,10 @@ class SyncEngine:
         stores: Iterable[StoreInfo],
         *,
         interval: float,
-        deletions: str = "enabled",
+        deletions: Deletions = "enabled",
         max_files: int,
         max_bytes: int,
+        live: bool = True,
     ):
         self.client = client
         self.state = state
@@ -153,7 +167,7 @@ class SyncEngine:
         self.deletions = deletions
         self.max_files = max_files
         self.max_bytes = max_bytes
-        self.has_counter: bool | None = None  # learned on the first tick (§5.8)
+        self.has_counter: bool | None = None  # learned on the first tick (SEMANTICS.md#d-no-counter)
         self.last_attempt: float | None = None
         self.tick_lock = trio.Lock()
         self.push_done = trio.Event()
@@ -162,21 +176,50 @@ class SyncEngine:
         self._nursery: trio.Nursery | None = None
         self._mtimes: dict[str, int] = {}  # memory id -> updated_at (ns), for the view's mtime
         self._clean: dict[str, int] = {}  # store id -> state generation at which nothing was staged
+        # -- live mode (SEMANTICS.md#d-when) --
+        self.live_wanted = live  # False: `--live off`, the mount only polls
+        self.watching = False  # a watch answered and none has failed since
+        self.mode_reason = "starting: the first tick decides" if live else "live mode is off (--live off)"
+        self.watch_requests = 0  # requests the watch sent (not a tick's: see TickReport.requests)
+        self._seen: dict[str, int] = {}  # store id -> the counter the watch last reported
+        self._moved: set[str] = set()  # stores whose counter moved past the one applied to the view
+        self._wake = trio.Event()  # the watch saw a move: the timer looks at once
+        self._watch_again = trio.Event()  # a failed watch retries after the next good tick
+        self._gen_seen: dict[str, int] = {}  # store id -> generation the timer last saw
+        self._changed_at = -math.inf  # time.monotonic() the timer last saw something staged change
+        self._handled: dict[str, int] = {}  # store id -> generation a live push wave has settled
+        self._unsettled: set[str] = set()  # live stores whose last pull or push failed: polled
+        self._live_retry_at = -math.inf  # trio time before which no live tick runs (after a failure)
 
-    # -- when (decision 1) ------------------------------------------------------------------
+    # -- when (SEMANTICS.md#d-when) ------------------------------------------------------------------
     def due_in(self) -> float:
         if self.last_attempt is None:
             return 0.0
         return max(0.0, self.last_attempt + self.interval - trio.current_time())
 
+    @property
+    def mode(self) -> str:
+        return "live" if self.watching else "polling"
+
     async def timer(self) -> None:
-        """Run a due tick once the mount has been quiet for about a second."""
+        """The daemon's own sync: in live mode, pull what moved once the mount is quiet and push
+        what changed after the debounce; otherwise (and for retries) a due tick once the mount
+        has been quiet for about a second."""
         next_gc = trio.current_time() + GC_INTERVAL
         next_checkpoint = trio.current_time()  # first: the initial download's WAL
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
+            if not self.live_wanted:
+                pass
+            elif self.has_counter:
+                nursery.start_soon(self._watch_loop)
+            else:
+                self.mode_reason = (f"the service has no counter (the hosted API, SEMANTICS.md#d-no-counter): polling every "
+                                    f"{self.interval:g}s")
             while True:
-                await trio.sleep(0.25)
+                with trio.move_on_after(TIMER_STEP):
+                    await self._wake.wait()
+                self._wake = trio.Event()
                 if trio.current_time() >= next_checkpoint:
                     await trio.to_thread.run_sync(self.state.checkpoint)
                     next_checkpoint = trio.current_time() + CHECKPOINT_INTERVAL
@@ -185,37 +228,172 @@ class SyncEngine:
                     removed = self.state.gc_blobs(keep=self.fs.live_shas())
                     if removed:
                         log.info("removed %d unreferenced blob(s) from the state dir", removed)
+                self._note_changes()
+                if self.tick_lock.locked() or not self.push_done.is_set():
+                    continue
                 quiet = time.monotonic() - self.fs.last_activity >= QUIET_SECONDS
-                if self.due_in() == 0 and quiet and not self.tick_lock.locked():
-                    try:
+                try:
+                    live = self._live_stores(quiet=quiet, debounce=True)
+                    if live:
+                        async with self.tick_lock:
+                            await self._tick(live, counters=self._live_counters(), wait=False)
+                    elif self.due_in() == 0 and quiet and (not self.watching or self._unsettled):
                         await self.sync_now(force=False)
-                    except Exception:  # a bug in a tick must never take the mount down
-                        log.exception("sync tick crashed; the next one runs in %.0fs", self.interval)
+                except Exception:  # a bug in a tick must never take the mount down
+                    log.exception("sync tick crashed; the next one runs in %.0fs", self.interval)
+
+    def _note_changes(self) -> None:
+        """Notice a change to what is staged (a close, rename, unlink, mkdir: each bumps the
+        store's generation) for the push debounce; the engine's own bookkeeping counts too, which
+        costs one look without requests after each push."""
+        for s in self.stores:
+            g = self.state.generation(s.store_id)
+            if self._gen_seen.get(s.store_id) != g:
+                self._gen_seen[s.store_id] = g
+                self._changed_at = time.monotonic()
+
+    def _live_stores(self, *, quiet: bool, debounce: bool) -> list[StoreInfo]:
+        """The stores a live tick would handle now: the moved ones when the mount is quiet (or
+        between commands: `memfs sync`), and those with changes not yet pushed once the debounce
+        has passed. A moved store waits for its pull: pushing it first would only meet 409s."""
+        if not self.watching or trio.current_time() < self._live_retry_at:
+            return []
+        settling = debounce and time.monotonic() - self._changed_at < PUSH_DEBOUNCE
+        out = []
+        for s in self.stores:
+            sid = s.store_id
+            if sid in self._moved:
+                if quiet:
+                    out.append(s)
+                continue
+            g = self.state.generation(sid)
+            if not settling and s.access == "read_write" and g != self._clean.get(sid) and g != self._handled.get(sid):
+                out.append(s)
+        return out
+
+    def _live_counters(self) -> dict[str, int]:
+        """Each store's newest known counter: the watch's, or the applied one when a pull went
+        further (the changes feed answers up to the counter of its own read)."""
+        out = {}
+        for s in self.stores:
+            applied = self.state.store_counter(s.store_id)
+            seen = self._seen.get(s.store_id)
+            known = [c for c in (applied, seen) if c is not None]
+            if known:
+                out[s.store_id] = max(known)
+        return out
 
     async def sync_now(self, *, force: bool, wait: bool = False) -> dict[str, Any]:
         """`memfs sync`: run a tick if due (or forced); return once remote changes are in the view.
-        Uploads go on in the background unless `wait`."""
+        Uploads go on in the background unless `wait`. In live mode a tick is due for the stores
+        the watch saw move and those with changes not yet pushed (no debounce: the caller is
+        between commands); the interval only paces retries of what failed."""
         async with self.tick_lock:
-            if not force and self.due_in() > 0:
-                if wait:  # uploads of the last tick, if any, are still "this sync's" to wait for
-                    await self.push_done.wait()
-                return {"ok": True, "ran": False, "next_in": self.due_in()}
-            await self.push_done.wait()  # one tick at a time, pushes included
-            self.last_attempt = trio.current_time()  # a failed tick counts as an attempt (decision 6)
-            report, pushes = await self._pull_all()
-            if not report.ok:  # the interval runs from the failure: a hung service must not make
-                self.last_attempt = trio.current_time()  # every call wait out a timeout (decision 6)
-            await self.fs.wait_invalidated()  # "visible" means the kernel dropped what it cached
-            if pushes and report.ok:
-                self.push_done = trio.Event()
-                if wait or self._nursery is None:
-                    await self._push_all(pushes, report)
-                else:
-                    self._nursery.start_soon(self._push_all, pushes, report)
+            if not force:
+                live = self._live_stores(quiet=True, debounce=False)
+                if live:
+                    return await self._tick(live, counters=self._live_counters(), wait=wait)
+                if self.due_in() > 0 or (self.watching and not self._unsettled):
+                    if wait:  # uploads of the last tick, if any, are still "this sync's" to wait for
+                        await self.push_done.wait()
+                    return {"ok": True, "ran": False, "next_in": self.due_in(), "mode": self.mode}
+            return await self._tick(self.stores, counters=None, wait=wait)
+
+    async def _tick(self, stores: list[StoreInfo], *, counters: dict[str, int] | None, wait: bool) -> dict[str, Any]:
+        """One tick over `stores` (the caller holds tick_lock). `counters`: what the watch
+        reported (live mode), so no counters request; None: ask them (a polling tick)."""
+        await self.push_done.wait()  # one tick at a time, pushes included
+        self.last_attempt = trio.current_time()  # a failed tick counts as an attempt (SEMANTICS.md#d-unreachable)
+        report, pushes = await self._pull_all(stores=stores, counters=counters)
+        if not report.ok:  # the interval runs from the failure: a hung service must not make
+            self.last_attempt = trio.current_time()  # every call wait out a timeout (SEMANTICS.md#d-unreachable)
+        self._after_pull(stores, report, pushes, polled=counters is None)
+        await self.fs.wait_invalidated()  # "visible" means the kernel dropped what it cached
+        if pushes and report.ok:
+            self.push_done = trio.Event()
+            if wait or self._nursery is None:
+                await self._push_all(pushes, report)
+            else:
+                self._nursery.start_soon(self._push_all, pushes, report)
         if wait:
             await self.push_done.wait()
         return {"ok": report.ok, "ran": True, "result": "ok" if report.ok else "failed", "error": report.error,
-                "pulled": report.pulled, "pushed": report.pushed, "requests": report.requests}
+                "pulled": report.pulled, "pushed": report.pushed, "requests": report.requests, "mode": self.mode}
+
+    def _after_pull(self, stores: list[StoreInfo], report: TickReport, pushes: list[tuple[Any, list]],
+                    *, polled: bool) -> None:
+        """Live-mode bookkeeping after a tick's pull: which moves are applied, which stores are
+        settled, and whether the watch may start again after a failure."""
+        pushing = {store.store_id for store, _ in pushes}
+        behind = False
+        for s in stores:
+            sid = s.store_id
+            applied = self.state.store_counter(sid)
+            if sid in self._moved and applied is not None and applied >= self._seen.get(sid, applied):
+                self._moved.discard(sid)
+            elif sid in self._moved:
+                behind = True  # deferred (a file open with unflushed writes) or failed
+            if sid not in pushing:
+                self._handled[sid] = self.state.generation(sid)
+            if report.ok:
+                self._unsettled.discard(sid)
+            elif self.watching:
+                self._unsettled.add(sid)
+        if not report.ok:
+            self._live_retry_at = trio.current_time() + self.interval  # SEMANTICS.md#d-unreachable
+        elif behind:
+            self._live_retry_at = trio.current_time() + QUIET_SECONDS  # not a look every 0.1 s
+        if report.ok and polled:
+            self._watch_again.set()
+
+    # -- the watch (live mode) ----------------------------------------------------------------
+    async def _watch_loop(self) -> None:
+        """One held watch for all the stores, renewed as it answers. `known` is the newest
+        counter seen (not the one applied): a move the mount has not pulled yet (busy) must not
+        make the next watch answer at once. A failed watch counts as an attempt (SEMANTICS.md#d-unreachable):
+        the mount polls until a tick succeeds, then watches again."""
+        while True:
+            known = {}
+            for s in self.stores:
+                applied = self.state.store_counter(s.store_id)
+                known[s.store_id] = max(applied if applied is not None else 0, self._seen.get(s.store_id, 0))
+            self.watch_requests += 1
+            # The first watch (and the first after a failure) answers at once: it tells whether
+            # the service has a watch, so live mode is known (and shown) from the start.
+            try:
+                result = await self.client.watch(known, wait=WATCH_WAIT if self.watching else 0)
+            except (ApiError, Unreachable) as exc:
+                self._watch_failed(str(exc))
+                self._watch_again = trio.Event()
+                await self._watch_again.wait()
+                continue
+            if result is None:
+                self.watching = False
+                self.mode_reason = f"the service has no watch: polling every {self.interval:g}s"
+                log.info("the service has no watch; polling every %gs", self.interval)
+                return
+            _changed, counters = result
+            if not self.watching:
+                self.watching = True
+                self._live_retry_at = -math.inf
+                self.mode_reason = (f"watching {len(self.stores)} store(s): one held request, renewed every "
+                                    f"{WATCH_WAIT:g}s")
+                log.info("live: %s", self.mode_reason)
+            self._seen.update(counters)
+            for sid, counter in counters.items():
+                if counter != self.state.store_counter(sid):
+                    self._moved.add(sid)
+            if self._moved:
+                self._wake.set()
+
+    def _watch_failed(self, error: str) -> None:
+        self.watching = False
+        self.last_attempt = trio.current_time()  # SEMANTICS.md#d-unreachable: the next poll comes an interval later
+        self.mode_reason = (f"the watch failed ({error}); polling every {self.interval:g}s, watching again "
+                            "after the next good tick")
+        log.warning("watch failed: %s; polling every %gs until a tick succeeds", error, self.interval)
+        # What the watch had seen moving is pulled by the polls now.
+        self._moved.clear()
 
     # -- the tick ---------------------------------------------------------------------------
     async def initial(self) -> None:
@@ -226,18 +404,26 @@ class SyncEngine:
         # The download was this interval's pull: the first tick (and the first push of changes a
         # crashed mount left staged) comes one interval later, or at the first `memfs sync --force`.
         self.last_attempt = trio.current_time()
+        for s in self.stores:  # what a crashed mount left staged waits for that tick, live or not
+            sid = s.store_id
+            self._handled[sid] = self._gen_seen[sid] = self.state.generation(sid)
+            if s.access == "read_write" and self._maybe_staged(sid, self.state.baseline(sid)):
+                self._unsettled.add(sid)
 
-    async def _pull_all(self, *, initial: bool = False) -> tuple[TickReport, list[tuple[Any, list]]]:
+    async def _pull_all(self, *, initial: bool = False, stores: list[StoreInfo] | None = None,
+                        counters: dict[str, int] | None = None) -> tuple[TickReport, list[tuple[Any, list]]]:
         report = TickReport()
         self._mtimes.clear()
-        before = self.client.requests_sent
+        before = self.client.requests_sent - self.watch_requests  # the watch's own are not this tick's
         pushes: list[tuple[Any, list]] = []
+        stores = self.stores if stores is None else stores
         try:
-            counters = await self.client.counters([s.store_id for s in self.stores]) if self.has_counter is not False else None
+            if counters is None and self.has_counter is not False:
+                counters = await self.client.counters([s.store_id for s in self.stores])
             if self.has_counter is None:
                 self.has_counter = counters is not None
 
-            async def pull(store) -> None:
+            async def pull(store: StoreInfo) -> None:
                 try:
                     actions = await self._pull_store(store, counters, report)
                 except ApiError as exc:
@@ -252,14 +438,14 @@ class SyncEngine:
 
             # Stores pull concurrently (their network parts overlap); each one's apply step is
             # synchronous, so every store's view still changes atomically.
-            await _gather(self.stores, pull, len(self.stores))
+            await _gather(stores, pull, len(stores))
         except (ApiError, Unreachable) as exc:
             report.ok = False
             report.error = str(exc)
             log.warning("sync tick failed: %s (next attempt in %.0fs)", exc, self.interval)
-            for store in self.stores:
+            for store in stores:
                 self._record(store, "failed", str(exc))
-        report.requests = self.client.requests_sent - before
+        report.requests = self.client.requests_sent - self.watch_requests - before
         return report, pushes
 
     def _record(self, store, result: str, error: str | None) -> None:
@@ -290,7 +476,7 @@ class SyncEngine:
             if new_counter is None:
                 new_counter = remote_counter
             if counters is None and remote == self._remote_from_base(sid, base)[0]:
-                # No counter (§5.8): every tick lists, and an idle store lists as its baseline.
+                # No counter (SEMANTICS.md#d-no-counter): every tick lists, and an idle store lists as its baseline.
                 # Then nothing moved remotely, and the idle test below applies as with a counter:
                 # planning 8 x 2,000 unchanged files each tick took seconds on this thread.
                 moved = False
@@ -303,6 +489,7 @@ class SyncEngine:
             remote, order = self._remote_from_base(sid, base)
         # Fetch what the plan needs, then plan again on the view as it is *now*, and apply with no
         # await in between: an edit made while we fetched is never overwritten unseen.
+        plan: P.Plan | None = None
         for _round in range(3):
             plan = self._plan(store, base, remote, order, moved)
             missing = {a.sha: a.memory_id for a in plan.view if isinstance(a, P.Materialise)
@@ -313,6 +500,7 @@ class SyncEngine:
             for m in changed:  # the memory moved on since it was listed: use what we fetched
                 remote[m["id"]] = P.RemoteEntry(m["id"], m["path"], m["content_sha256"], m["content_size_bytes"])
             order = sorted(remote, key=lambda mid: remote[mid].path)
+        assert plan is not None  # the loop ran at least once
         with self.state.transaction():  # one commit per store and tick: all of the plan or none of it
             deferred = self._apply(store, plan, contents)
         if deferred:
@@ -352,7 +540,7 @@ class SyncEngine:
                     self._note_mtime(m["id"], m.get("updated_at"))
                     remote[m["id"]] = P.RemoteEntry(m["id"], m["path"], m["content_sha256"], m["content_size_bytes"])
                 return remote, [m["id"] for m in memories], counter
-        # No feed (the hosted API, §5.8), a counter too old for it, or no snapshot: listings by
+        # No feed (the hosted API, SEMANTICS.md#d-no-counter), a counter too old for it, or no snapshot: listings by
         # path prefix, concurrently. A first download asks the full view: content comes with it.
         full = not base
         listing = await self.client.list_memories(sid, view="full" if full else "basic", known=_prefix_sizes(base))
@@ -367,7 +555,7 @@ class SyncEngine:
         return remote, sorted(remote, key=lambda mid: remote[mid].path), listing.counter
 
     async def _settle_listing(self, store, listing: Listing, base, remote: dict, contents: dict[str, bytes]) -> None:
-        """Make a listing that was not one snapshot safe to plan on (SPEC §5.2).
+        """Make a listing that was not one snapshot safe to plan on (SEMANTICS.md#d-tick).
 
         Listings of different prefixes are read at different moments: a memory renamed from one
         prefix to another in between shows up in both (a duplicate id) or in neither. Taken as
@@ -490,8 +678,8 @@ class SyncEngine:
                 self.fs.move_path(sid, a.old_path, a.new_path)
             elif isinstance(a, P.RemoveLocal):
                 self.fs.remove_path(sid, a.path)
-        for a in plan.bookkeeping:
-            self._book(sid, a)
+        for book in plan.bookkeeping:
+            self._book(sid, book)
         for n in summarise_notices(plan.notices):
             details = n.details
             if n.kept and n.path in kept:
@@ -523,7 +711,9 @@ class SyncEngine:
         """Every store's pushes at once (each in its own stage order): over a WAN a store must
         not wait for the round trips of the one before it. A store that fails keeps its changes
         staged and the others go on."""
-        async def push(store, actions) -> None:
+        async def push(store: StoreInfo, actions: list) -> None:
+            sid = store.store_id
+            before = self.sync[sid].pushed
             try:
                 await self._push_store(store, actions, report)
             except (ApiError, Unreachable) as exc:
@@ -531,11 +721,19 @@ class SyncEngine:
                 report.error = str(exc)
                 self._record(store, "push failed", str(exc))
                 log.warning("push to %s failed: %s; changes stay staged", store.slug, exc)
-                self.last_attempt = trio.current_time()  # as for a failed pull (decision 6)
+                self.last_attempt = trio.current_time()  # as for a failed pull (SEMANTICS.md#d-unreachable)
+                self._push_failed(sid)
             except Exception as exc:  # a bug must not take the mount down; the changes stay staged
                 report.ok = False
                 report.error = f"{type(exc).__name__}: {exc}"
                 log.exception("push to %s crashed; changes stay staged", store.slug)
+                self._push_failed(sid)
+            if self.sync[sid].pushed == before:
+                # Nothing landed (409s wait for the pull the watch will ask for; refusals are not
+                # retried): no further live wave for this state. After progress one more wave
+                # looks, which finds the store clean or sends what had to wait (a create on the
+                # path a rename just freed).
+                self._handled[sid] = self.state.generation(sid)
 
         try:
             async with trio.open_nursery() as nursery:
@@ -543,6 +741,12 @@ class SyncEngine:
                     nursery.start_soon(push, store, actions)
         finally:
             self.push_done.set()
+
+    def _push_failed(self, sid: str) -> None:
+        self._handled[sid] = self.state.generation(sid)
+        if self.watching:  # retried by a poll an interval later (SEMANTICS.md#d-unreachable)
+            self._unsettled.add(sid)
+            self._live_retry_at = trio.current_time() + self.interval
 
     async def _push_store(self, store, stages: list, report: TickReport) -> None:
         """Stages in order (holds and deletes, rename waves, creates); each stage concurrently."""
@@ -635,13 +839,19 @@ class SyncEngine:
                 "slug": store.slug,
                 "mount_path": os.path.join(root, store.slug) if root else store.slug,
                 "access": store.access,
+                # The counter last applied to the view: a watcher of the mount can tell a change
+                # has landed without touching the mount. `counter_seen`: the newest the watch saw.
                 "counter": self.state.store_counter(store.store_id),
+                "counter_seen": self._seen.get(store.store_id),
+                "pull_pending": store.store_id in self._moved,
                 "last_sync_at": s.last_sync_at,
                 "last_result": s.last_result,
                 "last_error": s.last_error,
                 **missing[store.store_id].summary(),
             })
-        return {"stores": out, "next_tick_in": self.due_in(), "has_counter": self.has_counter}
+        return {"stores": out, "next_tick_in": self.due_in(), "has_counter": self.has_counter,
+                "mode": self.mode, "mode_reason": self.mode_reason, "interval": self.interval,
+                "watch_requests": self.watch_requests}
 
 
 HELD_NOT_UTF8 = "its content is not UTF-8, which the store cannot hold; it stays local until it is changed"
@@ -651,7 +861,7 @@ HELD_CLASH = ("the store holds a memory at or around this path (a file/directory
 
 @dataclass
 class NotOnStore:
-    """What one store's view holds that the store does not (SPEC §5.7), by category:
+    """What one store's view holds that the store does not (SEMANTICS.md#d-end), by category:
     staged (pushes the next tick makes), refused (the service refused the upload; not retried
     until the file changes), held (kept back locally because the store cannot hold it), and
     deletes_held (deleted here, kept on the store by --sync-deletions log_only/disabled). The
@@ -682,11 +892,13 @@ def _remote_from_base(state: Journal, sid: str, base) -> tuple[dict, list]:
     """The store as the baseline last saw it (plus the memories not materialised here)."""
     remote = {b.memory_id: P.RemoteEntry(b.memory_id, b.path, b.sha, b.size) for b in base.values()}
     for mid, sk in state.skipped(sid).items():
-        remote.setdefault(mid, P.RemoteEntry(mid, sk.path, sk.sha, sk.size))
+        # a Skip always records the listed sha and size; a NULL (never written since schema 1) reads
+        # as a sha no listing has, so that memory is looked at again
+        remote.setdefault(mid, P.RemoteEntry(mid, sk.path, sk.sha or "", sk.size or 0))
     return remote, sorted(remote, key=lambda mid: remote[mid].path)
 
 
-def not_on_store(state: Journal, store: StoreInfo, local: Mapping[str, LocalFile], *, deletions: str, max_files: int, max_bytes: int) -> NotOnStore:
+def not_on_store(state: Journal, store: StoreInfo, local: Mapping[str, LocalFile], *, deletions: Deletions, max_files: int, max_bytes: int) -> NotOnStore:
     """The one rule for "what is not on the store", shared by live and offline `memfs status`,
     the final sync of `memfs unmount` and the daemon's exit, and `memfs flush`: the difference
     between the view (`local`: path -> committed file, from the state dir's `files`) and the

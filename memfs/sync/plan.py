@@ -1,4 +1,4 @@
-"""Sync decisions for one store (SPEC §5.3): a pure function from (base, local, remote) to a Plan.
+"""Sync decisions for one store (SEMANTICS.md#d-three-way): a pure function from (base, local, remote) to a Plan.
 
 No I/O here. The engine gathers `Inputs`, fetches the content every `Materialise` names, applies
 `plan.view`, then `plan.bookkeeping`, then `plan.notices` as one unit (all or nothing: a base entry
@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, fields
-from typing import Any, TypeVar
+from dataclasses import dataclass, field
+from typing import Any
 
 from memfs.limits import DEFAULT_MAX_BYTES, DEFAULT_MAX_FILES, RESERVED_NAMES, PathError, check_memory_path
 from memfs.protocol import Access, Deletions
@@ -349,7 +349,7 @@ class _Mem:
         return self.r
 
     @property
-    def local_entry(self) -> LocalEntry:
+    def local_entry(self) -> LocalFile:
         assert self.l is not None, f"{self.m}: no local file"
         return self.l
 
@@ -426,7 +426,7 @@ class _Planner:
 
     def _merge(self, o: _Mem) -> None:
         b, r, lo = o.b, o.r, o.l
-        if r is None:  # the store deleted it (b is set): decision 2
+        if r is None:  # the store deleted it (b is set): SEMANTICS.md#d-store-deleted
             assert b is not None, o.m  # a memory comes from the base or the store
             if lo is not None and (lo.path, lo.sha) != (b.path, b.sha):
                 o.keep = True
@@ -506,7 +506,7 @@ class _Planner:
                                           f"around that path: moved back to {r.path}"))
 
     def _place_new_files(self) -> dict[str, str]:
-        """New local files against the store's paths: same path -> decision 3 (resolved later);
+        """New local files against the store's paths: same path -> SEMANTICS.md#d-store-created (resolved later);
         a file/directory clash -> the file stays local, not sent (it would be a 409), and a memory
         that would arrive there is not materialised."""
         tree = self._store_tree() if self.new else _Tree()
@@ -529,7 +529,7 @@ class _Planner:
         return exact
 
     def _apply_limits(self) -> bool:
-        """Decision 4: materialise in the store's list order until the next one would pass a limit;
+        """SEMANTICS.md#d-over-limits: materialise in the store's list order until the next one would pass a limit;
         it and every later one are not materialised. Only memories the view would hold count.
         Returns whether it dropped anything."""
         order = [m for m in dict.fromkeys(self.inp.remote_order) if m in self.remote]

@@ -1,8 +1,9 @@
-"""Sync over a network (docs/SEMANTICS.md#network): listings split by path prefix and read concurrently stay complete and consistent,
-downloads cost a bounded number of requests, and a short retry-after is honoured within the tick.
+"""Sync over a network (docs/SEMANTICS.md#network): listings split by path prefix and read
+concurrently stay complete and consistent, downloads cost a bounded number of requests, and a short
+retry-after is honoured within the tick.
 
-Real `memfs serve` (hosted-API mode where the test says so: no counter, feed or snapshot, docs/SEMANTICS.md#d-no-counter
-§5.8), real mounts, and the loopback proxy of tests/support/proxy.py in between to count requests
+Real `memfs serve` (hosted-API mode where the test says so: no counter, feed or snapshot,
+docs/SEMANTICS.md#d-no-counter), real mounts, and the loopback proxy of tests/support/proxy.py in between to count requests
 and inject answers. Nothing here is timed.
 """
 

@@ -1,5 +1,5 @@
-"""Issue 16: a mount against a rate-limited service. Its pushes all land, a tick that still fails
-is an attempt (decision 6), and a retry-after is waited out by the whole client, not hammered.
+"""A mount against a rate-limited service. Its pushes all land, a tick that still fails
+is an attempt (SEMANTICS.md#d-unreachable), and a retry-after is waited out by the whole client, not hammered.
 
 A real `memfs serve --rate-limit`, a real mount, and the loopback proxy of tests/support/proxy.py
 in between to count (and, where said, answer) the mount's requests.
@@ -79,7 +79,7 @@ def test_pushes_through_a_real_rate_limit_all_land_and_failed_ticks_are_attempts
         deadline = time.monotonic() + 120
         while landed(api, store) != set(files) and time.monotonic() < deadline:
             if results[-1].get("ok") is False and not saw_attempt_rule:
-                # Decision 6: that failed tick was this interval's attempt. Asked again at once
+                # SEMANTICS.md#d-unreachable: that failed tick was this interval's attempt. Asked again at once
                 # (not forced), the mount sends nothing.
                 before = proxy.count("*", r".")
                 again = box.sync(force=False, wait=False, check=False)

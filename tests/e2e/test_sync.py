@@ -212,7 +212,10 @@ def test_log_only_deletions_leave_the_memory_and_log_it(world, api):
     assert len(notices(box, "delete-held")) == 1
 
 
-def test_idle_tick_is_one_request_and_one_edit_fetches_one_memory(world, mounted, api, service):
+def test_idle_tick_is_one_request_and_one_edit_fetches_one_memory(world, api, service):
+    # The polling tick's cost (live mode would pull the edit before the sync: tests/e2e/test_live.py).
+    mounted = world.sandbox("polling")
+    mounted.mount("--live", "off")
     mounted.sync()
     idle = mounted.sync()
     memory = api.memories(world.rw)["/profile.md"]
@@ -258,7 +261,7 @@ def test_idle_tick_with_eight_stores_is_one_request(world, api, service):
             api.create(store, f"/d{j % 3}/m{j}.md", f"store {i} memory {j}\n")
     session = api.create_session([(s, "read_write") for s in stores])
     box = world.sandbox("eight", session=session)
-    box.mount()
+    box.mount("--live", "off")  # the polling tick's cost; live mode's is in tests/e2e/test_live.py
     assert sorted(os.listdir(box.root)) == sorted(f"store-{i}" for i in range(8))
     box.sync()
     idle = box.sync()

@@ -1,4 +1,4 @@
-"""Issue 16: `memfs mount` against `memfs serve --certfile/--keyfile` (https, a private CA).
+"""`memfs mount` against `memfs serve --certfile/--keyfile` (https, a private CA).
 
 The mount trusts a private CA the way every client here does (httpx, the official `anthropic`
 client): `SSL_CERT_FILE` names the CA bundle. Without it the certificate is refused and the mount

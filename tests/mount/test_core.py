@@ -1,4 +1,4 @@
-"""The filesystem core without a kernel: SPEC §3.2/§3.3 row by row, plus the sync-facing API."""
+"""The filesystem core without a kernel: SEMANTICS.md#d-reserved, #d-fs row by row, plus the sync-facing API."""
 
 from __future__ import annotations
 
@@ -199,7 +199,7 @@ def test_mtime_is_local_write_time(h):
     fresh.close()
 
 
-# ---- errnos of the SPEC table ---------------------------------------------------------------
+# ---- errnos of the table in SEMANTICS.md#d-fs ---------------------------------------------------------------
 
 
 def test_special_files_and_xattrs(h):
@@ -853,7 +853,7 @@ def test_apply_remote_without_mtime_uses_now(h):
     assert h.fs.getattr(h.ino(f"{W}/n.md")).mtime_ns >= h.clock.t - 10_000
 
 
-# ---- the failed-writer rule (issue 11: SEMANTICS.md "Failed writers") ----------------------
+# ---- the failed-writer rule (SEMANTICS.md "Failed writers") ----------------------
 # A handle whose write or truncate failed (EFBIG, ENOSPC; EILSEQ at its fsync) stages nothing,
 # ever: at its close the file returns to its last staged state, one `write-failed` notice.
 
@@ -1148,7 +1148,7 @@ def test_a_new_file_renamed_over_a_memory_while_open(h):
     h.assert_staged()
 
 
-# ---- modes (SPEC §3.3) ---------------------------------------------------------------------
+# ---- modes (SEMANTICS.md#d-fs) ---------------------------------------------------------------------
 
 
 def test_mode_zero_is_kept(h):

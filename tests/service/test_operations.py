@@ -1,4 +1,4 @@
-"""Operations (issue 16, docs/OPERATIONS.md): the image's entry command on a PostgreSQL URL, and
+"""Operations (docs/OPERATIONS.md): the image's entry command on a PostgreSQL URL, and
 the backups the document tells operators to take, each restored and served again."""
 
 from __future__ import annotations

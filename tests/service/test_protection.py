@@ -1,4 +1,4 @@
-"""Protection (issue 16): per-credential rate limits and TLS, on a real `memfs serve` subprocess,
+"""Protection: per-credential rate limits and TLS, on a real `memfs serve` subprocess,
 both backends, both HTTP servers."""
 
 from __future__ import annotations

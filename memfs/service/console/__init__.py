@@ -1,4 +1,4 @@
-"""The web console of `memfs serve --console` (SPEC §9), mounted at /console."""
+"""The web console of `memfs serve --console` (SEMANTICS.md#d-console), mounted at /console."""
 
 from __future__ import annotations
 

@@ -1,0 +1,109 @@
+"""Live mode under load: N mounts of one store with random writers, then quiet.
+
+No `memfs sync` is ever called: the mounts run with a 300 s interval, so only live mode (the
+watch, the quiet-time pulls, the debounced pushes) can make them converge. Each writer edits,
+renames and deletes files of its own directory (so its last change per path is known: nothing
+may be lost) and now and then a shared file (a conflict: the store wins, every view must agree).
+After the writers stop, every mount must reach the store's counter with nothing staged, and show
+exactly the store's files. Short profile: 3 mounts for ~15 s; long: 8 mounts for a minute.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+
+import pytest
+
+from tests.stress.conftest import RW, profile, store_bytes, wait_for, walk
+from tests.support.api import MEMORY_BETA
+
+pytestmark = pytest.mark.timeout(profile(240, 900))
+
+MOUNTS = profile(3, 8)
+WRITE_SECONDS = profile(15.0, 60.0)
+SHARED = [f"/shared/s{i}.md" for i in range(4)]
+
+
+def _counter(api, store: str) -> int:
+    resp = api.http.get("/v1/memory_store_counters", params={"ids": store}, headers=MEMORY_BETA)
+    assert resp.status_code == 200, resp.text
+    return int(resp.json()["data"][0]["counter"])
+
+
+def _writer(box, index: int, seed: int, stop: threading.Event, expected: dict[str, bytes | None],
+            steps: list[int], errors: list[BaseException]) -> None:
+    """Random changes in /w<index>/ (recorded in `expected`) and now and then a shared file."""
+    rng = random.Random(seed)
+    top = box.root / RW
+    own = top / f"w{index}"
+    n = 0
+    try:
+        own.mkdir(exist_ok=True)
+        while not stop.is_set():
+            n += 1
+            roll = rng.random()
+            live = [p for p, c in expected.items() if c is not None]
+            if roll < 0.1:
+                (top / "shared").mkdir(exist_ok=True)
+                (top / rng.choice(SHARED).lstrip("/")).write_text(f"shared by {index} step {n}\n")
+            elif roll < 0.2 and live:
+                path = rng.choice(live)
+                (top / path.lstrip("/")).unlink()
+                expected[path] = None
+            elif roll < 0.3 and live:
+                old = rng.choice(live)
+                new = f"/w{index}/r{n}.md"
+                (top / old.lstrip("/")).rename(top / new.lstrip("/"))
+                expected[new], expected[old] = expected[old], None
+            else:
+                path = f"/w{index}/f{rng.randrange(12)}.md"
+                content = f"writer {index} step {n}\n".encode() * rng.randint(1, 20)
+                (top / path.lstrip("/")).write_bytes(content)
+                expected[path] = content
+            steps[index] += 1
+            stop.wait(rng.uniform(0.02, 0.4))  # bursts and pauses: some closes inside a debounce
+    except BaseException as exc:  # the main thread reports it
+        errors.append(exc)
+
+
+def test_mounts_with_random_writers_converge_to_the_store_without_a_sync(rig, stats):
+    boxes = [rig.sandbox(f"m{i}") for i in range(MOUNTS)]
+    for box in boxes:
+        box.mount("--sync-interval", "300")
+    assert wait_for(lambda: all(b.status()["mode"] == "live" for b in boxes), timeout=30)
+    stop = threading.Event()
+    expected: list[dict[str, bytes | None]] = [{} for _ in boxes]
+    steps = [0] * MOUNTS
+    errors: list[BaseException] = []
+    threads = [threading.Thread(target=_writer, args=(box, i, 1000 + i, stop, expected[i], steps, errors))
+               for i, box in enumerate(boxes)]
+    for t in threads:
+        t.start()
+    time.sleep(WRITE_SECONDS)
+    stop.set()
+    for t in threads:
+        t.join(30)
+    assert not errors, errors
+    stats["steps"] += sum(steps)
+
+    def converged() -> bool:
+        counter = _counter(rig.api, rig.rw)
+        for box in boxes:
+            s = next(s for s in box.status()["stores"] if s["slug"] == RW)
+            if s["counter"] != counter or s["staged"] or s["pull_pending"]:
+                return False
+        return counter == _counter(rig.api, rig.rw)
+
+    ok = wait_for(converged, timeout=profile(60, 120), interval=0.5)
+    store = store_bytes(rig.api, rig.rw)
+    for i, box in enumerate(boxes):
+        view = walk(box.root / RW)
+        if view != store:
+            stats["divergences"] += 1
+        for path, content in expected[i].items():
+            if store.get(path) != content:
+                stats["lost"] += 1
+    assert ok, [b.status() for b in boxes]
+    assert stats["divergences"] == 0 and stats["lost"] == 0, dict(stats)
