@@ -37,7 +37,7 @@ def machine() -> dict:
 
 
 ORDER = ["mount-ready", "mount-ready-8", "idle-tick", "one-change-tick", "grep-warm", "grep-cold", "stat-storm",
-         "write-burst", "propagation", "rss", "service"]
+         "write-burst", "propagation", "propagation-live", "rss", "service"]
 
 
 def in_issue_order(results: list[dict]) -> list[dict]:

@@ -75,6 +75,14 @@ def _prop(b: Bench, r: Run) -> None:
     row_propagation(b, r.ids[1])
 
 
+def _live(b: Bench, r: Run) -> None:
+    from benchmarks.rows.live import row_live
+
+    work = b.work / "live"
+    work.mkdir(mode=0o755)
+    row_live(b, work)
+
+
 def _service(b: Bench, r: Run) -> None:
     from benchmarks.rows.service import row_service
 
@@ -93,8 +101,7 @@ GROUPS: list[Group] = [
     Group("burst", "write-burst", _burst),
     Group("eight", "mount-ready-8, idle-tick, one-change-tick, rss (every full store, via a counting proxy)", _eight),
     Group("prop", "propagation", _prop),
-    # HOOK (lead): live mode's propagation (live17's scripts/bench_propagation.py) goes here as
-    # Group("live", "propagation, live mode", _live) with its code in benchmarks/rows/live.py.
+    Group("live", "propagation in live mode (and polling, and the official worker, on a store of its own)", _live),
     Group("service", "service load", _service),
     Group("net", "the network table, memfs serve and memfs serve --hosted-api", _net),
 ]
