@@ -346,3 +346,25 @@ async def test_changes_staged_before_a_restart_are_pushed_after_it(world):
     assert (await m2.sync())["pushed"] == 2
     assert (await world.svc.contents(world.notes)) == {"/a.md": "edited before the crash",
                                                        "/new.md": "created before the crash"}
+
+
+async def test_without_a_counter_a_memory_missing_from_the_listing_is_asked_by_id(world, tmp_path):
+    world.svc = hosted = InProcessService(tmp_path / "hosted", extensions=False)  # the hosted API (§5.8)
+    try:
+        m = await world.setup({"/a.md": "alpha", "/d/b.md": "beta"})
+        assert m.engine.has_counter is False
+        await hosted.delete(world.notes, world.ids["/d/b.md"])
+        m.transport.clear()
+        result = await m.sync()
+        # Listings by prefix are not one snapshot: absence may be a rename in flight, so the
+        # baseline memory the listing lacks is asked by id, and only its 404 removes the file.
+        assert result["ok"] and not m.exists("/notes/d/b.md") and m.read("/notes/a.md") == b"alpha"
+        assert m.transport.count("GET", MEMORY_BY_ID) == 1
+        m.transport.clear()
+        result = await m.sync()  # idle: it lists (no counter to ask), nothing else
+        assert result["ok"] and result["pulled"] == 0 and result["pushed"] == 0
+        assert m.transport.count("GET", MEMORY_BY_ID) == 0 and m.transport.count("GET", "/memory_store_counters") == 0
+    finally:
+        await world.close()
+        world.mounts.clear()
+        await hosted.aclose()
