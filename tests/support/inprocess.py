@@ -151,7 +151,7 @@ class InProcessService:
         out: dict[str, dict] = {}
         page = None
         for _ in range(1000):  # bounded: 20 per page
-            params = {"view": "full", "limit": 20, **({"page": page} if page else {})}
+            params: dict[str, str | int] = {"view": "full", "limit": 20, **({"page": page} if page else {})}
             body = await self._ok(await self.admin.get(f"/v1/memory_stores/{store}/memories", params=params))
             out.update({m["path"]: m for m in body["data"] if m["type"] == "memory"})
             page = body.get("next_page")
