@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 
 import pytest
 
@@ -21,7 +22,7 @@ def service(tmp_path):
 
 
 # ---- the daemon log check (tests/support/logcheck.py) ---------------------------------------------
-LOG_CHECKED = ("e2e", "mount", "worker", "sync")  # the suites whose processes' logs must be clean
+LOG_CHECKED = ("e2e", "mount", "worker", "sync", "service")  # the suites whose processes' logs must be clean
 
 
 def pytest_configure(config):
@@ -52,7 +53,7 @@ def daemon_logs():
 @pytest.fixture(autouse=True)
 def _daemon_log_check(request):
     """Fail the test at teardown when a process it started logged an unexpected error."""
-    if request.path.parent.name not in LOG_CHECKED:
+    if request.path.relative_to(Path(__file__).parent).parts[0] not in LOG_CHECKED:
         yield
         logcheck.CHECK.collect()  # read past this test's lines: never blamed on a checked test
         return

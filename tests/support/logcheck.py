@@ -5,7 +5,7 @@ unhandled request) keep the process up and turn the bug into a log line; without
 test that provoked it passes. So every process the test helpers start registers its log file here
 (`watch`): `memfs mount`'s state-dir `memfs.log` (tests/support/sandbox.py), the devmount's log
 (tests/support/mounts.py) and `memfs serve`'s stderr (tests/support/service.py). At each test's
-teardown (the autouse fixture in tests/conftest.py) the lines written since the last check are
+teardown (the autouse fixture in tests/conftest.py, for the suites in its LOG_CHECKED) the lines written since the last check are
 scanned, and the test fails naming every finding:
 
 - a Python traceback ("Traceback (most recent call last):", "Exception ignored in ..."), named by
