@@ -134,7 +134,10 @@ def retry_after(resp: httpx.Response) -> float | None:
 
 class StoreClient:
     def __init__(self, base_url: str, token: str, *, timeout: float = 10.0, concurrency: int = CONCURRENCY,
-                 retry_within: float = RETRY_WITHIN, retries: int = RETRIES):
+                 retry_within: float = RETRY_WITHIN, retries: int = RETRIES,
+                 transport: httpx.AsyncBaseTransport | None = None):
+        """`transport`: where requests go instead of the network (tests: the service app in
+        process, or a transport that injects faults). None, the default, is httpx's own pool."""
         self.base_url = base_url.rstrip("/")
         self.concurrency = concurrency
         self.retry_within = retry_within
@@ -148,6 +151,7 @@ class StoreClient:
             # An http:// service never does TLS (redirects are not followed), so don't build a
             # verifying SSL context: loading the CA bundle costs ~0.25 s of every mount's start.
             verify=self.base_url.startswith("https:"),
+            transport=transport,  # None: httpx's pool, sized by `limits` above
         )
         self.requests_sent = 0
         self.retried = 0  # requests sent again after a retry-after (for the logs and tests)

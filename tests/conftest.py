@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import logging
+from pathlib import Path
+
 import pytest
 
+from tests.support import logcheck
 from tests.support.service import ServiceProcess
 
 
@@ -15,3 +19,56 @@ def service(tmp_path):
         yield svc
     finally:
         svc.stop()
+
+
+# ---- the daemon log check (tests/support/logcheck.py) ---------------------------------------------
+LOG_CHECKED = ("e2e", "mount", "worker", "sync", "service")  # the suites whose processes' logs must be clean
+
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers", "expected_log(*patterns): regexes of ERROR lines/tracebacks this test's daemons may log")
+
+
+class _ErrorRecords(logging.Handler):
+    """ERROR records of this process (the in-process harness runs the engine here)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.ERROR)
+        self.found: list[logcheck.Finding] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        text = f"{record.levelname} {record.name}: {record.getMessage()}"
+        if record.exc_info and record.exc_info[1] is not None:
+            text += f" [{type(record.exc_info[1]).__name__}: {record.exc_info[1]}]"
+        self.found.append(logcheck.Finding(f"{record.pathname}:{record.lineno}", text))
+
+
+@pytest.fixture
+def daemon_logs():
+    """The log check itself, for a test that allows an error at run time: daemon_logs.allow(regex)."""
+    return logcheck.CHECK
+
+
+@pytest.fixture(autouse=True)
+def _daemon_log_check(request):
+    """Fail the test at teardown when a process it started logged an unexpected error."""
+    if request.path.relative_to(Path(__file__).parent).parts[0] not in LOG_CHECKED:
+        yield
+        logcheck.CHECK.collect()  # read past this test's lines: never blamed on a checked test
+        return
+    check = logcheck.CHECK
+    check.reset_allowed()
+    for marker in request.node.iter_markers("expected_log"):
+        check.allow(*marker.args)
+    handler = _ErrorRecords()
+    logging.getLogger().addHandler(handler)
+    try:
+        yield
+    finally:
+        logging.getLogger().removeHandler(handler)
+    found = [f for f in check.collect() + handler.found if not any(p.search(f.text) for p in check.allowed)]
+    check.reset_allowed()
+    if found:
+        pytest.fail("unexpected errors in the logs (allow-list expected ones with "
+                    "@pytest.mark.expected_log(regex)):\n" + "\n".join(f"  {f}" for f in found), pytrace=False)

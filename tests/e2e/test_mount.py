@@ -185,6 +185,7 @@ def test_the_2001st_file_is_refused_with_enospc(world, api, tmp_path):
     assert e.value.errno == errno.ENOSPC
 
 
+@pytest.mark.expected_log(r"ERROR memfs: something already exists at the memory store's path")
 def test_non_empty_root_is_refused_naming_it(world):
     box = world.sandbox("busy")
     (box.root / "leftover").write_text("x")
@@ -194,6 +195,7 @@ def test_non_empty_root_is_refused_naming_it(world):
     assert not is_mounted(box.root)
 
 
+@pytest.mark.expected_log(r"ERROR memfs: the session has memory stores attached but no sessions token")
 def test_missing_token_is_a_clear_error(world):
     box = world.sandbox("notoken")
     box.env.pop("ANTHROPIC_WORK_SECRET")
@@ -217,6 +219,7 @@ def test_kill9_then_remount_keeps_every_closed_change(world, mounted, api):
     assert contents["/new.md"] == "created before the crash\n"
 
 
+@pytest.mark.expected_log(r"ERROR memfs: the state dir .* is in use by a live mount")
 def test_second_mount_on_a_live_state_dir_is_refused(world, mounted, tmp_path):
     other_root = tmp_path / "other-root"
     other_root.mkdir()

@@ -44,6 +44,7 @@ def full_world(tmp_path):
         svc.stop()
 
 
+@pytest.mark.expected_log(r"ERROR memfs.mount: 2 change\(s\) are not on the store service")
 def test_held_back_and_refused_files_are_named_and_fail_the_unmount(full_world):
     world = full_world
     box = world.sandbox("a")

@@ -162,6 +162,7 @@ def test_decision6_service_down_counts_as_an_attempt_and_loses_nothing(world, mo
     assert api.contents(world.rw)["/offline.md"] == "written while the service was down\n"
 
 
+@pytest.mark.expected_log(r"ERROR memfs.mount: 1 change\(s\) are not on the store service")
 def test_decision7_unmount_with_the_service_down_then_flush(world, mounted, api, service):
     service.stop()  # first: otherwise the quiet-mount timer may push the file before the service is gone
     (mounted.root / RW / "late.md").write_text("staged at the end\n")

@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 
 from memfs.mount.mount_table import mounted_at
+from tests.support import logcheck
 
 REPO = Path(__file__).resolve().parents[2]
 PYTHON = sys.executable
@@ -122,6 +123,7 @@ class DevMount:
         self.root.mkdir(parents=True, exist_ok=True)
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         log = open(self.log_path, "ab")
+        logcheck.watch(self.log_path, f"devmount ({self.log_path})")
         stdin = subprocess.PIPE if "--stdin-commands" in self.extra else subprocess.DEVNULL
         self.proc = subprocess.Popen(
             self.argv(),

@@ -14,6 +14,7 @@ import sys
 import time
 from pathlib import Path
 
+from tests.support import logcheck
 from tests.support.mounts import force_unmount
 from tests.support.mounts import mounted_at as is_mounted
 
@@ -34,6 +35,7 @@ class Sandbox:
             "MEMFS_RUNTIME_DIR": str(self.dir / "run"),
         }
         self.env.pop("MEMFS_TOKEN", None)
+        logcheck.watch(self.state_dir / "memfs.log", f"memfs mount ({self.state_dir}/memfs.log)")
 
     # -- commands ---------------------------------------------------------------------------
     def memfs(self, *args: str, timeout: float = 60, check: bool = False) -> subprocess.CompletedProcess:

@@ -13,6 +13,8 @@ from pathlib import Path
 
 import httpx
 
+from tests.support import logcheck
+
 MEMORY_BETA = "agent-memory-2026-07-22"
 SESSIONS_BETA = "managed-agents-2026-04-01"
 _LISTENING = re.compile(r"listening on (https?://\S+)")
@@ -74,6 +76,7 @@ class ServiceProcess:
         with open(out_path, "wb") as out, open(self.stderr_path, "wb") as err:
             self.proc = subprocess.Popen(cmd, stdout=out, stderr=err, cwd=self.workdir, env=env)
         _live.add(self)
+        logcheck.watch(self.stderr_path, f"memfs serve ({self.stderr_path})")
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             m = _LISTENING.search(out_path.read_text(errors="replace"))

@@ -97,12 +97,15 @@ class WorkerWorld:
         work = self.item(script, **kw)
 
         async def main():
-            worker = EnvironmentWorker(self.client(), memory_sync_interval=None, workdir=self.workdir, max_idle=2,
-                                       tools=tools if tools is not None else memfs_tools(root=self.root))
-            with_timeout = asyncio.wait_for(worker.handle_item(
-                work_id=work.id, environment_id=work.environment_id, session_id=self.session["id"],
-                work_secret=work.secret), timeout)
-            await with_timeout
+            # Closed in this loop: a client left to the garbage collector closes its pool on a
+            # closed loop, and asyncio logs "Task exception was never retrieved" in a later test.
+            async with self.client() as client:
+                worker = EnvironmentWorker(client, memory_sync_interval=None, workdir=self.workdir, max_idle=2,
+                                           tools=tools if tools is not None else memfs_tools(root=self.root))
+                with_timeout = asyncio.wait_for(worker.handle_item(
+                    work_id=work.id, environment_id=work.environment_id, session_id=self.session["id"],
+                    work_secret=work.secret), timeout)
+                await with_timeout
 
         asyncio.run(main())
         return ItemRun(work, self.session["id"], self.platform)

@@ -115,6 +115,7 @@ def test_a_remote_edit_between_two_calls_is_seen_by_the_later_read(wworld):
     assert run.texts() == ["name: agent\nlikes: grep\n", "name: agent\nlikes: remote edits\n"]
 
 
+@pytest.mark.expected_log(r"ERROR anthropic.lib.environments._worker: lease lost")
 def test_a_lost_lease_stops_the_item_without_a_final_push(wworld, spy, caplog):
     wworld.mount()
     m = wworld.memory
@@ -158,6 +159,7 @@ def test_a_mount_of_other_stores_fails_the_item_clearly(wworld, service, api):
     assert wworld.platform.sessions[wworld.session["id"]].results == []
 
 
+@pytest.mark.expected_log(r"ERROR memfs.worker: session \S+: final sync failed: the memfs daemon .* did not answer")
 def test_a_dead_daemon_is_logged_and_the_tool_fails_on_its_own_io(wworld, caplog):
     wworld.mount()
     m = wworld.memory
@@ -192,16 +194,17 @@ def test_the_polling_worker_run_serves_a_claimed_item_the_same_way(wworld):
     work = wworld.item([Step("write", {"file_path": wworld.memory(RW, "polled.md"), "content": "via run()\n"})])
 
     async def main():
-        worker = EnvironmentWorker(wworld.client(), environment_id=work.environment_id,
-                                   environment_key=wworld.platform.environment_key, memory_sync_interval=None,
-                                   workdir=wworld.workdir, max_idle=2, tools=memfs_tools(root=wworld.root))
-        task = asyncio.ensure_future(worker.run())
-        deadline = time.monotonic() + 60
-        while not work.stop_requests and time.monotonic() < deadline and not task.done():
-            await asyncio.sleep(0.1)
-        task.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await task
+        async with wworld.client() as client:  # closed in this loop (see WorkerWorld.run_item)
+            worker = EnvironmentWorker(client, environment_id=work.environment_id,
+                                       environment_key=wworld.platform.environment_key, memory_sync_interval=None,
+                                       workdir=wworld.workdir, max_idle=2, tools=memfs_tools(root=wworld.root))
+            task = asyncio.ensure_future(worker.run())
+            deadline = time.monotonic() + 60
+            while not work.stop_requests and time.monotonic() < deadline and not task.done():
+                await asyncio.sleep(0.1)
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
 
     asyncio.run(main())
     assert work.acked and work.stop_requests == [{"force": True}]

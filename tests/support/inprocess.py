@@ -1,0 +1,276 @@
+"""The sync engine's rung of the test ladder: service, filesystem core and engine in one trio run.
+
+No kernel, no subprocess, no socket. `InProcessService` is the real service app (`create_app` over
+SQLite in a temp dir) reached through httpx's in-memory ASGI transport; `FaultTransport` sits in
+front of it and records every request, and answers chosen ones itself (a status with headers, or
+a dropped connection) or runs a hook first (a second writer acting between two of the engine's
+requests). `EngineMount` is what `memfs mount` wires together (session/daemon.py): a State, the
+kernel-free `Filesystem` and the real `SyncEngine` over a `StoreClient` on that transport, plus
+path-level helpers that act as a shell would, minus the kernel. The engine is driven only through
+its public surface (constructor, initial(), sync_now(), status(), not_on_store()).
+
+Every method that talks to the service is async: call them from a `@pytest.mark.trio` test.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import re
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from memfs.client import StoreClient
+from memfs.limits import DEFAULT_MAX_BYTES, DEFAULT_MAX_FILES
+from memfs.mount.filesystem import Filesystem
+from memfs.mount.replies import ROOT_INO, FsError
+from memfs.mount.state import State
+from memfs.records import StoreInfo
+from memfs.service.app import create_app
+from memfs.service.database import open_storage
+from memfs.sync.engine import SyncEngine
+
+BASE_URL = "http://memfs.test"  # never resolved: the transport answers in process
+ADMIN_KEY = "test-admin-key-0123456789"
+MEMORY_BETA = {"anthropic-beta": "agent-memory-2026-07-22"}
+SESSIONS_BETA = {"anthropic-beta": "managed-agents-2026-04-01"}
+
+
+# ---- faults -------------------------------------------------------------------------------------
+
+
+@dataclass
+class Fault:
+    """One rule of a FaultTransport: requests matching `method` and the `path` regex (searched in
+    the URL's path) get `status` (with `headers` and an API error body) instead of the service's
+    answer, or a dropped connection when `drop`, or first run `before` and then go to the service.
+    `times`: how many matching requests it takes (None: all of them)."""
+
+    method: str
+    path: str
+    status: int | None = None
+    headers: dict[str, str] = field(default_factory=dict)
+    drop: bool = False
+    before: Callable[[httpx.Request], Awaitable[None]] | None = None
+    times: int | None = 1
+    hits: int = 0
+
+    def matches(self, request: httpx.Request) -> bool:
+        if self.times is not None and self.hits >= self.times:
+            return False
+        return request.method == self.method and re.search(self.path, request.url.path) is not None
+
+
+class FaultTransport(httpx.AsyncBaseTransport):
+    """Forwards to `inner`, recording `(method, path)` of every request; faults come first."""
+
+    def __init__(self, inner: httpx.AsyncBaseTransport):
+        self.inner = inner
+        self.faults: list[Fault] = []
+        self.requests: list[tuple[str, str]] = []
+
+    def add(self, method: str, path: str, **kw: Any) -> Fault:
+        fault = Fault(method, path, **kw)
+        self.faults.append(fault)
+        return fault
+
+    def clear(self) -> None:
+        self.faults.clear()
+        self.requests.clear()
+
+    def count(self, method: str, path: str = "") -> int:
+        return sum(1 for m, p in self.requests if m == method and re.search(path, p))
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        self.requests.append((request.method, request.url.path))
+        for fault in self.faults:
+            if not fault.matches(request):
+                continue
+            fault.hits += 1
+            if fault.drop:
+                raise httpx.RemoteProtocolError("connection dropped (injected)", request=request)
+            if fault.before is not None:
+                await fault.before(request)
+                break
+            body = {"type": "error", "error": {"type": "injected_error", "message": f"injected {fault.status}"}}
+            return httpx.Response(fault.status or 500, headers=fault.headers, json=body, request=request)
+        return await self.inner.handle_async_request(request)
+
+
+# ---- the service ----------------------------------------------------------------------------------
+
+
+class InProcessService:
+    """The real service app on SQLite in `workdir`, and an admin client for the test's own writes
+    (what another writer or the operator does; never through the FaultTransport)."""
+
+    def __init__(self, workdir: Path, *, max_memories: int = 1000, extensions: bool = True):
+        self.storage = open_storage(Path(workdir) / "store.db")
+        self.app = create_app(self.storage, ADMIN_KEY, max_memories, extensions=extensions)
+        self.transport = httpx.ASGITransport(app=self.app)
+        self.admin = httpx.AsyncClient(transport=self.transport, base_url=BASE_URL,
+                                       headers={"x-api-key": ADMIN_KEY, **MEMORY_BETA})
+
+    async def aclose(self) -> None:
+        await self.admin.aclose()
+        self.storage.close()
+
+    async def _ok(self, resp: httpx.Response) -> Any:
+        if resp.status_code >= 400:
+            raise AssertionError(f"{resp.request.method} {resp.request.url} -> {resp.status_code}: {resp.text}")
+        return resp.json() if resp.content else None
+
+    async def create_store(self, name: str) -> str:
+        return (await self._ok(await self.admin.post("/v1/memory_stores", json={"name": name})))["id"]
+
+    async def session_token(self, stores: list[tuple[str, str]]) -> tuple[str, dict]:
+        """A session with these (store id, access) attached: its bearer token and its record."""
+        from memfs.client import sessions_token_from_secret
+
+        resources = [{"type": "memory_store", "memory_store_id": s, "access": a} for s, a in stores]
+        body = await self._ok(await self.admin.post("/v1/sessions", json={"resources": resources},
+                                                    headers=SESSIONS_BETA))
+        token = sessions_token_from_secret(body["work_secret"])
+        assert token
+        return token, body
+
+    async def create(self, store: str, path: str, content: str) -> dict:
+        return await self._ok(await self.admin.post(f"/v1/memory_stores/{store}/memories",
+                                                    json={"path": path, "content": content}))
+
+    async def update(self, store: str, memory_id: str, **body: Any) -> dict:
+        return await self._ok(await self.admin.post(f"/v1/memory_stores/{store}/memories/{memory_id}", json=body))
+
+    async def delete(self, store: str, memory_id: str) -> None:
+        await self._ok(await self.admin.delete(f"/v1/memory_stores/{store}/memories/{memory_id}"))
+
+    async def memories(self, store: str) -> dict[str, dict]:
+        """path -> memory (full view)."""
+        out: dict[str, dict] = {}
+        page = None
+        for _ in range(1000):  # bounded: 20 per page
+            params: dict[str, str | int] = {"view": "full", "limit": 20, **({"page": page} if page else {})}
+            body = await self._ok(await self.admin.get(f"/v1/memory_stores/{store}/memories", params=params))
+            out.update({m["path"]: m for m in body["data"] if m["type"] == "memory"})
+            page = body.get("next_page")
+            if not page:
+                break
+        return out
+
+    async def contents(self, store: str) -> dict[str, str]:
+        return {p: m["content"] for p, m in (await self.memories(store)).items()}
+
+
+# ---- the mount, minus the kernel ---------------------------------------------------------------
+
+
+class EngineMount:
+    """A State, the kernel-free Filesystem and the real SyncEngine, wired as the daemon wires them.
+    Paths are root-relative: "/notes/a.md" is memory /a.md of the store whose slug is "notes"."""
+
+    def __init__(self, state_dir: Path, service: InProcessService, token: str, stores: list[StoreInfo], *,
+                 interval: float = 60.0, deletions: str = "enabled", max_files: int = DEFAULT_MAX_FILES,
+                 max_bytes: int = DEFAULT_MAX_BYTES):
+        self.state_dir = Path(state_dir)
+        self.service = service
+        self.token = token
+        self.stores = stores
+        self.options = dict(interval=interval, deletions=deletions, max_files=max_files, max_bytes=max_bytes)
+        self.transport = FaultTransport(service.transport)
+        self.client = StoreClient(BASE_URL, token, transport=self.transport)
+        self.state = State(self.state_dir)
+        for s in stores:
+            self.state.set_store(s.store_id, s.name, s.slug, s.access)
+        self.fs = Filesystem(self.state, stores, max_files=max_files, max_bytes=max_bytes)
+        self.engine = SyncEngine(self.client, self.state, self.fs, stores, **self.options)  # type: ignore[arg-type]
+
+    async def aclose(self) -> None:
+        await self.client.aclose()
+        self.state.close()
+
+    async def restart(self) -> EngineMount:
+        """What a restart of `memfs mount` on the same state dir sees (this one is closed)."""
+        await self.aclose()
+        return EngineMount(self.state_dir, self.service, self.token, self.stores, **self.options)  # type: ignore[arg-type]
+
+    async def sync(self, **kw: Any) -> dict[str, Any]:
+        """`memfs sync --force --wait` unless told otherwise."""
+        kw.setdefault("force", True)
+        kw.setdefault("wait", True)
+        return await self.engine.sync_now(**kw)
+
+    def store_status(self, slug: str) -> dict[str, Any]:
+        return next(s for s in self.engine.status()["stores"] if s["slug"] == slug)
+
+    # -- what a shell does --
+    def ino(self, path: str) -> int:
+        ino = ROOT_INO
+        for part in [p for p in path.split("/") if p]:
+            ino = self.fs.lookup(ino, part.encode()).ino
+        return ino
+
+    def _split(self, path: str) -> tuple[int, bytes]:
+        parent, _, name = path.rstrip("/").rpartition("/")
+        return self.ino(parent), name.encode()
+
+    def open_write(self, path: str) -> int:
+        """Open (creating, truncating) for writing; the caller writes and closes (`close`)."""
+        parent, name = self._split(path)
+        try:
+            return self.fs.open(self.fs.lookup(parent, name).ino, os.O_WRONLY | os.O_TRUNC).fh
+        except FsError as e:
+            if e.errno != errno.ENOENT:
+                raise
+        return self.fs.create(parent, name, 0o644, os.O_WRONLY | os.O_CREAT)[0].fh
+
+    def close(self, fh: int) -> None:
+        self.fs.flush(fh)
+        self.fs.release(fh)
+
+    def write(self, path: str, data: bytes) -> None:
+        fh = self.open_write(path)
+        try:
+            if data:
+                self.fs.write(fh, 0, data)
+        finally:
+            self.close(fh)
+
+    def read(self, path: str) -> bytes:
+        fh = self.fs.open(self.ino(path), os.O_RDONLY).fh
+        try:
+            return self.fs.read(fh, 0, 1 << 25)
+        finally:
+            self.fs.release(fh)
+
+    def exists(self, path: str) -> bool:
+        try:
+            self.ino(path)
+        except FsError as e:
+            if e.errno == errno.ENOENT:
+                return False
+            raise
+        return True
+
+    def mkdir(self, path: str) -> None:
+        self.fs.mkdir(*self._split(path), 0o755)
+
+    def unlink(self, path: str) -> None:
+        self.fs.unlink(*self._split(path))
+
+    def rename(self, old: str, new: str, flags: int = 0) -> None:
+        self.fs.rename(*self._split(old), *self._split(new), flags)
+
+    def listdir(self, path: str) -> list[str]:
+        fh = self.fs.opendir(self.ino(path))
+        try:
+            return [e.name.decode() for e in self.fs.readdir(fh, 0) if not e.is_dot]
+        finally:
+            self.fs.releasedir(fh)
+
+    def notices(self, slug: str) -> list[str]:
+        store = next(s for s in self.stores if s.slug == slug)
+        return self.fs.notices(store.store_id)

@@ -1,0 +1,371 @@
+"""The sync engine's own rules, one test each, in process (tests/support/inprocess.py).
+
+The real service app on an in-memory transport, the kernel-free filesystem core and the real
+SyncEngine, under trio in the test: no FUSE, no subprocess, each test well under a second. A
+FaultTransport in front of the service injects what the rules react to (5xx, 429 with
+retry-after, dropped connections, a second writer acting between two of the engine's requests).
+The list of rules is in docs/DESIGN.md ("Testing").
+"""
+
+from __future__ import annotations
+
+import errno
+import re
+from pathlib import Path
+
+import pytest
+
+from memfs.mount.replies import FsError
+from memfs.records import StoreInfo
+from tests.support.inprocess import EngineMount, InProcessService
+
+pytestmark = [pytest.mark.trio, pytest.mark.timeout(20)]
+
+MEMORY_BY_ID = r"/memories/mem_[^/]+$"
+
+
+@pytest.fixture
+async def svc(tmp_path):
+    s = InProcessService(tmp_path / "service")
+    try:
+        yield s
+    finally:
+        await s.aclose()
+
+
+class World:
+    """Two stores (notes: read_write, handbook: read_only) and a mount of both."""
+
+    def __init__(self, svc: InProcessService, tmp: Path):
+        self.svc, self.tmp = svc, tmp
+        self.mounts: list[EngineMount] = []
+
+    async def setup(self, notes: dict[str, str], handbook: dict[str, str] | None = None, **opts) -> EngineMount:
+        self.notes = await self.svc.create_store("Notes")
+        self.handbook = await self.svc.create_store("Handbook")
+        self.ids: dict[str, str] = {}
+        for store, files in ((self.notes, notes), (self.handbook, handbook or {})):
+            for path, text in files.items():
+                self.ids[path] = (await self.svc.create(store, path, text))["id"]
+        self.token, _ = await self.svc.session_token([(self.notes, "read_write"), (self.handbook, "read_only")])
+        self.stores = [StoreInfo(self.notes, "Notes", "notes", "read_write"),
+                       StoreInfo(self.handbook, "Handbook", "handbook", "read_only")]
+        m = self.mount(self.stores, **opts)
+        await m.engine.initial()
+        return m
+
+    def mount(self, stores: list[StoreInfo], **opts) -> EngineMount:
+        m = EngineMount(self.tmp / "state", self.svc, self.token, stores, **opts)
+        self.mounts.append(m)
+        return m
+
+    async def close(self) -> None:
+        for m in self.mounts:
+            await m.aclose()
+
+
+@pytest.fixture
+async def world(svc, tmp_path):
+    w = World(svc, tmp_path)
+    try:
+        yield w
+    finally:
+        await w.close()
+
+
+async def test_initial_download_materialises_every_store_and_pushes_nothing(world):
+    m = await world.setup({"/a.md": "alpha", "/d/b.md": "beta"}, {"/rules.md": "be kind"})
+    assert m.read("/notes/a.md") == b"alpha" and m.read("/notes/d/b.md") == b"beta"
+    assert m.read("/handbook/rules.md") == b"be kind"
+    assert not [r for r in m.transport.requests if r[0] in ("POST", "DELETE")]
+
+
+async def test_idle_tick_is_one_request(world):
+    m = await world.setup({f"/f{i}.md": str(i) for i in range(30)}, {"/rules.md": "x"})
+    m.transport.clear()
+    result = await m.sync()
+    assert result["ok"] and result["pulled"] == 0 and result["pushed"] == 0
+    assert m.transport.requests == [("GET", "/v1/memory_store_counters")]
+    assert result["requests"] == 1
+
+
+async def test_remote_changes_come_through_the_changes_feed(world):
+    m = await world.setup({"/a.md": "alpha", "/b.md": "beta"})
+    await world.svc.update(world.notes, world.ids["/a.md"], content="alpha 2")
+    await world.svc.delete(world.notes, world.ids["/b.md"])
+    await world.svc.create(world.notes, "/c.md", "gamma")
+    m.transport.clear()
+    result = await m.sync()
+    assert result["ok"] and result["pulled"] == 3
+    assert m.read("/notes/a.md") == b"alpha 2" and m.read("/notes/c.md") == b"gamma"
+    assert not m.exists("/notes/b.md")
+    assert m.transport.count("GET", "/changes$") == 1 and m.transport.count("GET", r"/memories$") == 0
+
+
+async def test_pull_is_deferred_while_a_file_is_open_with_unflushed_writes(world):
+    m = await world.setup({"/a.md": "alpha", "/b.md": "beta"})
+    counter = m.store_status("notes")["counter"]
+    fh = m.open_write("/notes/a.md")
+    m.fs.write(fh, 0, b"half an edit")
+    await world.svc.update(world.notes, world.ids["/a.md"], content="theirs")
+    await world.svc.update(world.notes, world.ids["/b.md"], content="beta 2")
+    result = await m.sync()
+    assert result["ok"] and result["pulled"] == 0
+    # The whole store waits: neither the open file nor its neighbour changed, the counter stays.
+    assert m.fs.read(fh, 0, 1 << 20) == b"half an edit"  # what a reader of the open file sees
+    assert m.read("/notes/b.md") == b"beta"
+    assert m.store_status("notes")["counter"] == counter
+    m.fs.write(fh, 12, b", finished")
+    m.close(fh)
+    result = await m.sync()
+    # Both sides edited: the store wins, the agent's version is kept and named.
+    assert m.read("/notes/a.md") == b"theirs" and m.read("/notes/b.md") == b"beta 2"
+    [notice] = [n for n in m.notices("notes") if "/a.md" in n]
+    assert "store-won-conflict" in notice or "kept at" in notice
+    kept = Path(re.search(r"kept at (\S+?)\)", notice).group(1))
+    assert kept.read_bytes() == b"half an edit, finished"
+    assert (await world.svc.contents(world.notes))["/a.md"] == "theirs"
+
+
+async def test_content_changed_between_listing_and_fetch_is_fetched_as_it_is_now(world):
+    m = await world.setup({"/a.md": "alpha"})
+    mid = world.ids["/a.md"]
+    await world.svc.update(world.notes, mid, content="second")
+
+    async def third_writer(_request) -> None:  # lands after the feed named "second", before the fetch
+        await world.svc.update(world.notes, mid, content="third")
+
+    m.transport.add("GET", MEMORY_BY_ID, before=third_writer)
+    result = await m.sync()
+    assert result["ok"]
+    assert m.read("/notes/a.md") == b"third"
+    # The baseline is what was fetched: the next tick finds nothing to push and nothing to pull.
+    m.transport.clear()
+    result = await m.sync()
+    assert result["ok"] and result["pushed"] == 0 and result["pulled"] == 0
+    assert (await world.svc.contents(world.notes)) == {"/a.md": "third"}
+
+
+async def test_push_answered_409_leaves_the_store_winning_and_the_local_version_kept(world):
+    m = await world.setup({"/a.md": "alpha"})
+    mid = world.ids["/a.md"]
+    m.write("/notes/a.md", b"mine")
+
+    async def other_writer(_request) -> None:  # the store moves on between our pull and our push
+        await world.svc.update(world.notes, mid, content="theirs")
+
+    m.transport.add("POST", MEMORY_BY_ID, before=other_writer)
+    result = await m.sync()
+    assert result["ok"] and result["pushed"] == 0  # a 409 is an answer, not a failure
+    assert (await world.svc.contents(world.notes)) == {"/a.md": "theirs"}  # the precondition held
+    await m.sync()
+    assert m.read("/notes/a.md") == b"theirs"
+    [notice] = [n for n in m.notices("notes") if "/a.md" in n]
+    kept = Path(re.search(r"kept at (\S+?)\)", notice).group(1))
+    assert kept.read_bytes() == b"mine"
+    assert m.engine.not_on_store()[world.notes].count == 0
+
+
+async def test_push_answered_404_is_settled_by_the_next_tick_without_losing_the_edit(world):
+    m = await world.setup({"/a.md": "alpha"})
+    mid = world.ids["/a.md"]
+    m.write("/notes/a.md", b"mine")
+
+    async def deleter(_request) -> None:  # the memory is deleted between our pull and our push
+        await world.svc.delete(world.notes, mid)
+
+    m.transport.add("POST", MEMORY_BY_ID, before=deleter)
+    result = await m.sync()
+    assert result["ok"] and result["pushed"] == 0
+    assert (await world.svc.contents(world.notes)) == {}
+    await m.sync()
+    # Decision 2: the store deleted an edited file: the file goes, the agent's version is kept.
+    assert not m.exists("/notes/a.md")
+    [notice] = [n for n in m.notices("notes") if "/a.md" in n]
+    assert "deleted-by-store" in notice
+    assert Path(re.search(r"kept at (\S+?)\)", notice).group(1)).read_bytes() == b"mine"
+
+
+async def test_delete_carries_the_expected_sha_so_a_concurrent_edit_survives(world):
+    m = await world.setup({"/a.md": "alpha"})
+    mid = world.ids["/a.md"]
+    m.unlink("/notes/a.md")
+
+    async def editor(_request) -> None:  # the store edits the memory between our pull and our delete
+        await world.svc.update(world.notes, mid, content="edited meanwhile")
+
+    m.transport.add("DELETE", MEMORY_BY_ID, before=editor)
+    result = await m.sync()
+    assert result["ok"] and result["pushed"] == 0
+    assert (await world.svc.contents(world.notes)) == {"/a.md": "edited meanwhile"}
+    await m.sync()
+    # Local delete vs store edit: the store wins, the file is restored.
+    assert m.read("/notes/a.md") == b"edited meanwhile"
+    assert any("store-won-conflict" in n and "/a.md" in n for n in m.notices("notes"))
+
+
+async def test_renames_go_out_in_waves_keeping_memory_ids(world):
+    m = await world.setup({"/a.md": "alpha", "/b.md": "beta", "/c.md": "gamma"})
+    m.rename("/notes/a.md", "/notes/tmp")  # a swap of a and b, and c moved onto a's old name
+    m.rename("/notes/b.md", "/notes/a.md")
+    m.rename("/notes/tmp", "/notes/b.md")
+    m.mkdir("/notes/d")
+    m.rename("/notes/c.md", "/notes/d/c.md")
+    m.transport.clear()
+    result = await m.sync()
+    assert result["ok"]
+    after = await world.svc.memories(world.notes)
+    assert {p: x["content"] for p, x in after.items()} == {"/a.md": "beta", "/b.md": "alpha", "/d/c.md": "gamma"}
+    assert after["/a.md"]["id"] == world.ids["/b.md"] and after["/b.md"]["id"] == world.ids["/a.md"]
+    assert after["/d/c.md"]["id"] == world.ids["/c.md"]
+    # Renames only: no delete, no create; the swap goes through a temporary path (one extra hop).
+    assert m.transport.count("DELETE") == 0 and m.transport.count("POST", r"/memories$") == 0
+    assert m.transport.count("POST", MEMORY_BY_ID) == 4
+    m.transport.clear()
+    assert (await m.sync())["pushed"] == 0
+
+
+async def test_an_upload_the_service_refuses_is_recorded_and_not_retried(world):
+    m = await world.setup({"/a.md": "alpha"})
+    m.transport.add("POST", r"/memories$", status=413)
+    m.write("/notes/new.md", b"too much")
+    result = await m.sync()
+    assert result["ok"] and result["pushed"] == 0
+    st = m.store_status("notes")
+    assert st["refused"] == 1 and st["paths"]["refused"] == ["/new.md"] and st["not_on_store"] == 1
+    assert any("upload-refused" in n and "/new.md" in n for n in m.notices("notes"))
+    m.transport.clear()
+    await m.sync()
+    assert m.transport.count("POST") == 0  # not again until the file changes
+    m.write("/notes/new.md", b"smaller")
+    assert (await m.sync())["pushed"] == 1
+    assert (await world.svc.contents(world.notes))["/new.md"] == "smaller"
+
+
+async def test_the_services_memory_limit_refuses_a_create(world, tmp_path):
+    world.svc = limited = InProcessService(tmp_path / "limited", max_memories=1)
+    try:
+        m = await world.setup({"/a.md": "alpha"})
+        m.write("/notes/b.md", b"one too many")
+        result = await m.sync()
+        assert result["ok"] and result["pushed"] == 0
+        assert m.store_status("notes")["paths"]["refused"] == ["/b.md"]
+        assert "--max-memories" in m.store_status("notes")["reasons"]["/b.md"]
+    finally:
+        await world.close()
+        world.mounts.clear()
+        await limited.aclose()
+
+
+async def test_a_read_only_store_is_never_pushed_to_and_the_store_wins(world):
+    m = await world.setup({"/a.md": "alpha"}, {"/rules.md": "be kind"})
+    with pytest.raises(FsError) as e:
+        m.write("/handbook/rules.md", b"be rude")
+    assert e.value.errno == errno.EROFS
+    # A store attached read_write last session, read_only now, with an edit staged then.
+    m.write("/notes/a.md", b"staged edit")
+    await m.aclose()
+    ro = [StoreInfo(world.notes, "Notes", "notes", "read_only"), world.stores[1]]
+    m2 = world.mount(ro)
+    await m2.engine.initial()
+    result = await m2.sync()
+    assert result["ok"] and result["pushed"] == 0
+    assert not [r for r in m2.transport.requests if r[0] in ("POST", "DELETE")]
+    assert m2.read("/notes/a.md") == b"alpha"
+    assert (await world.svc.contents(world.notes)) == {"/a.md": "alpha"}
+    assert m2.store_status("notes")["not_on_store"] == 0
+
+
+async def test_memories_over_the_mount_limits_are_not_materialised(world):
+    m = await world.setup({"/a.md": "1", "/b.md": "2", "/c.md": "3"}, max_files=2)
+    assert m.exists("/notes/a.md") and m.exists("/notes/b.md") and not m.exists("/notes/c.md")
+    assert any("over-limit" in n and "/c.md" in n for n in m.notices("notes"))
+    m.transport.clear()
+    assert (await m.sync())["pushed"] == 0  # a memory not materialised is not a local delete
+    assert (await world.svc.contents(world.notes)).keys() == {"/a.md", "/b.md", "/c.md"}
+
+
+async def test_a_failed_tick_counts_as_an_attempt(world):
+    m = await world.setup({"/a.md": "alpha"}, interval=30)
+    m.transport.add("GET", "/memory_store_counters", status=503)  # no retry-after: not retried
+    result = await m.sync()
+    assert not result["ok"] and "503" in result["error"]
+    assert m.store_status("notes")["last_result"] == "failed"
+    # Not due again for an interval, counted from the failure.
+    assert 25 < m.engine.due_in() <= 30
+    again = await m.sync(force=False, wait=False)
+    assert again["ran"] is False
+    assert (await m.sync())["ok"]  # --force still runs, and works once the service answers
+    assert m.store_status("notes")["last_result"] == "ok"
+
+
+async def test_a_short_retry_after_is_retried_inside_the_tick(world):
+    m = await world.setup({"/a.md": "alpha"})
+    await world.svc.update(world.notes, world.ids["/a.md"], content="alpha 2")
+    m.transport.add("GET", "/changes$", status=429, headers={"retry-after-ms": "10"})
+    result = await m.sync()
+    assert result["ok"] and m.client.retried == 1
+    assert m.read("/notes/a.md") == b"alpha 2"
+
+
+async def test_a_dropped_connection_fails_the_tick_and_changes_nothing(world):
+    m = await world.setup({"/a.md": "alpha", "/b.md": "beta"})
+    counter = m.store_status("notes")["counter"]
+    await world.svc.update(world.notes, world.ids["/a.md"], content="alpha 2")
+    await world.svc.update(world.notes, world.ids["/b.md"], content="beta 2")
+    m.transport.add("GET", MEMORY_BY_ID, drop=True)
+    result = await m.sync()
+    assert not result["ok"] and "RemoteProtocolError" in result["error"]
+    assert m.read("/notes/a.md") == b"alpha" and m.read("/notes/b.md") == b"beta"  # all or nothing
+    assert m.store_status("notes")["counter"] == counter
+    assert (await m.sync())["pulled"] == 2
+
+
+async def test_what_is_not_on_the_store_is_named_until_pushed(world):
+    m = await world.setup({"/a.md": "alpha"})
+    m.write("/notes/new.md", b"fresh")
+    m.transport.add("POST", r"/memories$", drop=True)
+    result = await m.sync()
+    assert not result["ok"]
+    st = m.store_status("notes")
+    assert st["last_result"] == "push failed" and st["paths"]["staged"] == ["/new.md"]
+    final = await m.engine.final_sync(timeout=5)
+    assert final["ok"] and final["pending"] == 0 and final["pushed"] == 1
+    assert (await world.svc.contents(world.notes))["/new.md"] == "fresh"
+
+
+async def test_changes_staged_before_a_restart_are_pushed_after_it(world):
+    m = await world.setup({"/a.md": "alpha"})
+    m.write("/notes/a.md", b"edited before the crash")
+    m.write("/notes/new.md", b"created before the crash")
+    m2 = await m.restart()  # no tick ran: the changes exist only in the state dir
+    world.mounts.append(m2)
+    await m2.engine.initial()
+    assert m2.read("/notes/a.md") == b"edited before the crash"
+    assert m2.store_status("notes")["staged"] == 2
+    assert not [r for r in m2.transport.requests if r[0] in ("POST", "DELETE")]  # initial() never pushes
+    assert (await m2.sync())["pushed"] == 2
+    assert (await world.svc.contents(world.notes)) == {"/a.md": "edited before the crash",
+                                                       "/new.md": "created before the crash"}
+
+
+async def test_without_a_counter_a_memory_missing_from_the_listing_is_asked_by_id(world, tmp_path):
+    world.svc = hosted = InProcessService(tmp_path / "hosted", extensions=False)  # the hosted API (§5.8)
+    try:
+        m = await world.setup({"/a.md": "alpha", "/d/b.md": "beta"})
+        assert m.engine.has_counter is False
+        await hosted.delete(world.notes, world.ids["/d/b.md"])
+        m.transport.clear()
+        result = await m.sync()
+        # Listings by prefix are not one snapshot: absence may be a rename in flight, so the
+        # baseline memory the listing lacks is asked by id, and only its 404 removes the file.
+        assert result["ok"] and not m.exists("/notes/d/b.md") and m.read("/notes/a.md") == b"alpha"
+        assert m.transport.count("GET", MEMORY_BY_ID) == 1
+        m.transport.clear()
+        result = await m.sync()  # idle: it lists (no counter to ask), nothing else
+        assert result["ok"] and result["pulled"] == 0 and result["pushed"] == 0
+        assert m.transport.count("GET", MEMORY_BY_ID) == 0 and m.transport.count("GET", "/memory_store_counters") == 0
+    finally:
+        await world.close()
+        world.mounts.clear()
+        await hosted.aclose()
