@@ -1,7 +1,7 @@
 """Counter reads per second on one `memfs serve` process, from a raw keep-alive HTTP client.
 
     .venv/bin/python scripts/counter_rate.py [--seconds 5] [--connections 4] [--memories 0]
-        [--db sqlite|URL] [--server hypercorn|uvicorn]
+        [--db sqlite|postgresql|URL] [--server hypercorn|uvicorn]
 
 Starts its own service on a loopback port (a temp dir), creates one store (optionally with
 `--memories` memories: the counter's cost must not depend on them), then each connection sends
@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import socket
 import sys
 import tempfile
@@ -47,6 +48,12 @@ def _read_response(sock: socket.socket, buf: bytearray) -> bytes:
     if not head.startswith(b"HTTP/1.1 200"):
         raise RuntimeError(head.split(b"\r\n")[0].decode())
     return rest[:length]
+
+
+def cpu_seconds(pid: int) -> float:
+    """utime + stime of a process, from /proc (Linux)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def measure(port: int, store: str, key: str, seconds: float, connections: int) -> float:
@@ -88,23 +95,36 @@ def main() -> int:
     ap.add_argument("--seconds", type=float, default=5.0)
     ap.add_argument("--connections", type=int, default=4)
     ap.add_argument("--memories", type=int, default=0)
-    ap.add_argument("--db", default="sqlite", help="sqlite (a temp file) or a postgresql:// URL")
+    ap.add_argument("--db", default="sqlite",
+                    help="sqlite (a temp file), postgresql (a throwaway cluster, tests/support/postgres.py) "
+                         "or a postgresql:// URL")
     ap.add_argument("--server", default="hypercorn", choices=("hypercorn", "uvicorn"))
     args = ap.parse_args()
+    cluster = None
+    db_url = None if args.db == "sqlite" else args.db
+    if args.db == "postgresql":
+        from tests.support.postgres import PostgresCluster
+
+        cluster = PostgresCluster()
+        db_url = cluster.create_database("rate")
     with tempfile.TemporaryDirectory() as tmp:
-        svc = ServiceProcess(Path(tmp), db_url=None if args.db == "sqlite" else args.db,
-                             extra_args=("--server", args.server))
+        svc = ServiceProcess(Path(tmp), db_url=db_url, extra_args=("--server", args.server))
         try:
             store = svc.create_store("rate")["id"]
             with svc.admin_client() as c:
                 for i in range(args.memories):
                     c.post(f"/v1/memory_stores/{store}/memories", json={"path": f"/m/{i}.md", "content": "x"})
             measure(svc.port, store, svc.admin_key, 1.0, args.connections)  # warm-up
+            cpu0, t0 = cpu_seconds(svc.proc.pid), time.monotonic()
             rate = measure(svc.port, store, svc.admin_key, args.seconds, args.connections)
+            cpu_per_request = (cpu_seconds(svc.proc.pid) - cpu0) / (rate * (time.monotonic() - t0))
         finally:
             svc.stop()
+            if cluster is not None:
+                cluster.stop()
     print(f"counter reads/s: {rate:.0f} ({args.connections} keep-alive connections, {args.seconds:g} s, "
-          f"{args.memories} memories, db={args.db.split('://')[0]}, server={args.server})")  # fmt: skip
+          f"{args.memories} memories, db={args.db.split('://')[0]}, server={args.server}); "
+          f"service CPU {cpu_per_request * 1e6:.0f} us/request, i.e. {1 / cpu_per_request:.0f}/s per core")  # fmt: skip
     return 0
 
 
