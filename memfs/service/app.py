@@ -665,6 +665,8 @@ def create_app(
     service.extensions = extensions
     service.watch_hub = hub = watch_hub or WatchHub(storage)
     fast = CounterPath(storage, admin_key, metrics) if extensions else None
+    if fast is not None and hub.fast_read is None:
+        hub.fast_read = fast.watched_counters
 
     @contextlib.asynccontextmanager
     async def lifespan(_app):

@@ -24,6 +24,7 @@ from __future__ import annotations
 import functools
 from urllib.parse import parse_qsl
 
+import anyio.lowlevel
 import anyio.to_thread
 import orjson
 
@@ -91,6 +92,7 @@ class CounterPath:
         self.metrics = metrics
         inline = getattr(storage, "inline_read", None)
         self.inline_read = inline() if inline is not None else None  # SQLite: read on the loop
+        self._batch: list | None = None  # the watch hub's read being gathered: [ids, done, result]
         make_async = getattr(getattr(storage, "backend", None), "async_counter_reader", None)
         self.async_reader = make_async() if make_async is not None else None  # PostgreSQL
 
@@ -108,6 +110,37 @@ class CounterPath:
         elif self.async_reader is not None and self.async_reader.available():  # PostgreSQL on asyncio
             return await self.async_reader.counters_for(token_hash, ids)
         return await anyio.to_thread.run_sync(functools.partial(self.storage.counters_for, token_hash, ids))
+
+    async def watched_counters(self, store_ids) -> dict[str, int] | None:
+        """Counters for the watch hub (admin view), reads of one loop step combined into one.
+
+        A write to a store watched by hundreds of sandboxes wakes them all at once, and each must
+        read its stores' counters before it answers; one query per waiter queued them behind each
+        other (and, on worker threads, writes behind them: loadtest, 500 sandboxes). The first
+        waiter of a step yields once, so every waiter woken in the same step joins its batch, then
+        reads the union in one statement. None: a store is missing (the caller reads alone and
+        answers the error)."""
+        batch = self._batch
+        if batch is not None:
+            batch[0].update(store_ids)
+            await batch[1].wait()
+            if batch[2] is None:
+                return None
+            return {sid: batch[2][sid] for sid in store_ids}
+        ids: set[str] = set(store_ids)
+        done = anyio.Event()
+        batch = self._batch = [ids, done, None]
+        try:
+            await anyio.lowlevel.checkpoint()  # let the other waiters woken in this step join
+            self._batch = None
+            batch[2] = await self._read(None, sorted(ids))
+        except Exception:
+            batch[2] = None
+        finally:
+            self._batch = None
+            done.set()
+        result = batch[2]
+        return None if result is None else {sid: result[sid] for sid in store_ids}
 
     async def answer(self, scope, send) -> bool:
         """Answer `scope` if it is a counter request this path is sure of; False: not answered."""

@@ -277,7 +277,7 @@ class AsyncCounterReader:
     caller then answers through the full path.
     """
 
-    SIZE = 4
+    SIZE = 12
 
     def __init__(self, url: str):
         self.url = url

@@ -54,6 +54,7 @@ class WatchHub:
         # the SQLite poller sleeps on this while nobody waits (created on the loop, not here)
         self._waiting: anyio.Event | None = None
         self._stop_thread = threading.Event()
+        self.fast_read = None  # set by create_app: CounterPath.watched_counters
 
     # --- the held request ------------------------------------------------------------------------
 
@@ -74,6 +75,11 @@ class WatchHub:
             self._remove(waiter)
 
     async def _read(self, store_ids: Sequence[str]) -> dict[str, int]:
+        if self.fast_read is not None:  # the counter fast path's batched read (counter_path.py)
+            counters = await self.fast_read(store_ids)
+            if counters is not None:
+                return counters
+        # a missing store (or no fast path): the full read, which raises the error to answer
         return await anyio.to_thread.run_sync(self.storage.get_counters, store_ids)
 
     def _add(self, w: _Waiter) -> None:
