@@ -1,11 +1,11 @@
-"""`memfs serve --server uvicorn`: the app on uvicorn, asyncio (uvloop + httptools), one process.
+"""`memfs serve` (default; `--server uvicorn`): the app on uvicorn, asyncio (uvloop + httptools), one process.
 
-Why: the counter path's cost is the per-request stack, not the database. Measured here with
-scripts/counter_rate.py (4 keep-alive connections, same minutes, a loaded two-core machine)
-uvicorn answered 1,020–1,900 counter reads/s where Hypercorn's trio worker answered 490–740 (2–3x).
-Only the mount must run on trio; the app is plain ASGI with anyio (`anyio.to_thread` for storage,
-anyio in the watch hub and the retention job), so it runs on either loop. Hypercorn on trio stays
-the default until the ≥ 2,000/s target is measured on a quiet machine.
+Why the default: the counter path's cost is the per-request stack, not the database. Measured
+here with scripts/counter_rate.py (4 keep-alive connections, a loaded two-core machine) uvicorn
+answered 1,850-2,340 counter reads/s with the fast path (counter_path.py) where Hypercorn's trio
+worker answered 430-700. Only the mount must run on trio; the app is plain ASGI with anyio
+(`anyio.to_thread` for storage, anyio in the watch hub and the retention job), so it runs on
+either loop; `--server hypercorn` stays available.
 
 Shutdown (SIGTERM/SIGINT): the held watches are answered first (`watch_hub.close()`), then uvicorn
 stops accepting, drains in-flight requests (at most 5 s) and runs the lifespan's shutdown.
@@ -66,7 +66,8 @@ class _CoalescingTransport:
 
 class _CoalescingHttpTools(HttpToolsProtocol):
     def connection_made(self, transport) -> None:  # type: ignore[override]
-        super().connection_made(_CoalescingTransport(transport, asyncio.get_running_loop()))
+        # duck-typed: every attribute but write/close is the real transport's
+        super().connection_made(_CoalescingTransport(transport, asyncio.get_running_loop()))  # type: ignore[arg-type]
 
 
 class _Server(uvicorn.Server):
@@ -97,6 +98,9 @@ async def serve(app, host: str, port: int, retention: Retention, retention_inter
         server_header=False,
         date_header=True,
         timeout_graceful_shutdown=GRACEFUL_TIMEOUT_S,
+        # uvicorn's default (5 s) closes the connection of a client that ticks every 5-15 s between
+        # two ticks: a new TCP connection per tick. 75 s is nginx's default.
+        timeout_keep_alive=75,
     )
     server = _Server(config, app)
     server._loop = asyncio.get_running_loop()

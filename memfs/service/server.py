@@ -1,4 +1,5 @@
-"""`memfs serve`: the app on Hypercorn's trio worker, with a clean stop on SIGTERM/SIGINT."""
+"""`memfs serve`: the app on uvicorn (asgi_server.py, the default) or on Hypercorn's trio worker
+(`--server hypercorn`, here), with a clean stop on SIGTERM/SIGINT either way."""
 
 from __future__ import annotations
 
@@ -80,7 +81,7 @@ def run(
     extensions: bool = True,
     retention_days: float = DEFAULT_RETENTION_DAYS,
     retention_interval_s: float = DEFAULT_INTERVAL_S,
-    server: str = "hypercorn",
+    server: str = "uvicorn",
     console: bool = False,
 ) -> int:
     _configure_logging()
@@ -105,7 +106,7 @@ def run(
     app = create_app(storage, key, max_memories, extensions=extensions, console=console)
     try:
         retention = Retention(storage.backend, retention_days)
-        if server == "uvicorn":
+        if server != "hypercorn":
             from memfs.service import asgi_server
 
             asgi_server.run(app, host, port, retention, retention_interval_s)
