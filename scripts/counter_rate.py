@@ -116,7 +116,7 @@ def _rss_mib(pid: int) -> float:
     return 0.0
 
 
-def _watches(svc: ServiceProcess, store: str, n: int) -> int:
+def _watches(svc: ServiceProcess, pid: int, store: str, n: int) -> int:
     """Hold `n` watches (one socket each), report RSS, wake them with one write, count answers."""
     req = (
         f"GET /v1/memory_store_watch?known={store}:0&wait=60 HTTP/1.1\r\nhost: x\r\n"
@@ -124,7 +124,7 @@ def _watches(svc: ServiceProcess, store: str, n: int) -> int:
     ).encode()
     socks: list[socket.socket] = []
     try:
-        rss_before = _rss_mib(svc.proc.pid)
+        rss_before = _rss_mib(pid)
         for _ in range(n):
             s = socket.create_connection(("127.0.0.1", svc.port))
             s.sendall(req)
@@ -137,7 +137,7 @@ def _watches(svc: ServiceProcess, store: str, n: int) -> int:
             if held not in c.get("/metrics").text:
                 print(f"not all {n} watches were held within 60 s", file=sys.stderr)
                 return 1
-            rss = _rss_mib(svc.proc.pid)
+            rss = _rss_mib(pid)
             t0 = time.monotonic()
             c.post(f"/v1/memory_stores/{store}/memories", json={"path": "/wake", "content": "x"})
         answered = 0
@@ -182,12 +182,14 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         svc = ServiceProcess(Path(tmp), db_url=db_url, extra_args=("--server", args.server))
         try:
+            assert svc.proc is not None
+            pid = svc.proc.pid
             store = svc.create_store("rate")["id"]
             with svc.admin_client() as c:
                 for i in range(args.memories):
                     c.post(f"/v1/memory_stores/{store}/memories", json={"path": f"/m/{i}.md", "content": "x"})
             if args.watches:
-                return _watches(svc, store, args.watches)
+                return _watches(svc, pid, store, args.watches)
             build = _counter_request
             if args.writes:
                 with svc.admin_client() as c:
@@ -196,9 +198,9 @@ def main() -> int:
                            for i in range(args.connections)]  # fmt: skip
                 build = _write_request(ids)
             measure(svc.port, store, svc.admin_key, 1.0, args.connections, build)  # warm-up
-            cpu0, t0 = cpu_seconds(svc.proc.pid), time.monotonic()
+            cpu0, t0 = cpu_seconds(pid), time.monotonic()
             rate = measure(svc.port, store, svc.admin_key, args.seconds, args.connections, build)
-            cpu_per_request = (cpu_seconds(svc.proc.pid) - cpu0) / (rate * (time.monotonic() - t0))
+            cpu_per_request = (cpu_seconds(pid) - cpu0) / (rate * (time.monotonic() - t0))
         finally:
             svc.stop()
             if cluster is not None:
