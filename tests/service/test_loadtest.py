@@ -18,7 +18,7 @@ def test_loadtest_smoke_run_has_no_errors_and_writes_its_json(tmp_path):
     out = tmp_path / "result.json"
     run = subprocess.run(
         [sys.executable, str(SCRIPT), "--db", "sqlite", "--replicas", "2", "--sandboxes", "12", "--team", "4",
-         "--seconds", "3", "--drain", "2", "--tick", "0.5", "--write-every", "0.5", "--watch-wait", "5",
+         "--seconds", "3", "--drain", "2", "--ramp", "0.5", "--tick", "0.5", "--write-every", "0.5", "--watch-wait", "5",
          "--json", str(out)],
         capture_output=True, text=True, timeout=170,
     )  # fmt: skip
