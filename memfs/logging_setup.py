@@ -32,12 +32,16 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(out)
 
 
-def setup_logging(fmt: str = "text", level: int = logging.INFO) -> None:
+def setup_logging(fmt: str = "text", level: int = logging.INFO) -> logging.Formatter:
+    """Returns the formatter, for a process that gives one logger a handler of its own (serve's
+    batched access log) with the same line format."""
     if fmt not in LOG_FORMATS:
         raise ValueError(f"log format must be one of {LOG_FORMATS}, got {fmt!r}")
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(JsonFormatter() if fmt == "json" else logging.Formatter(TEXT_FORMAT))
+    formatter = JsonFormatter() if fmt == "json" else logging.Formatter(TEXT_FORMAT)
+    handler.setFormatter(formatter)
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level)
     logging.getLogger("httpx").setLevel(logging.WARNING)
+    return formatter

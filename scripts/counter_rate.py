@@ -1,7 +1,11 @@
-"""Counter reads per second on one `memfs serve` process, from a raw keep-alive HTTP client.
+"""Counter reads (or memory writes) per second on one `memfs serve` process, from a raw client.
 
     .venv/bin/python scripts/counter_rate.py [--seconds 5] [--connections 4] [--memories 0]
-        [--db sqlite|URL] [--server hypercorn|uvicorn]
+        [--db sqlite|postgresql|URL] [--server uvicorn|hypercorn] [--writes] [--watches N]
+
+`--writes`: each connection POSTs 1 KiB updates of its own memory (a new version, a commit, each)
+instead of counter reads (8 connections is what the bench used). `--watches N`: hold N watches
+on one store, print the service's RSS, then wake them all with one write and count the answers.
 
 Starts its own service on a loopback port (a temp dir), creates one store (optionally with
 `--memories` memories: the counter's cost must not depend on them), then each connection sends
@@ -14,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import socket
 import sys
 import tempfile
@@ -49,11 +54,32 @@ def _read_response(sock: socket.socket, buf: bytearray) -> bytes:
     return rest[:length]
 
 
-def measure(port: int, store: str, key: str, seconds: float, connections: int) -> float:
-    req = (
+def cpu_seconds(pid: int) -> float:
+    """utime + stime of a process, from /proc (Linux)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _counter_request(store: str, key: str, i: int, n: int) -> bytes:
+    return (
         f"GET /v1/memory_stores/{store}/counter HTTP/1.1\r\nhost: 127.0.0.1\r\n"
         f"x-api-key: {key}\r\nanthropic-beta: agent-memory-2026-07-22\r\n\r\n"
     ).encode()
+
+
+def _write_request(memory_ids: list[str]):
+    def build(store: str, key: str, i: int, n: int) -> bytes:
+        body = json.dumps({"content": f"{n}\n" + "x" * 1020}).encode()  # differs each time: a version
+        return (
+            f"POST /v1/memory_stores/{store}/memories/{memory_ids[i]} HTTP/1.1\r\nhost: 127.0.0.1\r\n"
+            f"x-api-key: {key}\r\nanthropic-beta: agent-memory-2026-07-22\r\n"
+            f"content-type: application/json\r\ncontent-length: {len(body)}\r\n\r\n"
+        ).encode() + body
+
+    return build
+
+
+def measure(port: int, store: str, key: str, seconds: float, connections: int, build=_counter_request) -> float:
     counts = [0] * connections
     start = threading.Barrier(connections + 1)
     deadline = [0.0]
@@ -66,7 +92,7 @@ def measure(port: int, store: str, key: str, seconds: float, connections: int) -
         n = 0
         max_requests = 10_000_000  # a bound on the loop whatever the clock does
         while n < max_requests and time.monotonic() < deadline[0]:
-            sock.sendall(req)
+            sock.sendall(build(store, key, i, n))
             json.loads(_read_response(sock, buf))
             n += 1
         counts[i] = n
@@ -83,28 +109,107 @@ def measure(port: int, store: str, key: str, seconds: float, connections: int) -
     return sum(counts) / (time.monotonic() - t0)
 
 
+def _rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def _watches(svc: ServiceProcess, pid: int, store: str, n: int) -> int:
+    """Hold `n` watches (one socket each), report RSS, wake them with one write, count answers."""
+    req = (
+        f"GET /v1/memory_store_watch?known={store}:0&wait=60 HTTP/1.1\r\nhost: x\r\n"
+        f"x-api-key: {svc.admin_key}\r\nanthropic-beta: agent-memory-2026-07-22\r\n\r\n"
+    ).encode()
+    socks: list[socket.socket] = []
+    try:
+        rss_before = _rss_mib(pid)
+        for _ in range(n):
+            s = socket.create_connection(("127.0.0.1", svc.port))
+            s.sendall(req)
+            socks.append(s)
+        held = f"memfs_watches_held {float(n)}"
+        with svc.admin_client() as c:
+            deadline = time.monotonic() + 60
+            while held not in c.get("/metrics").text and time.monotonic() < deadline:
+                time.sleep(0.2)
+            if held not in c.get("/metrics").text:
+                print(f"not all {n} watches were held within 60 s", file=sys.stderr)
+                return 1
+            rss = _rss_mib(pid)
+            t0 = time.monotonic()
+            c.post(f"/v1/memory_stores/{store}/memories", json={"path": "/wake", "content": "x"})
+        answered = 0
+        for s in socks:
+            s.settimeout(30)
+            data = b""
+            while b'"status"' not in data:
+                chunk = s.recv(65536)
+                if not chunk:
+                    break
+                data += chunk
+            answered += b'"status":"changed"' in data
+        woke_s = time.monotonic() - t0
+    finally:
+        for s in socks:
+            s.close()
+        svc.stop()
+    print(f"{n} watches held: service RSS {rss:.1f} MiB ({rss_before:.1f} MiB before them); one write "
+          f"answered {answered} of them in {woke_s * 1000:.0f} ms; load average {os.getloadavg()[0]:.1f}")
+    return 0 if answered == n else 1
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--seconds", type=float, default=5.0)
     ap.add_argument("--connections", type=int, default=4)
     ap.add_argument("--memories", type=int, default=0)
-    ap.add_argument("--db", default="sqlite", help="sqlite (a temp file) or a postgresql:// URL")
-    ap.add_argument("--server", default="hypercorn", choices=("hypercorn", "uvicorn"))
+    ap.add_argument("--db", default="sqlite",
+                    help="sqlite (a temp file), postgresql (a throwaway cluster, tests/support/postgres.py) "
+                         "or a postgresql:// URL")
+    ap.add_argument("--server", default="uvicorn", choices=("uvicorn", "hypercorn"))
+    ap.add_argument("--writes", action="store_true", help="measure 1 KiB memory updates instead")
+    ap.add_argument("--watches", type=int, default=0, help="hold this many watches and report RSS")
     args = ap.parse_args()
+    cluster = None
+    db_url = None if args.db == "sqlite" else args.db
+    if args.db == "postgresql":
+        from tests.support.postgres import PostgresCluster
+
+        cluster = PostgresCluster()
+        db_url = cluster.create_database("rate")
     with tempfile.TemporaryDirectory() as tmp:
-        svc = ServiceProcess(Path(tmp), db_url=None if args.db == "sqlite" else args.db,
-                             extra_args=("--server", args.server))
+        svc = ServiceProcess(Path(tmp), db_url=db_url, extra_args=("--server", args.server))
         try:
+            assert svc.proc is not None
+            pid = svc.proc.pid
             store = svc.create_store("rate")["id"]
             with svc.admin_client() as c:
                 for i in range(args.memories):
                     c.post(f"/v1/memory_stores/{store}/memories", json={"path": f"/m/{i}.md", "content": "x"})
-            measure(svc.port, store, svc.admin_key, 1.0, args.connections)  # warm-up
-            rate = measure(svc.port, store, svc.admin_key, args.seconds, args.connections)
+            if args.watches:
+                return _watches(svc, pid, store, args.watches)
+            build = _counter_request
+            if args.writes:
+                with svc.admin_client() as c:
+                    ids = [c.post(f"/v1/memory_stores/{store}/memories",
+                                  json={"path": f"/w/{i}.md", "content": "0"}).json()["id"]
+                           for i in range(args.connections)]  # fmt: skip
+                build = _write_request(ids)
+            measure(svc.port, store, svc.admin_key, 1.0, args.connections, build)  # warm-up
+            cpu0, t0 = cpu_seconds(pid), time.monotonic()
+            rate = measure(svc.port, store, svc.admin_key, args.seconds, args.connections, build)
+            cpu_per_request = (cpu_seconds(pid) - cpu0) / (rate * (time.monotonic() - t0))
         finally:
             svc.stop()
-    print(f"counter reads/s: {rate:.0f} ({args.connections} keep-alive connections, {args.seconds:g} s, "
-          f"{args.memories} memories, db={args.db.split('://')[0]}, server={args.server})")  # fmt: skip
+            if cluster is not None:
+                cluster.stop()
+    what = "memory writes/s" if args.writes else "counter reads/s"
+    print(f"{what}: {rate:.0f} ({args.connections} keep-alive connections, {args.seconds:g} s, "
+          f"{args.memories} memories, db={args.db.split('://')[0]}, server={args.server}); "
+          f"service CPU {cpu_per_request * 1e6:.0f} us/request, i.e. {1 / cpu_per_request:.0f}/s per core; "
+          f"load average {os.getloadavg()[0]:.1f}")  # fmt: skip
     return 0
 
 

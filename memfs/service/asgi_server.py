@@ -1,11 +1,11 @@
-"""`memfs serve --server uvicorn`: the app on uvicorn, asyncio (uvloop + httptools), one process.
+"""`memfs serve` (default; `--server uvicorn`): the app on uvicorn, asyncio (uvloop + httptools), one process.
 
-Why: the counter path's cost is the per-request stack, not the database. Measured here with
-scripts/counter_rate.py (4 keep-alive connections, same minutes, a loaded two-core machine)
-uvicorn answered 1,020–1,900 counter reads/s where Hypercorn's trio worker answered 490–740 (2–3x).
-Only the mount must run on trio; the app is plain ASGI with anyio (`anyio.to_thread` for storage,
-anyio in the watch hub and the retention job), so it runs on either loop. Hypercorn on trio stays
-the default until the ≥ 2,000/s target is measured on a quiet machine.
+Why the default: the counter path's cost is the per-request stack, not the database. Measured
+here with scripts/counter_rate.py (4 keep-alive connections, a loaded two-core machine) uvicorn
+answered 1,850-2,340 counter reads/s with the fast path (counter_path.py) where Hypercorn's trio
+worker answered 430-700. Only the mount must run on trio; the app is plain ASGI with anyio
+(`anyio.to_thread` for storage, anyio in the watch hub and the retention job), so it runs on
+either loop; `--server hypercorn` stays available.
 
 Shutdown (SIGTERM/SIGINT): the held watches are answered first (`watch_hub.close()`), then uvicorn
 stops accepting, drains in-flight requests (at most 5 s) and runs the lifespan's shutdown.
@@ -18,11 +18,56 @@ import logging
 import signal
 
 import uvicorn
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from memfs.service.retention import Retention, run_periodically
 
 log = logging.getLogger("memfs.service")
 GRACEFUL_TIMEOUT_S = 5
+
+
+class _CoalescingTransport:
+    """A transport whose writes within one event-loop step reach the socket in one write(2).
+
+    uvicorn writes a response's head and its body separately: two syscalls and two TCP segments
+    per request. On loopback a write also runs the receiver's TCP path in the writer's syscall, so
+    on the counter path the second write was a large share of the request (cProfile here: the
+    writes ~45 % of the service's time). Writes are joined and handed to the real transport at
+    the end of the current loop step (`call_soon`), and always before the transport closes, so
+    order and content are unchanged; everything else is the real transport's.
+    """
+
+    __slots__ = ("_transport", "_loop", "_pending")
+
+    def __init__(self, transport, loop: asyncio.AbstractEventLoop):
+        self._transport = transport
+        self._loop = loop
+        self._pending: list[bytes] = []
+
+    def write(self, data: bytes) -> None:
+        if not self._pending:
+            self._loop.call_soon(self._flush)
+        self._pending.append(data)
+
+    def _flush(self) -> None:
+        if self._pending:
+            data = self._pending[0] if len(self._pending) == 1 else b"".join(self._pending)
+            self._pending = []
+            if not self._transport.is_closing():
+                self._transport.write(data)
+
+    def close(self) -> None:
+        self._flush()
+        self._transport.close()
+
+    def __getattr__(self, name: str):
+        return getattr(self._transport, name)
+
+
+class _CoalescingHttpTools(HttpToolsProtocol):
+    def connection_made(self, transport) -> None:
+        # duck-typed: every attribute but write/close is the real transport's
+        super().connection_made(_CoalescingTransport(transport, asyncio.get_running_loop()))  # type: ignore[arg-type]
 
 
 class _Server(uvicorn.Server):
@@ -47,7 +92,7 @@ async def serve(app, host: str, port: int, retention: Retention, retention_inter
         host=host,
         port=port,
         loop="none",  # we run the loop (uvloop, in run())
-        http="httptools",
+        http=_CoalescingHttpTools,
         lifespan="on",
         access_log=False,  # our own access log has no query strings or headers
         log_config=None,
@@ -56,6 +101,9 @@ async def serve(app, host: str, port: int, retention: Retention, retention_inter
         timeout_graceful_shutdown=GRACEFUL_TIMEOUT_S,
         ssl_certfile=certfile,
         ssl_keyfile=keyfile,
+        # uvicorn's default (5 s) closes the connection of a client that ticks every 5-15 s between
+        # two ticks: a new TCP connection per tick. 75 s is nginx's default.
+        timeout_keep_alive=75,
     )
     server = _Server(config, app)
     server._loop = asyncio.get_running_loop()

@@ -37,6 +37,10 @@ class DatabaseError(RuntimeError):
     """The database cannot be used (unreachable, or a schema newer than this memfs)."""
 
 
+class WouldBlock(Exception):
+    """A `read_nowait()` read would have had to wait (the caller then reads from a worker thread)."""
+
+
 class PathTaken(Exception):
     """A live memory already holds the path (raised by the unique index, should the checks miss)."""
 
@@ -74,6 +78,10 @@ class Tx(Protocol):
         """The store's counter + 1, stored in this transaction (a store never written reads 0)."""
 
     def history_floor(self, store_id: str) -> int: ...
+
+    def counters_for(self, token_hash: str | None, store_ids: Sequence[str]) -> dict[str, int] | None:
+        """Counters of `store_ids` in one statement (sql_tx.counters_query); None when a store is
+        missing or, with a token hash, not attached to that token's live session."""
 
     def raise_history_floor(self, store_id: str, floor: int) -> None:
         """history_floor = max(history_floor, floor)."""
@@ -168,5 +176,9 @@ class Backend(Protocol):
     def write(self, *store_ids: str) -> AbstractContextManager[Tx]: ...
     def open_read(self) -> ReadTx:
         """A read transaction on its own connection, for a snapshot streamed over many calls."""
+
+    # Optional: `read_nowait()`, a read transaction that may run on the event loop because it
+    # never waits (raises WouldBlock instead). SQLite has it; PostgreSQL (a network round trip)
+    # has not. Used only by the counter fast path (counter_path.py).
 
     def close(self) -> None: ...

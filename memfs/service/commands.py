@@ -41,9 +41,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "fractions allowed); each live memory's current version is always kept")
     p.add_argument("--retention-interval", type=float, default=300.0, metavar="SECONDS",
                    help="how often the retention job runs (default 300)")
-    p.add_argument("--server", choices=("hypercorn", "uvicorn"), default="hypercorn",
-                   help="HTTP server: Hypercorn on trio (default) or uvicorn on asyncio/uvloop "
-                        "(about 2-3x the counter reads/s here; scripts/counter_rate.py)")
+    p.add_argument("--server", choices=("uvicorn", "hypercorn"), default="uvicorn",
+                   help="HTTP server: uvicorn on asyncio/uvloop (default) or Hypercorn on trio "
+                        "(uvicorn answers 3-5x the counter reads/s here; scripts/counter_rate.py)")
     p.add_argument("--console", action="store_true",
                    help="also serve the web console at /console (sign in with the admin key)")
     p.add_argument("--rate-limit", type=float, default=0.0, metavar="RPS",
@@ -94,7 +94,7 @@ def _client_args(p: argparse.ArgumentParser) -> None:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from memfs.service.server import run  # imports hypercorn/trio only for this command
+    from memfs.service.server import run  # imports the servers only for this command
 
     if args.max_memories < 1:
         print("memfs serve: --max-memories must be at least 1", file=sys.stderr)

@@ -430,6 +430,20 @@ class StoreService:
                 out[sid] = tx.counter(sid)
             return out
 
+    def inline_read(self):
+        """The backend's `read_nowait` (a read the event loop may run itself), or None."""
+        return getattr(self.backend, "read_nowait", None)
+
+    def counters_for(
+        self, token_hash: str | None, store_ids: Sequence[str], *, read=None
+    ) -> dict[str, int] | None:
+        """The counters of `store_ids` for the admin (`token_hash` None) or for the live session
+        holding `token_hash`, checked and read in one read transaction (the counter fast path,
+        counter_path.py; `read`: the transaction to use, default `backend.read`). None when any
+        of it would be an error: the caller then answers through the full path, which says which."""
+        with (read or self.backend.read)() as tx:
+            return tx.counters_for(token_hash, store_ids)
+
     def changes_since(self, store_id: str, since: int) -> Changes:
         with self.backend.read() as tx:
             _require_store(tx, store_id)

@@ -1,4 +1,5 @@
-"""`memfs serve`: the app on Hypercorn's trio worker, with a clean stop on SIGTERM/SIGINT."""
+"""`memfs serve`: the app on uvicorn (asgi_server.py, the default) or on Hypercorn's trio worker
+(`--server hypercorn`, here), with a clean stop on SIGTERM/SIGINT either way."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from hypercorn.trio import serve
 
 from memfs.limits import DEFAULT_MAX_MEMORIES
 from memfs.logging_setup import setup_logging
+from memfs.service import access_log
 from memfs.service.app import create_app
 from memfs.service.backend import DatabaseError
 from memfs.service.database import DatabaseUrlError, open_storage
@@ -85,14 +87,16 @@ def run(
     extensions: bool = True,
     retention_days: float = DEFAULT_RETENTION_DAYS,
     retention_interval_s: float = DEFAULT_INTERVAL_S,
-    server: str = "hypercorn",
+    server: str = "uvicorn",
     console: bool = False,
     rate_limit: float = 0.0,  # requests/s per credential; 0: no limit
     rate_burst: int | None = None,
     certfile: str | None = None,
     keyfile: str | None = None,
 ) -> int:
-    setup_logging()
+    formatter = setup_logging()
+    # one line per request, written in batches (access_log.py: a write per line is ~40 µs)
+    access_log.install("memfs.service.access", sys.stderr, formatter)
     tls_problem = check_tls(certfile, keyfile)
     if tls_problem:
         print(f"memfs serve: {tls_problem}", file=sys.stderr)
@@ -123,7 +127,7 @@ def run(
         log.info("rate limit: %g requests/s per credential, bursts of %d (per process)", limiter.rate, limiter.burst)
     try:
         retention = Retention(storage.backend, retention_days)
-        if server == "uvicorn":
+        if server != "hypercorn":
             from memfs.service import asgi_server
 
             asgi_server.run(app, host, port, retention, retention_interval_s, certfile=certfile, keyfile=keyfile)

@@ -80,6 +80,31 @@ def _version(row: Row, content: str | None) -> VersionRecord:
     )
 
 
+def counters_query(token_hash: str | None, store_ids: Sequence[str]) -> tuple[str, list]:
+    """One statement for the counter fast path: (store id, counter) of each of `store_ids` that
+    exists and — with a `token_hash` — is attached to the live session holding that token. One
+    statement is one snapshot on both backends, and one round trip on PostgreSQL."""
+    marks = ",".join("?" * len(store_ids))
+    sql = (
+        "SELECT s.id AS id, COALESCE((SELECT kv.value FROM store_kv kv WHERE kv.store_id = s.id "
+        f"AND kv.key = ?), 0) AS counter FROM stores s WHERE s.id IN ({marks})"
+    )
+    args: list = [COUNTER_KEY, *store_ids]
+    if token_hash is not None:
+        sql += (
+            " AND s.id IN (SELECT r.memory_store_id FROM session_resources r JOIN sessions se "
+            "ON se.id = r.session_id WHERE se.token_hash = ? AND se.archived_at IS NULL)"
+        )
+        args.append(token_hash)
+    return sql, args
+
+
+def counters_from_rows(rows, store_ids: Sequence[str]) -> dict[str, int] | None:
+    """The answer of `counters_query`, or None when a store is missing (or not the session's)."""
+    found = {r["id"]: int(r["counter"]) for r in rows}
+    return found if len(found) == len(set(store_ids)) else None
+
+
 class SqlTx:
     """The queries of `backend.Tx` on one DB-API connection inside one transaction.
 
@@ -197,6 +222,10 @@ class SqlTx:
 
     def history_floor(self, store_id: str) -> int:
         return self._kv(store_id, HISTORY_FLOOR_KEY)
+
+    def counters_for(self, token_hash: str | None, store_ids: Sequence[str]) -> dict[str, int] | None:
+        sql, args = counters_query(token_hash, store_ids)
+        return counters_from_rows(self._x(sql, args).fetchall(), store_ids)
 
     def raise_history_floor(self, store_id: str, floor: int) -> None:
         self._x(

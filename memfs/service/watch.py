@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 
 import anyio
 import anyio.from_thread
@@ -54,6 +54,8 @@ class WatchHub:
         # the SQLite poller sleeps on this while nobody waits (created on the loop, not here)
         self._waiting: anyio.Event | None = None
         self._stop_thread = threading.Event()
+        # set by create_app: CounterPath.watched_counters (None: read through the storage)
+        self.fast_read: Callable[[Sequence[str]], Awaitable[dict[str, int] | None]] | None = None
 
     # --- the held request ------------------------------------------------------------------------
 
@@ -74,6 +76,11 @@ class WatchHub:
             self._remove(waiter)
 
     async def _read(self, store_ids: Sequence[str]) -> dict[str, int]:
+        if self.fast_read is not None:  # the counter fast path's batched read (counter_path.py)
+            counters = await self.fast_read(store_ids)
+            if counters is not None:
+                return counters
+        # a missing store (or no fast path): the full read, which raises the error to answer
         return await anyio.to_thread.run_sync(self.storage.get_counters, store_ids)
 
     def _add(self, w: _Waiter) -> None:

@@ -278,3 +278,36 @@ def test_snapshot_sizes(service, n):
         counter_at, mems, count = read_snapshot(c, s)
         assert counter_at == n == count
         assert [m["path"] for m in mems] == sorted(f"/d{i % 7}/m{i:04}" for i in range(n))
+
+
+def test_counter_reads_answer_for_the_token_as_it_is_now(service):
+    """The counter fast path (counter_path.py) checks the credential in the database on every read:
+    a session archived a moment ago is refused at once, a write shows in the next read, and the
+    errors are the full path's envelopes."""
+    a, b = service.create_store("a")["id"], service.create_store("b")["id"]
+    session = service.create_session([(a, "read_write")])
+    token = _token(session)
+    beta = {"anthropic-beta": "agent-memory-2026-07-22"}
+    with httpx.Client(base_url=service.base_url, headers={"authorization": f"Bearer {token}", **beta}) as agent:
+        r = agent.get(f"/v1/memory_stores/{a}/counter")
+        assert r.status_code == 200 and r.headers["content-type"] == "application/json"
+        assert r.headers["request-id"].startswith("req_")
+        assert r.json() == {"type": "memory_store_counter", "memory_store_id": a, "counter": 0}
+        create(agent, a, "/x", "1")
+        assert counter(agent, a) == 1  # read-your-write
+        r = agent.get("/v1/memory_store_counters", params=[("ids", a), ("ids", f" {a} ,")])
+        assert r.json()["data"] == [{"type": "memory_store_counter", "memory_store_id": a, "counter": 1}]
+        r = agent.get(f"/v1/memory_stores/{b}/counter")
+        assert r.status_code == 404 and r.json()["error"]["type"] == "not_found_error"
+        assert r.json()["request_id"] == r.headers["request-id"]
+        both = agent.get(f"/v1/memory_stores/{a}/counter", headers={"anthropic-beta": "agent-memory-2026-07-22,"
+                                                                     "managed-agents-2026-04-01"})
+        assert both.status_code == 400
+        with service.admin_client("managed-agents-2026-04-01") as admin:
+            assert admin.post(f"/v1/sessions/{session['id']}/archive").status_code == 200
+        for path, params in ((f"/v1/memory_stores/{a}/counter", None), ("/v1/memory_store_counters", {"ids": a})):
+            r = agent.get(path, params=params)
+            assert r.status_code == 401 and r.json()["error"]["type"] == "authentication_error", path
+    with service.admin_client() as c:
+        assert c.head(f"/v1/memory_stores/{a}/counter").status_code == 200  # HEAD: the full path
+        assert counter(c, a) == 1

@@ -254,12 +254,14 @@ def test_admin_cli(service):
 
 
 @pytest.mark.timeout(60)
-def test_the_uvicorn_server_serves_the_same_service(tmp_path, service_db):
-    """`--server uvicorn` (asyncio): the API, a watch woken by a write, health, metrics, and a
-    SIGTERM that answers a held watch and exits 0 within two seconds."""
+@pytest.mark.parametrize("server", ["uvicorn", "hypercorn"])
+def test_either_server_serves_the_same_service(tmp_path, service_db, server):
+    """`--server uvicorn` (asyncio, the default) and `--server hypercorn` (trio): the API, a watch
+    woken by a write, health, metrics, and a SIGTERM that answers a held watch and exits 0 within
+    two seconds."""
     import threading
 
-    svc = ServiceProcess(tmp_path / "uv", db_url=service_db, extra_args=("--server", "uvicorn"))
+    svc = ServiceProcess(tmp_path / "uv", db_url=service_db, extra_args=("--server", server))
     try:
         store = svc.create_store("uv")["id"]
         with svc.admin_client() as c:
