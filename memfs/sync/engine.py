@@ -602,13 +602,13 @@ class SyncEngine:
                 try:
                     if r.get("type") == "error":
                         err = r.get("error") or {}
-                        exc = ApiError(int(r.get("status", 0)), str(err.get("type", "error")),
-                                       str(err.get("message", "")), r)
-                        self._push_failed(store, sent[i], exc, report)
+                        answer = ApiError(int(r.get("status", 0)), str(err.get("type", "error")),
+                                          str(err.get("message", "")), r)
+                        self._push_failed(store, sent[i], answer, report)
                     else:
                         self._pushed(store, sent[i], r, report)
-                except Exception as exc:  # book the rest of the batch first; then fail the push
-                    failures.append(exc)
+                except Exception as failure:  # book the rest of the batch first; then fail the push
+                    failures.append(failure)
 
         await _gather(batch_chunks(ops), send, PUSH_CONCURRENCY)
         if failures:
