@@ -51,7 +51,13 @@ _ID_ALPHABET = string.ascii_letters + string.digits
 
 
 def new_id(prefix: str) -> str:
-    return prefix + "".join(secrets.choice(_ID_ALPHABET) for _ in range(24))
+    """prefix + 24 random letters and digits. One read of the system's random bytes, kept where
+    they fall below 62*4 (so each maps onto the alphabet uniformly): secrets.choice per character
+    cost ~0.15 ms an id, a fifth of a batch create's time."""
+    out = ""
+    while len(out) < 24:
+        out += "".join(_ID_ALPHABET[b % 62] for b in secrets.token_bytes(32) if b < 248)
+    return prefix + out[:24]
 
 
 def now() -> str:

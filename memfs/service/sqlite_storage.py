@@ -179,7 +179,6 @@ class SqliteBackend:
         self._queued_lock = threading.Lock()
         self._group: _Group | None = None
         self.commits = 0  # transactions committed by write() (tests and measurements read it)
-        self.writes = 0  # write() blocks that ended without an exception
         with self._conn() as conn:
             self._migrate(conn)
 
@@ -248,7 +247,6 @@ class SqliteBackend:
             raise
         self._end_turn(conn, group)
         self._await(group)
-        self.writes += 1
 
     def _join_group(self) -> tuple[sqlite3.Connection, _Group]:
         """The writer connection and the open group, a new one if none (holding `_writer_lock`)."""
