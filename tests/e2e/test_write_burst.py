@@ -85,3 +85,56 @@ def test_a_300_file_burst_lands_in_few_requests_or_singles_on_the_hosted_api(tmp
         proxy.close()
         api.close()
         svc.stop()
+
+
+def _burst(root, tag: str, n: int) -> None:
+    subprocess.run(["sh", "-ec", f'mkdir {tag}; for i in $(seq 1 {n}); do echo "{tag} $i" > {tag}/f$i.md; done'],
+                   cwd=root, check=True, timeout=60)
+
+
+@pytest.mark.timeout(240)
+def test_a_service_without_the_batch_route_gets_single_requests_and_a_failed_batch_loses_nothing(tmp_path):
+    """A memfs service that has the counter but answers the batch 404 (an older memfs): the stage
+    goes out as single requests and the batch is not asked again. A batch answered 503: the push
+    fails, the changes stay staged, and the next tick sends them."""
+    svc = ServiceProcess(tmp_path / "service")
+    api = Api(svc.base_url, svc.admin_key)
+    proxy = Proxy(svc.base_url)
+    box = None
+    try:
+        store = api.create_store("Burst Notes")
+        session = api.create_session([(store, "read_write")])
+        box = Sandbox(tmp_path, "a", base_url=proxy.url, session_id=session["id"], work_secret=session["work_secret"])
+        box.mount()
+        root = box.root / SLUG
+
+        proxy.add("POST", r"/memory_batch$", "status", code=503, times=1)
+        _burst(root, "first", 20)
+        proxy.reset_counts()
+        box.sync(check=False)
+        assert proxy.count("POST", r"/memory_batch$") == 1 and proxy.count("POST", r"/memories$") == 0
+        assert not any(p.startswith("/first/") for p in api.contents(store))  # nothing half-sent
+        box.sync()
+        assert proxy.count("POST", r"/memory_batch$") == 2
+        assert {p for p in api.contents(store) if p.startswith("/first/")} == {f"/first/f{i}.md" for i in range(1, 21)}
+
+        proxy.add("POST", r"/memory_batch$", "status", code=404)
+        _burst(root, "second", 20)
+        proxy.reset_counts()
+        box.sync()
+        assert proxy.count("POST", r"/memory_batch$") == 1 and proxy.count("POST", r"/memories$") == 20
+        _burst(root, "third", 5)
+        proxy.reset_counts()
+        box.sync()
+        assert proxy.count("POST", r"/memory_batch$") == 0 and proxy.count("POST", r"/memories$") == 5
+        contents = api.contents(store)
+        for tag, n in (("second", 20), ("third", 5)):
+            for i in range(1, n + 1):
+                assert contents[f"/{tag}/f{i}.md"] == f"{tag} {i}\n"
+    finally:
+        if box is not None:
+            box.close()
+        proxy.clear()
+        proxy.close()
+        api.close()
+        svc.stop()
