@@ -9,7 +9,11 @@ three of the new files, so three uploads are refused per item (400) and must be 
 
 from __future__ import annotations
 
+import re
 import subprocess
+import threading
+import time
+from pathlib import Path
 
 import pytest
 
@@ -131,6 +135,55 @@ def test_a_service_without_the_batch_route_gets_single_requests_and_a_failed_bat
         for tag, n in (("second", 20), ("third", 5)):
             for i in range(1, n + 1):
                 assert contents[f"/{tag}/f{i}.md"] == f"{tag} {i}\n"
+    finally:
+        if box is not None:
+            box.close()
+        proxy.clear()
+        proxy.close()
+        api.close()
+        svc.stop()
+
+
+@pytest.mark.timeout(240)
+def test_an_item_refused_409_inside_a_batch_is_settled_as_a_conflict_and_the_others_land(tmp_path):
+    """The store changes a memory after the tick planned its upload: the batch's update for it
+    answers 409 (its precondition), the batch's other items land, and the next tick settles the
+    conflict as SPEC §5.3 says: the store wins, the agent's content is kept and named."""
+    svc = ServiceProcess(tmp_path / "service")
+    api = Api(svc.base_url, svc.admin_key)
+    proxy = Proxy(svc.base_url)
+    box = None
+    try:
+        store = api.create_store("Burst Notes")
+        mid = api.create(store, "/shared.md", "base\n")["id"]
+        session = api.create_session([(store, "read_write")])
+        box = Sandbox(tmp_path, "a", base_url=proxy.url, session_id=session["id"], work_secret=session["work_secret"])
+        box.mount()
+        root = box.root / SLUG
+        (root / "shared.md").write_text("local\n")
+        (root / "other.md").write_text("other\n")
+        (root / "third.md").write_text("third\n")
+        proxy.add("POST", r"/memory_batch$", "delay", seconds=2.0)
+        proxy.reset_counts()
+        ticker = threading.Thread(target=box.sync)
+        ticker.start()
+        for _ in range(400):  # until the first batch (the update's stage) is held in the proxy
+            if proxy.count("POST", r"/memory_batch$"):
+                break
+            time.sleep(0.025)
+        api.update(store, mid, content="remote\n")  # lands before the held batch
+        ticker.join(60)
+        proxy.clear()
+        contents = api.contents(store)
+        assert contents["/shared.md"] == "remote\n"  # ours never landed
+        assert contents["/other.md"] == "other\n" and contents["/third.md"] == "third\n"
+        box.sync()
+        assert (root / "shared.md").read_text() == "remote\n"
+        [line] = [x for x in box.notices(SLUG) if " store-won-conflict " in x]
+        assert " /shared.md " in line
+        kept = re.search(r"kept at (\S+?)\)?$", line)
+        assert kept and Path(kept.group(1)).read_text() == "local\n"
+        assert api.contents(store)["/shared.md"] == "remote\n"
     finally:
         if box is not None:
             box.close()
