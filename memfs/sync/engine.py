@@ -27,6 +27,9 @@ log = logging.getLogger("memfs.sync")
 # how many of one store's fetches or one push stage wait for a slot at once.
 FETCH_CONCURRENCY = CONCURRENCY
 PUSH_CONCURRENCY = CONCURRENCY
+# Batch writes of one stage in flight at once: the service writes one store's batches one after
+# the other anyway (one transaction each), so more would only wait there, against the timeout.
+BATCH_CONCURRENCY = 4
 QUIET_SECONDS = 1.0
 GC_INTERVAL = 600.0  # seconds between sweeps of content no file or baseline refers to
 CHECKPOINT_INTERVAL = 5.0  # seconds between copies of state.db's WAL into the database file
@@ -574,7 +577,7 @@ class SyncEngine:
             await _gather(left, one, PUSH_CONCURRENCY)
 
     async def _push_batched(self, store, stage, report: TickReport) -> list:
-        """A stage's changes as batch writes (independent items, so its batches go concurrently);
+        """A stage's changes as batch writes (independent items, so its batches may overlap);
         each item's answer is booked as its single request's would be. Returns what is left to
         send one by one: holds (nothing to send), and everything when the service has no batch."""
         sid, st = store.store_id, self.state
@@ -610,7 +613,7 @@ class SyncEngine:
                 except Exception as failure:  # book the rest of the batch first; then fail the push
                     failures.append(failure)
 
-        await _gather(batch_chunks(ops), send, PUSH_CONCURRENCY)
+        await _gather(batch_chunks(ops), send, BATCH_CONCURRENCY)
         if failures:
             raise failures[0]
         return left + [sent[i] for chunk in unsent for i in chunk]
