@@ -30,6 +30,10 @@ RETRY_WITHIN = 4.0  # seconds: the longest retry-after honoured inside a tick (t
 RETRIES = 2  # per request
 BASIC_LIMIT = 100  # the API's page sizes: basic view, full view
 FULL_LIMIT = 20
+# One batch write (memfs's extension, docs/API.md): the service takes at most 1,000 operations
+# and a 1 MiB body; a batch is cut below both, with room for the envelope.
+BATCH_MAX_OPERATIONS = 1000
+BATCH_MAX_BYTES = 1024 * 1024 - 4096
 
 
 class ApiError(Exception):
@@ -425,6 +429,25 @@ class StoreClient:
             body["path"] = path
         return await self._json("POST", f"/v1/memory_stores/{store_id}/memories/{memory_id}", json=body)
 
+    async def write_batch(self, store_id: str, ops: list[dict[str, Any]]) -> list[dict[str, Any]] | None:
+        """Many writes to one store in one request (memfs's batch extension, docs/API.md): one
+        result per operation, in order, each a memory, a `memory_deleted` or an `error` with the
+        status its single request would have had. None when the service has no batch route (an
+        older memfs or the hosted API). `ops` must fit one request (`batch_chunks`)."""
+        body = orjson.dumps({"operations": ops})
+        try:
+            answer = await self._json("POST", f"/v1/memory_stores/{store_id}/memory_batch", content=body,
+                                      headers={"content-type": "application/json"})
+        except ApiError as exc:
+            # No route: 405, or a 404 that names no store ("no such endpoint"; the hosted API's own).
+            if exc.status == 405 or (exc.status == 404 and "memory store" not in exc.message):
+                return None
+            raise
+        results = answer.get("results") if isinstance(answer, dict) else None
+        if not isinstance(results, list) or len(results) != len(ops):
+            raise Unreachable(f"POST /v1/memory_stores/{store_id}/memory_batch: answer does not hold one result per operation")
+        return results
+
     async def delete_memory(self, store_id: str, memory_id: str, *, expected_sha: str | None) -> None:
         params = {"expected_content_sha256": expected_sha} if expected_sha else None
         await self._request("DELETE", f"/v1/memory_stores/{store_id}/memories/{memory_id}", params=params)
@@ -443,6 +466,20 @@ def _describe(exc: BaseException) -> str:
             return f"{type(exc).__name__}: {type(cause).__name__}: {cause}"
         cause = cause.__cause__ or cause.__context__
     return f"{type(exc).__name__}: (no details)"
+def batch_chunks(ops: list[dict[str, Any]]) -> list[list[int]]:
+    """The positions of `ops` cut into consecutive batches that the service takes (count and body
+    size). An operation too large for any batch is a chunk of its own: sent, it gets the same
+    answer (a 413) as its single request would."""
+    chunks: list[list[int]] = []
+    size = 0
+    for i, op in enumerate(ops):
+        n = len(orjson.dumps(op)) + 1
+        if not chunks or size + n > BATCH_MAX_BYTES or len(chunks[-1]) >= BATCH_MAX_OPERATIONS:
+            chunks.append([])
+            size = 0
+        chunks[-1].append(i)
+        size += n
+    return chunks
 
 
 def _first(group: BaseExceptionGroup) -> BaseException:

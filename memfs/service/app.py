@@ -36,7 +36,7 @@ from memfs.protocol import (
     WATCH_PATH,
     is_access,
 )
-from memfs.service import body, params, wire
+from memfs.service import batch, body, params, wire
 from memfs.service.auth import (
     Principal,
     admin_key_id,
@@ -70,7 +70,7 @@ def _json(body: object, status: int = 200, headers: dict | None = None) -> JSONR
 
 
 class _Service:
-    extensions = True  # the memfs extensions (counter, changes feed, snapshot, counter header)
+    extensions = True  # the memfs extensions (counter, changes feed, snapshot, counter header, batch)
 
     def __init__(self, storage: Storage, admin_key: str, max_memories: int, metrics: Metrics,
                  watch_hub: WatchHub, rate_limiter: RateLimiter | None = None):
@@ -279,6 +279,34 @@ class _Service:
         expected = None if raw is None else params.sha256(raw, "expected_content_sha256")
         await self.call(self.storage.delete_memory, sid, mid, expected_sha256=expected, actor=p.actor)
         return _json({"id": mid, "type": "memory_deleted"})
+
+    async def write_batch(self, request: Request) -> Response:
+        """Many writes to one store in one transaction, each item its own answer (batch.py)."""
+        sid = request.path_params["store_id"]
+        p = await self.principal(request)
+        p.require_store(sid, write=True)
+        full = params.q_view(request, "basic")
+        ops = batch.operations(await params.json_object(request, ("operations",)))
+        answers: list[dict | None] = [None] * len(ops)
+        items, sent = [], []  # the items that passed the field rules, and their positions
+        for i, op in enumerate(ops):
+            try:
+                items.append(batch.item(op))
+                sent.append(i)
+            except ApiError as e:
+                answers[i] = batch.error(e)
+        counter = None
+        if items:
+            res = await self.call(self.storage.write_batch, sid, items, p.actor, max_memories=self.max_memories)
+            for i, outcome in zip(sent, res.outcomes, strict=True):
+                answers[i] = batch.result(ops[i], outcome, full)
+            counter = res.counter
+        else:  # nothing to write: the store must still exist (and say its counter)
+            counter = (await self.call(self.storage.get_counters, [sid]))[sid]
+        return _json(
+            {"type": "memory_batch", "memory_store_id": sid, "counter": counter, "results": answers},
+            headers={COUNTER_HEADER: str(counter)},
+        )
 
     # --- versions ------------------------------------------------------------------------------
 
@@ -546,6 +574,7 @@ class _Service:
             (s + "/snapshot", "GET", self.get_snapshot),
             (s + "/memories", "POST", self.create_memory),
             (s + "/memories", "GET", self.list_memories),
+            (s + "/memory_batch", "POST", self.write_batch),
             (m, "GET", self.get_memory),
             (m, "POST", self.update_memory),
             (m, "DELETE", self.delete_memory),
@@ -561,7 +590,7 @@ class _Service:
         ]
         if not self.extensions:  # behave like the hosted API: no counter, feed or snapshot (SEMANTICS.md#d-no-counter)
             table = [t for t in table if t[2] not in (self.get_counter, self.get_counters, self.get_changes,
-                                                      self.get_snapshot, self.watch)]
+                                                      self.get_snapshot, self.watch, self.write_batch)]
         return [Route(path, fn, methods=[method]) for path, method, fn in table]
 
 

@@ -49,6 +49,10 @@ class Tx(Protocol):
     def ping(self) -> None:
         """A trivial query: the database answers."""
 
+    def savepoint(self) -> AbstractContextManager[None]:
+        """A nested transaction inside this one: when the block raises, its writes are undone
+        and the transaction goes on (one item of a batch write)."""
+
     # --- stores ----------------------------------------------------------------------------------
     def store(self, store_id: str) -> StoreRecord | None: ...
     def insert_store(self, s: StoreRecord) -> None: ...

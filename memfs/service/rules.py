@@ -19,6 +19,12 @@ from memfs.limits import slugify
 from memfs.service.backend import Backend, PathTaken, ReadTx, Tx
 from memfs.service.storage import (
     Actor,
+    BatchCreate,
+    BatchDelete,
+    BatchItem,
+    BatchOutcome,
+    BatchResult,
+    BatchUpdate,
     Change,
     Changes,
     Invalid,
@@ -32,6 +38,7 @@ from memfs.service.storage import (
     ResourceRecord,
     ResourceSpec,
     SessionRecord,
+    StorageError,
     StoreArchived,
     StoreRecord,
     StoreTotals,
@@ -44,7 +51,13 @@ _ID_ALPHABET = string.ascii_letters + string.digits
 
 
 def new_id(prefix: str) -> str:
-    return prefix + "".join(secrets.choice(_ID_ALPHABET) for _ in range(24))
+    """prefix + 24 random letters and digits. One read of the system's random bytes, kept where
+    they fall below 62*4 (so each maps onto the alphabet uniformly): secrets.choice per character
+    cost ~0.15 ms an id, a fifth of a batch create's time."""
+    out = ""
+    while len(out) < 24:
+        out += "".join(_ID_ALPHABET[b % 62] for b in secrets.token_bytes(32) if b < 248)
+    return prefix + out[:24]
 
 
 def now() -> str:
@@ -260,27 +273,31 @@ class StoreService:
     def create_memory(
         self, store_id: str, path: str, content: str, actor: Actor, *, max_memories: int
     ) -> MemoryRecord:
-        sha, size = sha256_hex(content), len(content.encode("utf-8"))
         with self.backend.write(store_id) as tx:
-            _require_writable(tx, store_id)
-            check_path_free(tx, store_id, path, None)
-            live = tx.count_live(store_id)
-            if live >= max_memories:
-                raise LimitExceeded(
-                    f"memory store {store_id} already holds {live} memories, the limit of this service "
-                    f"(--max-memories {max_memories}); delete memories before creating more"
-                )
-            mid, vid, t = new_id("mem_"), new_id("memver_"), now()
-            counter = tx.bump(store_id)
-            tx.insert_version(
-                VersionRecord(vid, mid, store_id, "created", path, content, sha, size, t, actor, None, None),
-                counter,
+            return self._create(tx, store_id, path, content, actor, max_memories)
+
+    @staticmethod
+    def _create(tx: Tx, store_id: str, path: str, content: str, actor: Actor, max_memories: int) -> MemoryRecord:
+        sha, size = sha256_hex(content), len(content.encode("utf-8"))
+        _require_writable(tx, store_id)
+        check_path_free(tx, store_id, path, None)
+        live = tx.count_live(store_id)
+        if live >= max_memories:
+            raise LimitExceeded(
+                f"memory store {store_id} already holds {live} memories, the limit of this service "
+                f"(--max-memories {max_memories}); delete memories before creating more"
             )
-            try:
-                tx.insert_memory(MemoryRecord(mid, store_id, path, content, sha, size, vid, t, t), counter)
-            except PathTaken:  # only reachable if the checks above were bypassed
-                raise PathConflict(f"a memory already exists at {path}", "", path) from None
-            return _live_memory(tx, store_id, mid)
+        mid, vid, t = new_id("mem_"), new_id("memver_"), now()
+        counter = tx.bump(store_id)
+        tx.insert_version(
+            VersionRecord(vid, mid, store_id, "created", path, content, sha, size, t, actor, None, None),
+            counter,
+        )
+        try:
+            tx.insert_memory(MemoryRecord(mid, store_id, path, content, sha, size, vid, t, t), counter)
+        except PathTaken:  # only reachable if the checks above were bypassed
+            raise PathConflict(f"a memory already exists at {path}", "", path) from None
+        return _live_memory(tx, store_id, mid)
 
     def list_memories(
         self,
@@ -341,55 +358,104 @@ class StoreService:
         actor: Actor,
     ) -> MemoryRecord:
         with self.backend.write(store_id) as tx:
-            _require_writable(tx, store_id)
-            row = _live_memory(tx, store_id, memory_id)
-            new_path = row.path if path is None else path
-            new_sha = row.content_sha256 if content is None else sha256_hex(content)
-            unchanged = new_sha == row.content_sha256 and new_path == row.path
-            if expected_sha256 is not None and expected_sha256 != row.content_sha256:
-                if unchanged:  # the store already holds what was asked: a retry that already landed
-                    return row
-                raise PreconditionFailed(
-                    f"memory {memory_id} has content_sha256 {row.content_sha256}, not the expected {expected_sha256}"
-                )
-            if unchanged:  # no-op: no version, no counter bump
+            return self._update(tx, store_id, memory_id, content, path, expected_sha256, actor)
+
+    @staticmethod
+    def _update(
+        tx: Tx,
+        store_id: str,
+        memory_id: str,
+        content: str | None,
+        path: str | None,
+        expected_sha256: str | None,
+        actor: Actor,
+    ) -> MemoryRecord:
+        _require_writable(tx, store_id)
+        row = _live_memory(tx, store_id, memory_id)
+        new_path = row.path if path is None else path
+        new_sha = row.content_sha256 if content is None else sha256_hex(content)
+        unchanged = new_sha == row.content_sha256 and new_path == row.path
+        if expected_sha256 is not None and expected_sha256 != row.content_sha256:
+            if unchanged:  # the store already holds what was asked: a retry that already landed
                 return row
-            if new_path != row.path:
-                check_path_free(tx, store_id, new_path, memory_id)
-            new_content = row.content if content is None else content
-            assert new_content is not None
-            size = len(new_content.encode("utf-8"))
-            vid, t = new_id("memver_"), now()
-            counter = tx.bump(store_id)
-            tx.insert_version(
-                VersionRecord(vid, memory_id, store_id, "modified", new_path, new_content, new_sha, size, t,
-                              actor, None, None),
-                counter,
-            )  # fmt: skip
-            tx.update_memory(
-                memory_id, path=new_path, content=new_content, sha=new_sha, size=size, version_id=vid,
-                counter=counter, at=t,
-            )  # fmt: skip
-            return _live_memory(tx, store_id, memory_id)
+            raise PreconditionFailed(
+                f"memory {memory_id} has content_sha256 {row.content_sha256}, not the expected {expected_sha256}"
+            )
+        if unchanged:  # no-op: no version, no counter bump
+            return row
+        if new_path != row.path:
+            check_path_free(tx, store_id, new_path, memory_id)
+        new_content = row.content if content is None else content
+        assert new_content is not None
+        size = len(new_content.encode("utf-8"))
+        vid, t = new_id("memver_"), now()
+        counter = tx.bump(store_id)
+        tx.insert_version(
+            VersionRecord(vid, memory_id, store_id, "modified", new_path, new_content, new_sha, size, t,
+                          actor, None, None),
+            counter,
+        )  # fmt: skip
+        tx.update_memory(
+            memory_id, path=new_path, content=new_content, sha=new_sha, size=size, version_id=vid,
+            counter=counter, at=t,
+        )  # fmt: skip
+        return _live_memory(tx, store_id, memory_id)
 
     def delete_memory(
         self, store_id: str, memory_id: str, *, expected_sha256: str | None, actor: Actor
     ) -> None:
         with self.backend.write(store_id) as tx:
-            _require_store(tx, store_id)  # archived stores can still be deleted from
-            row = _live_memory(tx, store_id, memory_id, content=False)
-            if expected_sha256 is not None and expected_sha256 != row.content_sha256:
-                raise PreconditionFailed(
-                    f"memory {memory_id} has content_sha256 {row.content_sha256}, not the expected "
-                    f"{expected_sha256}; nothing was deleted"
-                )
-            vid, t = new_id("memver_"), now()
-            counter = tx.bump(store_id)
-            tx.insert_version(
-                VersionRecord(vid, memory_id, store_id, "deleted", row.path, None, None, None, t, actor, None, None),
-                counter,
+            self._delete(tx, store_id, memory_id, expected_sha256, actor)
+
+    @staticmethod
+    def _delete(tx: Tx, store_id: str, memory_id: str, expected_sha256: str | None, actor: Actor) -> None:
+        _require_store(tx, store_id)  # archived stores can still be deleted from
+        row = _live_memory(tx, store_id, memory_id, content=False)
+        if expected_sha256 is not None and expected_sha256 != row.content_sha256:
+            raise PreconditionFailed(
+                f"memory {memory_id} has content_sha256 {row.content_sha256}, not the expected "
+                f"{expected_sha256}; nothing was deleted"
             )
-            tx.tombstone_memory(memory_id, version_id=vid, counter=counter, at=t)
+        vid, t = new_id("memver_"), now()
+        counter = tx.bump(store_id)
+        tx.insert_version(
+            VersionRecord(vid, memory_id, store_id, "deleted", row.path, None, None, None, t, actor, None, None),
+            counter,
+        )
+        tx.tombstone_memory(memory_id, version_id=vid, counter=counter, at=t)
+
+    def write_batch(
+        self, store_id: str, items: Sequence[BatchItem], actor: Actor, *, max_memories: int
+    ) -> BatchResult:
+        """Many writes to one store in one transaction (memfs's batch extension, docs/API.md).
+
+        Items are independent and applied in order: each runs exactly the rules of its single
+        request, inside its own savepoint, so an item that fails (precondition, path conflict,
+        --max-memories, archived store) undoes its own writes only and the later items see the
+        store as if it had never been sent; each item that writes is its own version and counter
+        step. Anything else (the database failing) fails the whole batch: nothing of it is kept."""
+        outcomes: list[BatchOutcome] = []
+        with self.backend.write(store_id) as tx:
+            _require_store(tx, store_id)
+            for item in items:
+                try:
+                    with tx.savepoint():
+                        outcomes.append(BatchOutcome(memory=self._apply_item(tx, store_id, item, actor, max_memories)))
+                except StorageError as e:
+                    outcomes.append(BatchOutcome(error=e))
+            return BatchResult(outcomes, tx.counter(store_id))
+
+    def _apply_item(
+        self, tx: Tx, store_id: str, item: BatchItem, actor: Actor, max_memories: int
+    ) -> MemoryRecord | None:
+        if isinstance(item, BatchCreate):
+            return self._create(tx, store_id, item.path, item.content, actor, max_memories)
+        if isinstance(item, BatchUpdate):
+            return self._update(tx, store_id, item.memory_id, item.content, item.path, item.expected_sha256, actor)
+        if isinstance(item, BatchDelete):
+            self._delete(tx, store_id, item.memory_id, item.expected_sha256, actor)
+            return None
+        raise TypeError(f"not a batch item: {item!r}")
 
     # --- versions ------------------------------------------------------------------------------
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 from memfs.service.backend import PathTaken
@@ -145,6 +146,19 @@ class SqlTx:
 
     def ping(self) -> None:
         self._x("SELECT 1").fetchone()
+
+    @contextmanager
+    def savepoint(self) -> Iterator[None]:
+        """A nested transaction: the block's writes are undone alone when it raises (a batch item).
+        After an error PostgreSQL refuses every statement until the rollback to the savepoint."""
+        self._x("SAVEPOINT item")
+        try:
+            yield
+        except BaseException:
+            self._x("ROLLBACK TO SAVEPOINT item")
+            self._x("RELEASE SAVEPOINT item")
+            raise
+        self._x("RELEASE SAVEPOINT item")
 
     # --- stores ----------------------------------------------------------------------------------
 

@@ -194,6 +194,50 @@ class VersionFilter:
     created_lte: str | None = None
 
 
+@dataclass(frozen=True)
+class BatchCreate:
+    """One item of a batch write (memfs's extension): what `create_memory` takes."""
+
+    path: str
+    content: str
+
+
+@dataclass(frozen=True)
+class BatchUpdate:
+    """What `update_memory` takes (content and/or path; a rename is an update with a path)."""
+
+    memory_id: str
+    content: str | None
+    path: str | None
+    expected_sha256: str | None
+
+
+@dataclass(frozen=True)
+class BatchDelete:
+    """What `delete_memory` takes."""
+
+    memory_id: str
+    expected_sha256: str | None
+
+
+BatchItem = BatchCreate | BatchUpdate | BatchDelete
+
+
+@dataclass
+class BatchOutcome:
+    """One item's answer: the memory written (create, update), or None for a delete; or the error
+    its single request would have raised (then none of its writes were kept)."""
+
+    memory: MemoryRecord | None = None
+    error: StorageError | None = None
+
+
+@dataclass
+class BatchResult:
+    outcomes: list[BatchOutcome]
+    counter: int  # the store's counter after the batch, in the batch's transaction
+
+
 class SnapshotReader(Protocol):
     """A read of one store at one counter, consumed in chunks (one read transaction)."""
 
@@ -258,6 +302,10 @@ class Storage(Protocol):
     def delete_memory(
         self, store_id: str, memory_id: str, *, expected_sha256: str | None, actor: Actor
     ) -> None: ...
+
+    def write_batch(
+        self, store_id: str, items: Sequence[BatchItem], actor: Actor, *, max_memories: int
+    ) -> BatchResult: ...
 
     # versions
     def list_versions(

@@ -26,7 +26,7 @@ from typing import Any
 
 import trio
 
-from memfs.client import CONCURRENCY, ApiError, Listing, StoreClient, Unreachable
+from memfs.client import CONCURRENCY, ApiError, Listing, StoreClient, Unreachable, batch_chunks
 from memfs.protocol import Deletions
 from memfs.records import LocalFile, StoreInfo
 from memfs.sync import plan as P
@@ -38,6 +38,9 @@ log = logging.getLogger("memfs.sync")
 # how many of one store's fetches or one push stage wait for a slot at once.
 FETCH_CONCURRENCY = CONCURRENCY
 PUSH_CONCURRENCY = CONCURRENCY
+# Batch writes of one stage in flight at once: the service writes one store's batches one after
+# the other anyway (one transaction each), so more would only wait there, against the timeout.
+BATCH_CONCURRENCY = 4
 QUIET_SECONDS = 1.0
 TIMER_STEP = 0.1  # seconds between the timer's looks (a watch's answer wakes it at once)
 PUSH_DEBOUNCE = 0.3  # live mode: a change is pushed once nothing changed for this long (SEMANTICS.md#d-when)
@@ -79,6 +82,24 @@ async def _gather(items: Iterable[Any], fn: Callable[[Any], Awaitable[None]], co
             nursery.start_soon(one, item, nursery.cancel_scope)
     if failure:
         raise failure[0]
+
+
+def _batch_op(st: Journal, a) -> dict[str, Any]:
+    """A push action as one operation of a batch write: the body of its single request."""
+    if isinstance(a, P.PushCreate):
+        return {"type": "create", "path": a.path, "content": st.get_blob(a.sha).decode("utf-8")}
+    if isinstance(a, P.PushUpdate):
+        op: dict[str, Any] = {"type": "update", "memory_id": a.memory_id,
+                              "precondition": {"type": "content_sha256", "content_sha256": a.expected_sha}}
+        if a.new_sha:
+            op["content"] = st.get_blob(a.new_sha).decode("utf-8")
+        if a.new_path is not None:
+            op["path"] = a.new_path
+        return op
+    op = {"type": "delete", "memory_id": a.memory_id}
+    if a.expected_sha:
+        op["expected_content_sha256"] = a.expected_sha
+    return op
 
 
 def _prefix_sizes(base: Mapping[str, Any]) -> dict[str, int]:
@@ -168,6 +189,7 @@ class SyncEngine:
         self.max_files = max_files
         self.max_bytes = max_bytes
         self.has_counter: bool | None = None  # learned on the first tick (SEMANTICS.md#d-no-counter)
+        self.has_batch: bool | None = None  # the batch-write extension; learned on the first push
         self.last_attempt: float | None = None
         self.tick_lock = trio.Lock()
         self.push_done = trio.Event()
@@ -722,12 +744,12 @@ class SyncEngine:
                 self._record(store, "push failed", str(exc))
                 log.warning("push to %s failed: %s; changes stay staged", store.slug, exc)
                 self.last_attempt = trio.current_time()  # as for a failed pull (SEMANTICS.md#d-unreachable)
-                self._push_failed(sid)
+                self._store_push_failed(sid)
             except Exception as exc:  # a bug must not take the mount down; the changes stay staged
                 report.ok = False
                 report.error = f"{type(exc).__name__}: {exc}"
                 log.exception("push to %s crashed; changes stay staged", store.slug)
-                self._push_failed(sid)
+                self._store_push_failed(sid)
             if self.sync[sid].pushed == before:
                 # Nothing landed (409s wait for the pull the watch will ask for; refusals are not
                 # retried): no further live wave for this state. After progress one more wave
@@ -742,62 +764,122 @@ class SyncEngine:
         finally:
             self.push_done.set()
 
-    def _push_failed(self, sid: str) -> None:
+    def _store_push_failed(self, sid: str) -> None:
+        """A store's push wave failed: no further live wave for this state; a poll retries it."""
         self._handled[sid] = self.state.generation(sid)
         if self.watching:  # retried by a poll an interval later (SEMANTICS.md#d-unreachable)
             self._unsettled.add(sid)
             self._live_retry_at = trio.current_time() + self.interval
 
     async def _push_store(self, store, stages: list, report: TickReport) -> None:
-        """Stages in order (holds and deletes, rename waves, creates); each stage concurrently."""
+        """Stages in order (holds and deletes, rename waves, creates); each stage concurrently:
+        in batch writes where the service has them (a memfs service: it has the counter), else
+        one request per change (the hosted API)."""
         async def one(a) -> None:
             await self._push_one(store, a, report)
 
         for stage in stages:
-            await _gather(stage, one, PUSH_CONCURRENCY)
+            left = await self._push_batched(store, stage, report) if self.has_counter and self.has_batch is not False else stage
+            await _gather(left, one, PUSH_CONCURRENCY)
+
+    async def _push_batched(self, store, stage, report: TickReport) -> list:
+        """A stage's changes as batch writes (independent items, so its batches may overlap);
+        each item's answer is booked as its single request's would be. Returns what is left to
+        send one by one: holds (nothing to send), and everything when the service has no batch."""
+        sid, st = store.store_id, self.state
+        sent = [a for a in stage if isinstance(a, (P.PushDelete, P.PushUpdate, P.PushCreate))]
+        left = [a for a in stage if not isinstance(a, (P.PushDelete, P.PushUpdate, P.PushCreate))]
+        if not sent:
+            return left
+        ops = [_batch_op(st, a) for a in sent]
+        unsent: list[list[int]] = []
+        failures: list[BaseException] = []
+
+        async def send(chunk: list[int]) -> None:
+            try:
+                results = await self.client.write_batch(sid, [ops[i] for i in chunk])
+            except ApiError as exc:
+                if exc.status != 404:  # a 404 names the store: each item is answered with it
+                    raise
+                results = [{"type": "error", "status": exc.status, "error": {"type": exc.type, "message": exc.message}}] * len(chunk)
+            if results is None:
+                self.has_batch = False
+                unsent.append(chunk)
+                return
+            self.has_batch = True
+            for i, r in zip(chunk, results, strict=True):
+                try:
+                    if r.get("type") == "error":
+                        err = r.get("error") or {}
+                        answer = ApiError(int(r.get("status", 0)), str(err.get("type", "error")),
+                                          str(err.get("message", "")), r)
+                        self._push_failed(store, sent[i], answer, report)
+                    else:
+                        self._pushed(store, sent[i], r, report)
+                except Exception as failure:  # book the rest of the batch first; then fail the push
+                    failures.append(failure)
+
+        await _gather(batch_chunks(ops), send, BATCH_CONCURRENCY)
+        if failures:
+            raise failures[0]
+        return left + [sent[i] for chunk in unsent for i in chunk]
 
     async def _push_one(self, store, a, report: TickReport) -> None:
         sid, st, c = store.store_id, self.state, self.client
+        if isinstance(a, P.HoldDelete):
+            st.add_delete_held(sid, a.memory_id)
+            self.fs.add_notice(sid, "delete-held", a.path, f"deleted here, kept on the store (--sync-deletions {a.reason})")
+            log.warning("%s: %s deleted locally; not deleted on the store (%s)", store.slug, a.path, a.reason)
+            return
         try:
-            if isinstance(a, P.HoldDelete):
-                st.add_delete_held(sid, a.memory_id)
-                self.fs.add_notice(sid, "delete-held", a.path, f"deleted here, kept on the store (--sync-deletions {a.reason})")
-                log.warning("%s: %s deleted locally; not deleted on the store (%s)", store.slug, a.path, a.reason)
-                return
+            m: dict[str, Any] | None = None
             if isinstance(a, P.PushDelete):
-                try:
-                    await c.delete_memory(sid, a.memory_id, expected_sha=a.expected_sha)
-                except ApiError as exc:
-                    if exc.status != 404:
-                        raise
-                st.drop_baseline(sid, a.memory_id)
+                await c.delete_memory(sid, a.memory_id, expected_sha=a.expected_sha)
             elif isinstance(a, P.PushUpdate):
                 content = st.get_blob(a.new_sha).decode("utf-8") if a.new_sha else None
                 m = await c.update_memory(sid, a.memory_id, expected_sha=a.expected_sha, content=content,
                                           path=a.new_path)
-                st.set_baseline(sid, m["id"], m["path"], m["content_sha256"], m["content_size_bytes"])
             elif isinstance(a, P.PushCreate):
-                content = st.get_blob(a.sha).decode("utf-8")
-                m = await c.create_memory(sid, a.path, content)
-                st.set_baseline(sid, m["id"], m["path"], m["content_sha256"], m["content_size_bytes"])
+                m = await c.create_memory(sid, a.path, st.get_blob(a.sha).decode("utf-8"))
+            else:
+                return
+        except ApiError as exc:
+            self._push_failed(store, a, exc, report)
+            return
+        self._pushed(store, a, m, report)
+
+    def _pushed(self, store, a, m: dict[str, Any] | None, report: TickReport) -> None:
+        """Book a push the store took (`m`: the memory it answered; None for a delete)."""
+        sid, st = store.store_id, self.state
+        if isinstance(a, P.PushDelete):
+            st.drop_baseline(sid, a.memory_id)
+        else:
+            assert m is not None
+            st.set_baseline(sid, m["id"], m["path"], m["content_sha256"], m["content_size_bytes"])
+            if isinstance(a, P.PushCreate):
                 local = self.fs.local_file(sid, a.path)  # not local_view(): O(n) per create
                 if local is not None and local.memory_id is None:
                     self.fs.set_memory_id(sid, a.path, m["id"])
-            else:
-                return
-            report.pushed += 1
-            self.sync[sid].pushed += 1
-        except ApiError as exc:
-            if exc.refused:
-                path, sha = (a.local_path, a.local_sha) if isinstance(a, P.PushUpdate) else (a.path, a.sha)
-                st.set_refused(sid, path, sha, exc.message)
-                self.fs.add_notice(sid, "upload-refused", path, f"the store refused it: {exc.message}")
-                log.warning("%s: upload of %s refused: %s", store.slug, path, exc.message)
-            elif exc.status in (404, 409):
-                # Someone else changed the store: no retry; the next tick's listing settles it.
-                log.info("%s: %s answered %s; the next tick settles it", store.slug, type(a).__name__, exc.type)
-            else:
-                raise
+        report.pushed += 1
+        self.sync[sid].pushed += 1
+
+    def _push_failed(self, store, a, exc: ApiError, report: TickReport) -> None:
+        """Book a push the store answered with an error: refused (not retried until the file
+        changes), someone else's change (the next tick settles it), or raise: the push failed."""
+        sid, st = store.store_id, self.state
+        if isinstance(a, P.PushDelete) and exc.status == 404:  # already gone: what was asked
+            self._pushed(store, a, None, report)
+            return
+        if exc.refused:
+            path, sha = (a.local_path, a.local_sha) if isinstance(a, P.PushUpdate) else (a.path, a.sha)
+            st.set_refused(sid, path, sha, exc.message)
+            self.fs.add_notice(sid, "upload-refused", path, f"the store refused it: {exc.message}")
+            log.warning("%s: upload of %s refused: %s", store.slug, path, exc.message)
+        elif exc.status in (404, 409):
+            # Someone else changed the store: no retry; the next tick's listing settles it.
+            log.info("%s: %s answered %s; the next tick settles it", store.slug, type(a).__name__, exc.type)
+        else:
+            raise exc
 
     # -- end of session ---------------------------------------------------------------------
     def not_on_store(self) -> dict[str, NotOnStore]:

@@ -210,12 +210,13 @@ def test_a_short_retry_after_is_retried_within_the_tick(small, tmp_path):
         assert answer["ok"], answer  # the second try answered: the tick did not fail
         # a push refused once with 503 + retry-after lands in the same tick too
         (box.root / SLUG / "new.md").write_text("pushed after one 503\n")
-        rule = proxy.add("POST", r"/memories$", "status", code=503, retry_after="0.2", times=1)
+        # (memfs serve has the batch-write extension: the push is a batch)
+        rule = proxy.add("POST", r"/memory_batch$", "status", code=503, retry_after="0.2", times=1)
         answer = box.sync()
         assert answer["ok"], answer
         assert rule.hits == 1
         assert api.contents(store)["/new.md"] == "pushed after one 503\n"
-        assert proxy.count("POST", r"/memories$") == 2  # refused once, then created
+        assert proxy.count("POST", r"/memory_batch$") == 2  # refused once, then created
 
 
 @pytest.mark.timeout(120)

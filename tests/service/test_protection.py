@@ -99,6 +99,23 @@ def test_a_runaway_writer_gets_429s_while_another_credential_does_not(limited):
         assert r.status_code == 200, r.text
 
 
+def test_a_runaway_counter_reader_is_limited_too(limited):
+    """Counter reads have a fast path that runs before the router; with a limit configured they
+    must still be counted against their credential (the fast path is off then)."""
+    store = limited.create_store("ticked")["id"]
+    runaway = token_of(limited.create_session([(store, "read_only")]))
+    headers = {"anthropic-beta": MEMORY_BETA, "authorization": f"Bearer {runaway}"}
+    statuses = []
+    with httpx.Client(base_url=limited.base_url, headers=headers, timeout=30) as http:
+        for _ in range(4 * BURST):
+            r = http.get("/v1/memory_store_counters", params={"ids": store})
+            statuses.append(r.status_code)
+            if r.status_code == 429:
+                assert r.json()["error"]["type"] == "rate_limit_error" and r.headers["retry-after"]
+                break
+    assert statuses.count(200) >= BURST and statuses[-1] == 429, statuses
+
+
 def test_the_official_client_waits_out_the_retry_after(limited):
     store = limited.create_store("s")["id"]
     token = token_of(limited.create_session([(store, "read_write")]))

@@ -179,7 +179,7 @@ async def test_push_answered_404_is_settled_by_the_next_tick_without_losing_the_
     assert result["ok"] and result["pushed"] == 0
     assert (await world.svc.contents(world.notes)) == {}
     await m.sync()
-    # Decision 2: the store deleted an edited file: the file goes, the agent's version is kept.
+    # SEMANTICS.md#d-store-deleted: the store deleted an edited file: the file goes, the agent's version is kept.
     assert not m.exists("/notes/a.md")
     [notice] = [n for n in m.notices("notes") if "/a.md" in n]
     assert "deleted-by-store" in notice
@@ -350,7 +350,7 @@ async def test_changes_staged_before_a_restart_are_pushed_after_it(world):
 
 
 async def test_without_a_counter_a_memory_missing_from_the_listing_is_asked_by_id(world, tmp_path):
-    world.svc = hosted = InProcessService(tmp_path / "hosted", extensions=False)  # the hosted API (§5.8)
+    world.svc = hosted = InProcessService(tmp_path / "hosted", extensions=False)  # the hosted API (SEMANTICS.md#d-no-counter)
     try:
         m = await world.setup({"/a.md": "alpha", "/d/b.md": "beta"})
         assert m.engine.has_counter is False
