@@ -21,6 +21,7 @@ SLUG = "tls-notes"
 
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("server", ["hypercorn", "uvicorn"])
+@pytest.mark.expected_log(r"is unreachable: .*CERTIFICATE_VERIFY_FAILED|is unreachable: GET /v1/sessions")
 def test_a_mount_over_https_with_a_private_ca(tmp_path, monkeypatch, server):
     ca, cert, key = make_cert(tmp_path / "tls")
     svc = ServiceProcess(tmp_path / "service",

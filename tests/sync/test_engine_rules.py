@@ -64,6 +64,15 @@ class World:
             await m.aclose()
 
 
+
+def single_requests(m: EngineMount) -> None:
+    """Push one request per change, as against the hosted API or a service without the batch route
+    (the engine learns that from the first batch answered 404/405): the faults below aim at the
+    single requests. The batch path's answers are tested through real mounts in
+    tests/e2e/test_write_burst.py (per-item 409, refusals, a failed batch)."""
+    m.engine.has_batch = False
+
+
 @pytest.fixture
 async def world(svc, tmp_path):
     w = World(svc, tmp_path)
@@ -148,6 +157,7 @@ async def test_content_changed_between_listing_and_fetch_is_fetched_as_it_is_now
 
 async def test_push_answered_409_leaves_the_store_winning_and_the_local_version_kept(world):
     m = await world.setup({"/a.md": "alpha"})
+    single_requests(m)
     mid = world.ids["/a.md"]
     m.write("/notes/a.md", b"mine")
 
@@ -168,6 +178,7 @@ async def test_push_answered_409_leaves_the_store_winning_and_the_local_version_
 
 async def test_push_answered_404_is_settled_by_the_next_tick_without_losing_the_edit(world):
     m = await world.setup({"/a.md": "alpha"})
+    single_requests(m)
     mid = world.ids["/a.md"]
     m.write("/notes/a.md", b"mine")
 
@@ -188,6 +199,7 @@ async def test_push_answered_404_is_settled_by_the_next_tick_without_losing_the_
 
 async def test_delete_carries_the_expected_sha_so_a_concurrent_edit_survives(world):
     m = await world.setup({"/a.md": "alpha"})
+    single_requests(m)
     mid = world.ids["/a.md"]
     m.unlink("/notes/a.md")
 
@@ -206,6 +218,7 @@ async def test_delete_carries_the_expected_sha_so_a_concurrent_edit_survives(wor
 
 async def test_renames_go_out_in_waves_keeping_memory_ids(world):
     m = await world.setup({"/a.md": "alpha", "/b.md": "beta", "/c.md": "gamma"})
+    single_requests(m)
     m.rename("/notes/a.md", "/notes/tmp")  # a swap of a and b, and c moved onto a's old name
     m.rename("/notes/b.md", "/notes/a.md")
     m.rename("/notes/tmp", "/notes/b.md")
@@ -227,6 +240,7 @@ async def test_renames_go_out_in_waves_keeping_memory_ids(world):
 
 async def test_an_upload_the_service_refuses_is_recorded_and_not_retried(world):
     m = await world.setup({"/a.md": "alpha"})
+    single_requests(m)
     m.transport.add("POST", r"/memories$", status=413)
     m.write("/notes/new.md", b"too much")
     result = await m.sync()
@@ -323,6 +337,7 @@ async def test_a_dropped_connection_fails_the_tick_and_changes_nothing(world):
 
 async def test_what_is_not_on_the_store_is_named_until_pushed(world):
     m = await world.setup({"/a.md": "alpha"})
+    single_requests(m)
     m.write("/notes/new.md", b"fresh")
     m.transport.add("POST", r"/memories$", drop=True)
     result = await m.sync()
