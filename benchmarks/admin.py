@@ -30,16 +30,22 @@ class Admin:
         return r.json()
 
     def create_store(self, name: str) -> str:
-        return self._ok(self.http.post("/v1/memory_stores", json={"name": name}, headers=MEMORY_HEADERS))["id"]
+        return self._ok(self.http.post("/v1/memory_stores", json={"name": name}, headers=MEMORY_HEADERS))[
+            "id"
+        ]
 
     def session(self, store_ids: list[str]) -> dict:
         res = [{"type": "memory_store", "memory_store_id": s, "access": "read_write"} for s in store_ids]
         body = self._ok(self.http.post("/v1/sessions", json={"resources": res}, headers=SESSION_HEADERS))
         secret = body["work_secret"]
         token = json.loads(base64.urlsafe_b64decode(secret + "=" * (-len(secret) % 4)))
-        return {"id": body["id"], "work_secret": secret, "token": token["sessions_token"],
-                "slugs": [r["mount_path"].rsplit("/", 1)[1] for r in body["resources"]],
-                "store_ids": [r["memory_store_id"] for r in body["resources"]]}
+        return {
+            "id": body["id"],
+            "work_secret": secret,
+            "token": token["sessions_token"],
+            "slugs": [r["mount_path"].rsplit("/", 1)[1] for r in body["resources"]],
+            "store_ids": [r["memory_store_id"] for r in body["resources"]],
+        }
 
     def list_basic(self, store_id: str) -> dict[str, dict]:
         out: dict[str, dict] = {}
@@ -48,24 +54,30 @@ class Admin:
             params: dict[str, Any] = {"view": "basic", "limit": 100}
             if page:
                 params["page"] = page
-            body = self._ok(self.http.get(f"/v1/memory_stores/{store_id}/memories", params=params,
-                                          headers=MEMORY_HEADERS))
+            body = self._ok(
+                self.http.get(f"/v1/memory_stores/{store_id}/memories", params=params, headers=MEMORY_HEADERS)
+            )
             out.update({m["path"]: m for m in body["data"] if m["type"] == "memory"})
             page = body.get("next_page")
             if not page:
                 return out
 
     def update(self, store_id: str, memory_id: str, content: str) -> dict:
-        return self._ok(self.http.post(f"/v1/memory_stores/{store_id}/memories/{memory_id}",
-                                       json={"content": content}, headers=MEMORY_HEADERS))
+        return self._ok(
+            self.http.post(
+                f"/v1/memory_stores/{store_id}/memories/{memory_id}",
+                json={"content": content},
+                headers=MEMORY_HEADERS,
+            )
+        )
 
     def requests(self) -> int:
         """Requests the service answered so far (excluding /metrics itself)."""
         text = self.http.get("/metrics").text
         total = 0
-        for m in re.finditer(r'^memfs_http_requests_total\{method="\w+",route="([^"]*)",status="\d+"\} (\d+)$',
-                             text, re.M):
+        for m in re.finditer(
+            r'^memfs_http_requests_total\{method="\w+",route="([^"]*)",status="\d+"\} (\d+)$', text, re.M
+        ):
             if m.group(1) != "/metrics":
                 total += int(m.group(2))
         return total
-

@@ -39,6 +39,16 @@ class Config:
     def make(cls, quick: bool) -> Config:
         if not quick:
             return cls(quick=False)
-        return cls(quick=True, memories=150, store_bytes=2_500_000, stores=3, runs=1, runs_8=1, read_runs=3,
-                   burst_runs=1, prop_trials=1, burst_files=200, load_seconds=1.0)
-
+        return cls(
+            quick=True,
+            memories=150,
+            store_bytes=2_500_000,
+            stores=3,
+            runs=1,
+            runs_8=1,
+            read_runs=3,
+            burst_runs=1,
+            prop_trials=1,
+            burst_files=200,
+            load_seconds=1.0,
+        )

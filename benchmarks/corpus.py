@@ -47,7 +47,9 @@ def store_layout(rng: random.Random, count: int, total: int) -> list[tuple[str, 
     return out
 
 
-def store_contents(rng: random.Random, corpus: str, label: str, layout: list[tuple[str, int]]) -> dict[str, str]:
+def store_contents(
+    rng: random.Random, corpus: str, label: str, layout: list[tuple[str, int]]
+) -> dict[str, str]:
     out = {}
     for path, size in layout:
         head = f"# {label} {path}\n"

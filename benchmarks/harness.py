@@ -57,8 +57,13 @@ class Bench:
     # -- sandboxes --------------------------------------------------------------------------
     def sandbox(self, sess: dict, base_url: str | None = None, name: str = "sb") -> Sandbox:
         self.n_sandbox += 1
-        sb = Sandbox(self.work / "sandboxes", f"{name}-{self.n_sandbox}", base_url=base_url or self.url,
-                     session_id=sess["id"], work_secret=sess["work_secret"])
+        sb = Sandbox(
+            self.work / "sandboxes",
+            f"{name}-{self.n_sandbox}",
+            base_url=base_url or self.url,
+            session_id=sess["id"],
+            work_secret=sess["work_secret"],
+        )
         self.sandboxes.append(sb)
         return sb
 
@@ -99,12 +104,34 @@ class Bench:
                     out[line.split(":")[0]] = int(line.split()[1]) * 1024
         return out
 
-    def add(self, row: str, measure: str, memfs: float, base: float, unit: str, target: str, ok: bool | None,
-            *, base_label: str, details: dict | None = None, ratio: float | None = None) -> None:
+    def add(
+        self,
+        row: str,
+        measure: str,
+        memfs: float,
+        base: float,
+        unit: str,
+        target: str,
+        ok: bool | None,
+        *,
+        base_label: str,
+        details: dict | None = None,
+        ratio: float | None = None,
+    ) -> None:
         if ratio is None:
             ratio = memfs / base if base else float("nan")
-        self.results.append({"row": row, "measure": measure, "memfs": memfs, "baseline": base,
-                             "baseline_label": base_label, "unit": unit, "ratio": ratio, "target": target,
-                             "met": ok, "details": details or {}})
+        self.results.append(
+            {
+                "row": row,
+                "measure": measure,
+                "memfs": memfs,
+                "baseline": base,
+                "baseline_label": base_label,
+                "unit": unit,
+                "ratio": ratio,
+                "target": target,
+                "met": ok,
+                "details": details or {},
+            }
+        )
         log(f"{row}: memfs {fmt(memfs, unit)} vs {base_label} {fmt(base, unit)} (x{ratio:.3g})")
-

@@ -44,12 +44,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--quick", action="store_true", help="reduced sizes and runs (about a minute)")
     ap.add_argument("--keep", action="store_true", help="keep the temp dirs (not the mounts) for inspection")
     ap.add_argument("--out", default=None, help="JSON output (default bench/results/<time>[-quick].json)")
-    ap.add_argument("--only", default=None,
-                    help=f"comma-separated groups: {','.join(g.name for g in GROUPS)} (net: the network "
-                         "table, against memfs serve and memfs serve --hosted-api)")
-    ap.add_argument("--rtt", type=parse_rtt, default=None,
-                    help="round trip between every client and the service, e.g. 40ms (a delay proxy; "
-                         "default: direct, except the rows that always go through a counting proxy)")
+    ap.add_argument(
+        "--only",
+        default=None,
+        help=f"comma-separated groups: {','.join(g.name for g in GROUPS)} (net: the network "
+        "table, against memfs serve and memfs serve --hosted-api)",
+    )
+    ap.add_argument(
+        "--rtt",
+        type=parse_rtt,
+        default=None,
+        help="round trip between every client and the service, e.g. 40ms (a delay proxy; "
+        "default: direct, except the rows that always go through a counting proxy)",
+    )
     ap.add_argument("--child-official", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.only is not None:
@@ -76,15 +83,19 @@ def main(argv: list[str] | None = None) -> int:
     b.rtt = args.rtt
     signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
     try:
-        log(f"work dir {work}, tmpfs dir {shm}; {'quick' if cfg.quick else 'full'} run"
-            + (f", rtt {args.rtt * 1000:g} ms" if args.rtt is not None else ""))
+        log(
+            f"work dir {work}, tmpfs dir {shm}; {'quick' if cfg.quick else 'full'} run"
+            + (f", rtt {args.rtt * 1000:g} ms" if args.rtt is not None else "")
+        )
         stores = build_stores(cfg)
         t = time.perf_counter()
         db = work / "service" / "data" / "store.db"
         db.parent.mkdir(parents=True)
         ids_by_name = seed_database(db, stores)
-        log(f"seeded {cfg.stores} stores x {cfg.memories} memories "
-            f"({sum(len(x) for x in stores['full-0'].values()) / 2**20:.1f} MiB each) in {time.perf_counter() - t:.1f} s")
+        log(
+            f"seeded {cfg.stores} stores x {cfg.memories} memories "
+            f"({sum(len(x) for x in stores['full-0'].values()) / 2**20:.1f} MiB each) in {time.perf_counter() - t:.1f} s"
+        )
         disk, tmpfs = work / "local-disk" / "full-0", shm / "full-0"
         write_tree(disk, stores["full-0"])
         write_tree(tmpfs, stores["full-0"])
@@ -98,8 +109,15 @@ def main(argv: list[str] | None = None) -> int:
             b.front = b.proxy(b.svc)
         b.admin_client = Admin(b.svc.base_url)
         ids = [ids_by_name[f"full-{k}"] for k in range(cfg.stores)]
-        run = Run(ids=ids, stores=stores, sess1=b.admin.session(ids[:1]), sess8=b.admin.session(ids),
-                  disk=disk, tmpfs=tmpfs, ref=ref)
+        run = Run(
+            ids=ids,
+            stores=stores,
+            sess1=b.admin.session(ids[:1]),
+            sess8=b.admin.session(ids),
+            disk=disk,
+            tmpfs=tmpfs,
+            ref=ref,
+        )
         for group in GROUPS:
             if group.name in wanted:
                 log(group.title)
@@ -122,11 +140,28 @@ def main(argv: list[str] | None = None) -> int:
     b.results = in_issue_order(b.results)
     table = print_table(b.results)
     print(table)
-    out = Path(args.out) if args.out else REPO / "bench" / "results" / (
-        time.strftime("%Y%m%dT%H%M%S") + ("-quick" if cfg.quick else "") + ".json")
-    write_json(out, config=asdict(cfg), machine=machine(), elapsed_s=elapsed, rtt_s=b.rtt,
-               command=" ".join(["scripts/bench", *(sys.argv[1:] if argv is None else argv)]), rows=b.results,
-               table=table)
-    where = f"every client through a {b.rtt * 1000:g} ms round trip" if b.rtt is not None else "loopback, no delay proxy"
+    out = (
+        Path(args.out)
+        if args.out
+        else REPO
+        / "bench"
+        / "results"
+        / (time.strftime("%Y%m%dT%H%M%S") + ("-quick" if cfg.quick else "") + ".json")
+    )
+    write_json(
+        out,
+        config=asdict(cfg),
+        machine=machine(),
+        elapsed_s=elapsed,
+        rtt_s=b.rtt,
+        command=" ".join(["scripts/bench", *(sys.argv[1:] if argv is None else argv)]),
+        rows=b.results,
+        table=table,
+    )
+    where = (
+        f"every client through a {b.rtt * 1000:g} ms round trip"
+        if b.rtt is not None
+        else "loopback, no delay proxy"
+    )
     print(f"\n{len(b.results)} rows in {elapsed:.0f} s, {where}; JSON: {out}")
     return 0

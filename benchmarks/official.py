@@ -105,7 +105,9 @@ async def official_steady(args: dict) -> dict:
             t = time.perf_counter()
             await stores.sync_if_due()
             dt = time.perf_counter() - t
-            out["idle"].append({"s": dt, "requests": admin.requests() - r0, "bytes": _bytes(args["ctl_port"]) - b0})
+            out["idle"].append(
+                {"s": dt, "requests": admin.requests() - r0, "bytes": _bytes(args["ctl_port"]) - b0}
+            )
         for i in range(args["runs"]):
             new = f"official one-change {i} {time.time()}\n" + "x" * 2000
             admin.update(target["store_id"], target["memory_id"], new)
@@ -116,8 +118,14 @@ async def official_steady(args: dict) -> dict:
             dt = time.perf_counter() - t
             local = root / target["slug"] / target["path"].lstrip("/")
             ok = local.read_text() == new
-            out["change"].append({"s": dt, "requests": admin.requests() - r0,
-                                  "bytes": _bytes(args["ctl_port"]) - b0, "visible": ok})
+            out["change"].append(
+                {
+                    "s": dt,
+                    "requests": admin.requests() - r0,
+                    "bytes": _bytes(args["ctl_port"]) - b0,
+                    "visible": ok,
+                }
+            )
         push = args.get("push_paths")
         if push:  # the worker's path after a tool call that changed files: sync_if_due uploads them
             for label in ("sync_if_due", "flush_writes"):
@@ -133,8 +141,11 @@ async def official_steady(args: dict) -> dict:
                 out[f"push_{label}_s"] = time.perf_counter() - t
                 listed = admin.list_basic(args["push_store"])
                 out[f"push_{label}_landed"] = sum(
-                    1 for _slug, path in push
-                    if listed[path]["content_sha256"] == hashlib.sha256((token + path + "\n").encode()).hexdigest())
+                    1
+                    for _slug, path in push
+                    if listed[path]["content_sha256"]
+                    == hashlib.sha256((token + path + "\n").encode()).hexdigest()
+                )
         out["rss"] = vm_status()
         out["disk_bytes"] = sum(p.stat().st_size for p in root.rglob("*") if p.is_file())
     finally:
@@ -143,12 +154,15 @@ async def official_steady(args: dict) -> dict:
     return out
 
 
-
 def official_child(args: dict) -> dict:
     """`official_steady` in a child process (`scripts/bench --child-official`), so that the
     official worker's memory footprint is its own."""
-    proc = subprocess.run([sys.executable, os.fspath(REPO / "scripts" / "bench"), "--child-official", json.dumps(args)],
-                          capture_output=True, text=True, timeout=900)
+    proc = subprocess.run(
+        [sys.executable, os.fspath(REPO / "scripts" / "bench"), "--child-official", json.dumps(args)],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     if proc.returncode != 0:
         raise RuntimeError(f"official child failed:\n{proc.stderr[-3000:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])

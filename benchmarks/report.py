@@ -31,13 +31,30 @@ def machine() -> dict:
     def sh(cmd: str) -> str:
         return subprocess.run(cmd, shell=True, capture_output=True, text=True).stdout.strip()
 
-    return {"nproc": os.cpu_count(), "cpu": sh("grep -m1 'model name' /proc/cpuinfo | cut -d: -f2").strip(),
-            "mem": sh("free -h | awk '/Mem:/ {print $2}'"), "kernel": platform.release(),
-            "python": platform.python_version(), "loadavg_start": os.getloadavg()}
+    return {
+        "nproc": os.cpu_count(),
+        "cpu": sh("grep -m1 'model name' /proc/cpuinfo | cut -d: -f2").strip(),
+        "mem": sh("free -h | awk '/Mem:/ {print $2}'"),
+        "kernel": platform.release(),
+        "python": platform.python_version(),
+        "loadavg_start": os.getloadavg(),
+    }
 
 
-ORDER = ["mount-ready", "mount-ready-8", "idle-tick", "one-change-tick", "grep-warm", "grep-cold", "stat-storm",
-         "write-burst", "propagation", "propagation-live", "rss", "service"]
+ORDER = [
+    "mount-ready",
+    "mount-ready-8",
+    "idle-tick",
+    "one-change-tick",
+    "grep-warm",
+    "grep-cold",
+    "stat-storm",
+    "write-burst",
+    "propagation",
+    "propagation-live",
+    "rss",
+    "service",
+]
 
 
 def in_issue_order(results: list[dict]) -> list[dict]:
@@ -55,12 +72,13 @@ def print_table(results: list[dict]) -> str:
         ratio = "-" if r["ratio"] != r["ratio"] else f"{r['ratio']:.3g}x"
         met = "-" if r["met"] is None else ("yes" if r["met"] else "NO")
         base = "-" if r["baseline"] != r["baseline"] else fmt(r["baseline"], r["unit"])
-        rows.append([r["row"], fmt(r["memfs"], r["unit"]), base, r["baseline_label"], ratio, r["target"], met])
+        rows.append(
+            [r["row"], fmt(r["memfs"], r["unit"]), base, r["baseline_label"], ratio, r["target"], met]
+        )
     widths = [max(len(str(x[i])) for x in [head, *rows]) for i in range(len(head))]
     line = lambda cells: "| " + " | ".join(str(c).ljust(w) for c, w in zip(cells, widths, strict=True)) + " |"  # noqa: E731
     out = [line(head), "|" + "|".join("-" * (w + 2) for w in widths) + "|", *map(line, rows)]
     return "\n".join(out)
-
 
 
 def write_json(out: Path, **fields: Any) -> None:

@@ -50,8 +50,12 @@ print(time.perf_counter() - t)
 
 
 def burst_write(root: Path, n: int, size: int) -> float:
-    out = subprocess.run([sys.executable, "-c", BURST_CHILD, str(root), str(n), str(size)],
-                         capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", BURST_CHILD, str(root), str(n), str(size)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     return float(out.stdout.strip())
 
 
@@ -103,7 +107,11 @@ asyncio.run(main())
 
 
 def load(cfg: dict) -> dict:
-    out = subprocess.run([sys.executable, "-c", LOAD_CHILD, json.dumps(cfg)], capture_output=True, text=True,
-                         check=True, timeout=cfg["seconds"] + 60)
+    out = subprocess.run(
+        [sys.executable, "-c", LOAD_CHILD, json.dumps(cfg)],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=cfg["seconds"] + 60,
+    )
     return json.loads(out.stdout)
-

@@ -14,7 +14,9 @@ if TYPE_CHECKING:
 def build_parser() -> argparse.ArgumentParser:
     import argparse
 
-    parser = argparse.ArgumentParser(prog="memfs", description="Memory stores as a filesystem, and their store service.")
+    parser = argparse.ArgumentParser(
+        prog="memfs", description="Memory stores as a filesystem, and their store service."
+    )
     parser.add_argument("--version", action="version", version=f"memfs {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     # Each module adds its commands and sets `func` (args -> exit code) on its parsers.

@@ -137,9 +137,17 @@ def retry_after(resp: httpx.Response) -> float | None:
 
 
 class StoreClient:
-    def __init__(self, base_url: str, token: str, *, timeout: float = 10.0, concurrency: int = CONCURRENCY,
-                 retry_within: float = RETRY_WITHIN, retries: int = RETRIES,
-                 transport: httpx.AsyncBaseTransport | None = None):
+    def __init__(
+        self,
+        base_url: str,
+        token: str,
+        *,
+        timeout: float = 10.0,
+        concurrency: int = CONCURRENCY,
+        retry_within: float = RETRY_WITHIN,
+        retries: int = RETRIES,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ):
         """`transport`: where requests go instead of the network (tests: the service app in
         process, or a transport that injects faults). None, the default, is httpx's own pool."""
         self.base_url = base_url.rstrip("/")
@@ -215,7 +223,9 @@ class StoreClient:
 
     # -- sessions ---------------------------------------------------------------------------
     async def get_session(self, session_id: str) -> dict[str, Any]:
-        return await self._json("GET", f"/v1/sessions/{session_id}", headers={"anthropic-beta": SESSIONS_BETA})
+        return await self._json(
+            "GET", f"/v1/sessions/{session_id}", headers={"anthropic-beta": SESSIONS_BETA}
+        )
 
     # -- counter extension ------------------------------------------------------------------
     async def counters(self, store_ids: Iterable[str]) -> dict[str, int] | None:
@@ -316,8 +326,9 @@ class StoreClient:
         return int(header["counter"]), memories
 
     # -- memories ---------------------------------------------------------------------------
-    async def list_memories(self, store_id: str, *, view: str = "basic",
-                            known: dict[str, int] | None = None) -> Listing:
+    async def list_memories(
+        self, store_id: str, *, view: str = "basic", known: dict[str, int] | None = None
+    ) -> Listing:
         """Every memory of a store, read as concurrent listings by path prefix (SEMANTICS.md#d-no-counter).
 
         A cursor-paged listing is a chain of round trips; a store's tree is not. A prefix is
@@ -406,7 +417,9 @@ class StoreClient:
         return listing
 
     async def get_memory(self, store_id: str, memory_id: str) -> dict[str, Any]:
-        return await self._json("GET", f"/v1/memory_stores/{store_id}/memories/{memory_id}", params={"view": "full"})
+        return await self._json(
+            "GET", f"/v1/memory_stores/{store_id}/memories/{memory_id}", params={"view": "full"}
+        )
 
     async def create_memory(self, store_id: str, path: str, content: str) -> dict[str, Any]:
         return await self._json(
@@ -436,8 +449,12 @@ class StoreClient:
         older memfs or the hosted API). `ops` must fit one request (`batch_chunks`)."""
         body = orjson.dumps({"operations": ops})
         try:
-            answer = await self._json("POST", f"/v1/memory_stores/{store_id}/memory_batch", content=body,
-                                      headers={"content-type": "application/json"})
+            answer = await self._json(
+                "POST",
+                f"/v1/memory_stores/{store_id}/memory_batch",
+                content=body,
+                headers={"content-type": "application/json"},
+            )
         except ApiError as exc:
             # No route: 405, or a 404 that names no store ("no such endpoint"; the hosted API's own).
             if exc.status == 405 or (exc.status == 404 and "memory store" not in exc.message):
@@ -445,7 +462,9 @@ class StoreClient:
             raise
         results = answer.get("results") if isinstance(answer, dict) else None
         if not isinstance(results, list) or len(results) != len(ops):
-            raise Unreachable(f"POST /v1/memory_stores/{store_id}/memory_batch: answer does not hold one result per operation")
+            raise Unreachable(
+                f"POST /v1/memory_stores/{store_id}/memory_batch: answer does not hold one result per operation"
+            )
         return results
 
     async def delete_memory(self, store_id: str, memory_id: str, *, expected_sha: str | None) -> None:
@@ -466,6 +485,8 @@ def _describe(exc: BaseException) -> str:
             return f"{type(exc).__name__}: {type(cause).__name__}: {cause}"
         cause = cause.__cause__ or cause.__context__
     return f"{type(exc).__name__}: (no details)"
+
+
 def batch_chunks(ops: list[dict[str, Any]]) -> list[list[int]]:
     """The positions of `ops` cut into consecutive batches that the service takes (count and body
     size). An operation too large for any batch is a chunk of its own: sent, it gets the same

@@ -125,7 +125,9 @@ def check_content(content: object) -> bytes:
     except UnicodeEncodeError:
         raise PathError("content is not valid UTF-8") from None
     if len(data) > MAX_CONTENT_BYTES:
-        raise PathError(f"content is {len(data)} bytes; the limit is {MAX_CONTENT_BYTES} bytes", too_long=True)
+        raise PathError(
+            f"content is {len(data)} bytes; the limit is {MAX_CONTENT_BYTES} bytes", too_long=True
+        )
     return data
 
 

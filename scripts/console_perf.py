@@ -50,7 +50,9 @@ def seed(db: Path | str) -> tuple[str, str, list[str]]:
     for n in range(5):  # a memory with history
         storage.update_memory(store.id, first.id, content=f"# note 0\nrevision {n}\n" * 10, path=None,
                               expected_sha256=None, actor=actor)  # fmt: skip
-    versions = storage.list_versions(store.id, filters=_filter(first.id), limit=10, after=None, with_content=False)
+    versions = storage.list_versions(
+        store.id, filters=_filter(first.id), limit=10, after=None, with_content=False
+    )
     storage.close()
     return store.id, first.id, [v.id for v in versions.items]
 
@@ -81,7 +83,9 @@ def main() -> int:
     try:
         t = time.perf_counter()
         sid, mid, vids = seed(url or db)
-        print(f"seeded {MEMORIES} memories ({'PostgreSQL' if url else 'SQLite'}) in {time.perf_counter() - t:.1f} s")
+        print(
+            f"seeded {MEMORIES} memories ({'PostgreSQL' if url else 'SQLite'}) in {time.perf_counter() - t:.1f} s"
+        )
         svc = ServiceProcess(work / "service", db_path=db, db_url=url, console=True)
         _measure(svc, sid, mid, vids)
     finally:

@@ -79,7 +79,9 @@ def _write_request(memory_ids: list[str]):
     return build
 
 
-def measure(port: int, store: str, key: str, seconds: float, connections: int, build=_counter_request) -> float:
+def measure(
+    port: int, store: str, key: str, seconds: float, connections: int, build=_counter_request
+) -> float:
     counts = [0] * connections
     start = threading.Barrier(connections + 1)
     deadline = [0.0]
@@ -155,8 +157,10 @@ def _watches(svc: ServiceProcess, pid: int, store: str, n: int) -> int:
         for s in socks:
             s.close()
         svc.stop()
-    print(f"{n} watches held: service RSS {rss:.1f} MiB ({rss_before:.1f} MiB before them); one write "
-          f"answered {answered} of them in {woke_s * 1000:.0f} ms; load average {os.getloadavg()[0]:.1f}")
+    print(
+        f"{n} watches held: service RSS {rss:.1f} MiB ({rss_before:.1f} MiB before them); one write "
+        f"answered {answered} of them in {woke_s * 1000:.0f} ms; load average {os.getloadavg()[0]:.1f}"
+    )
     return 0 if answered == n else 1
 
 
@@ -165,9 +169,12 @@ def main() -> int:
     ap.add_argument("--seconds", type=float, default=5.0)
     ap.add_argument("--connections", type=int, default=4)
     ap.add_argument("--memories", type=int, default=0)
-    ap.add_argument("--db", default="sqlite",
-                    help="sqlite (a temp file), postgresql (a throwaway cluster, tests/support/postgres.py) "
-                         "or a postgresql:// URL")
+    ap.add_argument(
+        "--db",
+        default="sqlite",
+        help="sqlite (a temp file), postgresql (a throwaway cluster, tests/support/postgres.py) "
+        "or a postgresql:// URL",
+    )
     ap.add_argument("--server", default="uvicorn", choices=("uvicorn", "hypercorn"))
     ap.add_argument("--writes", action="store_true", help="measure 1 KiB memory updates instead")
     ap.add_argument("--watches", type=int, default=0, help="hold this many watches and report RSS")

@@ -36,7 +36,9 @@ def main() -> int:
     base = sys.argv[1]
     key = os.environ["MEMFS_ADMIN_KEY"]
     mem = httpx.Client(base_url=base, headers={"x-api-key": key, "anthropic-beta": "agent-memory-2026-07-22"})
-    ses = httpx.Client(base_url=base, headers={"x-api-key": key, "anthropic-beta": "managed-agents-2026-04-01"})
+    ses = httpx.Client(
+        base_url=base, headers={"x-api-key": key, "anthropic-beta": "managed-agents-2026-04-01"}
+    )
     existing = {}
     page = None
     while True:
@@ -50,7 +52,11 @@ def main() -> int:
     for name, spec in DEMO.items():
         store_id = existing.get(name)
         if store_id is None:
-            store_id = mem.post("/v1/memory_stores", json={"name": name, "description": spec["description"]}).raise_for_status().json()["id"]
+            store_id = (
+                mem.post("/v1/memory_stores", json={"name": name, "description": spec["description"]})
+                .raise_for_status()
+                .json()["id"]
+            )
         for path, content in spec["memories"].items():
             r = mem.post(f"/v1/memory_stores/{store_id}/memories", json={"path": path, "content": content})
             if r.status_code != 409:  # 409: already seeded by an earlier run

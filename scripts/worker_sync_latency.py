@@ -53,11 +53,14 @@ async def timed_calls_per_connection(link, calls: int) -> list[float]:
     path = link.socket_path()
     request = {"op": "sync", "force": False, "wait": False}
     if path.name == control.SOCKET_NAME:
+
         def once():
             return control.call(path.parent, request, timeout=20)
     else:
+
         def once():
             return _call_blocking(path, request, 20)
+
     took = []
     for _ in range(calls):
         started = time.perf_counter()
@@ -73,8 +76,10 @@ ROUNDS = 5
 def report(label: str, took: list[float]) -> None:
     took = sorted(took)
     p99 = took[min(len(took) - 1, int(len(took) * 0.99))]
-    print(f"{label:<62} calls={len(took)} median={statistics.median(took) * 1e3:.3f} ms "
-          f"p99={p99 * 1e3:.3f} ms max={took[-1] * 1e3:.3f} ms")
+    print(
+        f"{label:<62} calls={len(took)} median={statistics.median(took) * 1e3:.3f} ms "
+        f"p99={p99 * 1e3:.3f} ms max={took[-1] * 1e3:.3f} ms"
+    )
 
 
 def main() -> int:
@@ -88,8 +93,13 @@ def main() -> int:
             store = api.create_store("Latency")
             api.create(store, "/a.md", "a\n")
             session = api.create_session([(store, "read_write")])
-            box = Sandbox(base, "sandbox", base_url=service.base_url, session_id=session["id"],
-                          work_secret=session["work_secret"])
+            box = Sandbox(
+                base,
+                "sandbox",
+                base_url=service.base_url,
+                session_id=session["id"],
+                work_secret=session["work_secret"],
+            )
             sync_sock = base / "sync" / "sync.sock"
             box.env["MEMFS_SYNC_SOCKET"] = str(sync_sock)
             box.mount("--sync-interval", "3600")

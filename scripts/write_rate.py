@@ -31,7 +31,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tests.support.service import ServiceProcess  # noqa: E402
 
-WORDS = [w * k for w in ("memory", "store", "batch", "commit", "fsync", "write", "agent", "note") for k in (1, 2)]
+WORDS = [
+    w * k for w in ("memory", "store", "batch", "commit", "fsync", "write", "agent", "note") for k in (1, 2)
+]
 BETA = {"anthropic-beta": "agent-memory-2026-07-22"}
 
 
@@ -79,7 +81,9 @@ def run(svc: ServiceProcess, mode: str, files: list[tuple[str, str]], concurrenc
 
     def client() -> httpx.Client:
         if not hasattr(local, "c"):
-            local.c = httpx.Client(base_url=svc.base_url, headers={"x-api-key": svc.admin_key, **BETA}, timeout=120)
+            local.c = httpx.Client(
+                base_url=svc.base_url, headers={"x-api-key": svc.admin_key, **BETA}, timeout=120
+            )
         return local.c
 
     requests = [0]
@@ -116,8 +120,13 @@ def run(svc: ServiceProcess, mode: str, files: list[tuple[str, str]], concurrenc
     with svc.admin_client() as c:
         counter = c.get(f"/v1/memory_stores/{store}/counter").json()["counter"]
     assert counter == len(files), (counter, len(files))
-    return {"mode": mode, "files": len(files), "seconds": round(seconds, 2), "requests": requests[0],
-            "per_second": round(len(files) / seconds, 1)}
+    return {
+        "mode": mode,
+        "files": len(files),
+        "seconds": round(seconds, 2),
+        "requests": requests[0],
+        "per_second": round(len(files) / seconds, 1),
+    }
 
 
 def main() -> None:
@@ -130,8 +139,9 @@ def main() -> None:
     args = ap.parse_args()
     files = contents(args.files, args.size)
     with tempfile.TemporaryDirectory(prefix="memfs-write-rate-") as tmp:
-        svc = ServiceProcess(Path(tmp), db_url=None if args.db == "sqlite" else args.db,
-                             max_memories=max(10_000, args.files))
+        svc = ServiceProcess(
+            Path(tmp), db_url=None if args.db == "sqlite" else args.db, max_memories=max(10_000, args.files)
+        )
         try:
             for mode in args.modes.split(","):
                 print(json.dumps(run(svc, mode, files, args.concurrency)), flush=True)

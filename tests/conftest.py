@@ -27,7 +27,8 @@ LOG_CHECKED = ("e2e", "mount", "worker", "sync", "service")  # the suites whose 
 
 def pytest_configure(config):
     config.addinivalue_line(
-        "markers", "expected_log(*patterns): regexes of ERROR lines/tracebacks this test's daemons may log")
+        "markers", "expected_log(*patterns): regexes of ERROR lines/tracebacks this test's daemons may log"
+    )
 
 
 class _ErrorRecords(logging.Handler):
@@ -70,5 +71,8 @@ def _daemon_log_check(request):
     found = [f for f in check.collect() + handler.found if not any(p.search(f.text) for p in check.allowed)]
     check.reset_allowed()
     if found:
-        pytest.fail("unexpected errors in the logs (allow-list expected ones with "
-                    "@pytest.mark.expected_log(regex)):\n" + "\n".join(f"  {f}" for f in found), pytrace=False)
+        pytest.fail(
+            "unexpected errors in the logs (allow-list expected ones with "
+            "@pytest.mark.expected_log(regex)):\n" + "\n".join(f"  {f}" for f in found),
+            pytrace=False,
+        )

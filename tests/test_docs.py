@@ -9,8 +9,12 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 DOCS = REPO / "docs"
 SCANNED = ("memfs", "docs", "scripts", "tests", "benchmarks", "docker", "README.md", "pyproject.toml")
-OUTSIDE = re.compile(r"SPEC §|(?<!OPERATIONS.md )§[0-9]+\.[0-9]|\bSPEC\b|[Dd]ecision [0-9]|\b[Ii]ssue [0-9]+|FIELD-NOTES")
-DOC_REF = re.compile(r"(?:docs/)?\b(SEMANTICS|DESIGN|API|OPERATIONS|PERFORMANCE)\.md#([A-Za-z0-9_-]+)((?:,? #[a-z0-9-]+)*)")
+OUTSIDE = re.compile(
+    r"SPEC §|(?<!OPERATIONS.md )§[0-9]+\.[0-9]|\bSPEC\b|[Dd]ecision [0-9]|\b[Ii]ssue [0-9]+|FIELD-NOTES"
+)
+DOC_REF = re.compile(
+    r"(?:docs/)?\b(SEMANTICS|DESIGN|API|OPERATIONS|PERFORMANCE)\.md#([A-Za-z0-9_-]+)((?:,? #[a-z0-9-]+)*)"
+)
 LOCAL_REF = re.compile(r"\]\(#([A-Za-z0-9_-]+)\)")
 
 
@@ -19,8 +23,13 @@ def _files() -> list[Path]:
     for rel in SCANNED:
         p = REPO / rel
         if p.is_dir():
-            out += [f for f in sorted(p.rglob("*")) if f.is_file() and f.suffix in ("", ".py", ".md", ".sh", ".toml")
-                    and "__pycache__" not in f.parts]
+            out += [
+                f
+                for f in sorted(p.rglob("*"))
+                if f.is_file()
+                and f.suffix in ("", ".py", ".md", ".sh", ".toml")
+                and "__pycache__" not in f.parts
+            ]
         elif p.exists():
             out.append(p)
     return [f for f in out if f != Path(__file__).resolve()]
@@ -42,9 +51,13 @@ def test_every_doc_reference_lands():
         text = f.read_text(errors="replace")
         for m in DOC_REF.finditer(text):
             names = [m.group(2)] + re.findall(r"#([a-z0-9-]+)", m.group(3) or "")
-            missing += [f"{f.relative_to(REPO)}: {m.group(1)}.md#{n}" for n in names if n not in known[m.group(1)]]
+            missing += [
+                f"{f.relative_to(REPO)}: {m.group(1)}.md#{n}" for n in names if n not in known[m.group(1)]
+            ]
         if f.parent == DOCS:
-            missing += [f"{f.relative_to(REPO)}: #{a}" for a in LOCAL_REF.findall(text) if a not in known[f.stem]]
+            missing += [
+                f"{f.relative_to(REPO)}: #{a}" for a in LOCAL_REF.findall(text) if a not in known[f.stem]
+            ]
     assert missing == []
 
 

@@ -20,8 +20,17 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
     "memfs.protocol": ("memfs.",),
     "memfs.logging_setup": ("memfs.",),
     # the records mount/ and sync/ share: neutral ground (only the wire's names and modes below it)
-    "memfs.records": ("memfs.mount", "memfs.sync", "memfs.session", "memfs.service", "memfs.worker",
-                      "memfs.client", "memfs.cli", "memfs.limits", "memfs.logging_setup"),
+    "memfs.records": (
+        "memfs.mount",
+        "memfs.sync",
+        "memfs.session",
+        "memfs.service",
+        "memfs.worker",
+        "memfs.client",
+        "memfs.cli",
+        "memfs.limits",
+        "memfs.logging_setup",
+    ),
     "memfs.client": ("memfs.mount", "memfs.sync", "memfs.session", "memfs.service", "memfs.worker"),
     "memfs.sync": ("memfs.mount", "memfs.session", "memfs.service", "memfs.worker"),
     "memfs.mount": ("memfs.sync", "memfs.session", "memfs.service", "memfs.worker", "memfs.client"),
@@ -75,11 +84,15 @@ def violations(root: Path = PACKAGE) -> list[str]:
             for line, mod in imports_of(path, root):
                 for b in banned:
                     if _under(mod, b) and not _under(mod, owner):
-                        out.append(f"{path.relative_to(root.parent)}:{line}: {me} imports {mod} ({owner} must not import {b})")
+                        out.append(
+                            f"{path.relative_to(root.parent)}:{line}: {me} imports {mod} ({owner} must not import {b})"
+                        )
         if any(_under(me, k) for k in KERNEL_FREE) and not any(_under(me, k) for k in KERNEL_SPEAKERS):
             for line, mod in imports_of(path, root):
                 if _under(mod, "pyfuse3"):
-                    out.append(f"{path.relative_to(root.parent)}:{line}: {me} imports pyfuse3 (kernel-free layer)")
+                    out.append(
+                        f"{path.relative_to(root.parent)}:{line}: {me} imports pyfuse3 (kernel-free layer)"
+                    )
     return sorted(set(out))
 
 
@@ -139,7 +152,11 @@ def bench_violations(root: Path = REPO) -> list[str]:
         where = lambda node, path=path: f"{path.relative_to(root)}:{node.lineno}"  # noqa: E731
         ours: set[str] = set()  # names bound by imports from memfs or tests
         for node in ast.walk(tree):
-            if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] in ("memfs", "tests"):
+            if (
+                isinstance(node, ast.ImportFrom)
+                and node.module
+                and node.module.split(".")[0] in ("memfs", "tests")
+            ):
                 for part in node.module.split("."):
                     if _private(part):
                         out.append(f"{where(node)}: imports from private module {node.module}")
@@ -151,13 +168,21 @@ def bench_violations(root: Path = REPO) -> list[str]:
                 for a in node.names:
                     if a.name.split(".")[0] in ("memfs", "tests") and any(map(_private, a.name.split("."))):
                         out.append(f"{where(node)}: imports private module {a.name}")
-            elif isinstance(node, ast.Attribute) and _private(node.attr) and node.attr not in ANTHROPIC_PRIVATE:
+            elif (
+                isinstance(node, ast.Attribute) and _private(node.attr) and node.attr not in ANTHROPIC_PRIVATE
+            ):
                 if not (isinstance(node.value, ast.Name) and node.value.id in ("self", "cls")):
                     out.append(f"{where(node)}: uses another object's private member .{node.attr}")
         for node in ast.walk(tree):
             if isinstance(node, ast.ClassDef):
                 for base in node.bases:
-                    name = base.id if isinstance(base, ast.Name) else base.attr if isinstance(base, ast.Attribute) else ""
+                    name = (
+                        base.id
+                        if isinstance(base, ast.Name)
+                        else base.attr
+                        if isinstance(base, ast.Attribute)
+                        else ""
+                    )
                     if name in ours:
                         out.append(f"{where(node)}: class {node.name} subclasses {name} from memfs/tests")
     return sorted(set(out))

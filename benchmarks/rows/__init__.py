@@ -99,9 +99,17 @@ GROUPS: list[Group] = [
     Group("mount", "mount-ready", _mount),
     Group("reads", "grep / stat over a mounted full store", _reads),
     Group("burst", "write-burst", _burst),
-    Group("eight", "mount-ready-8, idle-tick, one-change-tick, rss (every full store, via a counting proxy)", _eight),
+    Group(
+        "eight",
+        "mount-ready-8, idle-tick, one-change-tick, rss (every full store, via a counting proxy)",
+        _eight,
+    ),
     Group("prop", "propagation", _prop),
-    Group("live", "propagation in live mode (and polling, and the official worker, on a store of its own)", _live),
+    Group(
+        "live",
+        "propagation in live mode (and polling, and the official worker, on a store of its own)",
+        _live,
+    ),
     Group("service", "service load", _service),
     Group("net", "the network table, memfs serve and memfs serve --hosted-api", _net),
 ]

@@ -63,12 +63,31 @@ def row_write_burst(b: Bench) -> None:
         if got != cfg.burst_files:
             raise RuntimeError(f"official write-burst: {got} of {cfg.burst_files} files reached the service")
     mw, ow = median(mem_w), median(off_w)
-    b.add("write-burst (local write)", f"create {cfg.burst_files} files of {cfg.burst_size // 1024} KiB from one "
-          "Python process", mw, ow, "s", "<= 8x local", mw <= 8 * ow, base_label="local disk",
-          details={"memfs_runs_s": mem_w, "local_runs_s": off_w})
+    b.add(
+        "write-burst (local write)",
+        f"create {cfg.burst_files} files of {cfg.burst_size // 1024} KiB from one Python process",
+        mw,
+        ow,
+        "s",
+        "<= 8x local",
+        mw <= 8 * ow,
+        base_label="local disk",
+        details={"memfs_runs_s": mem_w, "local_runs_s": off_w},
+    )
     mp, op = median(mem_push), median(off_push)
-    b.add("write-burst (push)", "then until all are on the service: `memfs sync --force --wait` vs official "
-          "flush_writes", mp, op, "s", "<= 0.3x official", mp <= 0.3 * op, base_label="official",
-          details={"memfs_runs_s": mem_push, "official_runs_s": off_push, "memfs_requests": mem_req,
-                   "official_requests": off_req})
-
+    b.add(
+        "write-burst (push)",
+        "then until all are on the service: `memfs sync --force --wait` vs official flush_writes",
+        mp,
+        op,
+        "s",
+        "<= 0.3x official",
+        mp <= 0.3 * op,
+        base_label="official",
+        details={
+            "memfs_runs_s": mem_push,
+            "official_runs_s": off_push,
+            "memfs_requests": mem_req,
+            "official_requests": off_req,
+        },
+    )

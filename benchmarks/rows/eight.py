@@ -13,7 +13,9 @@ from benchmarks.tools import grep_cmd, run_timed
 from tests.support.proxy import ProxyProcess
 
 
-def row_eight_stores(b: Bench, sess8: dict, ids: list[str], proxy: ProxyProcess, contents: dict[str, dict[str, str]]) -> None:
+def row_eight_stores(
+    b: Bench, sess8: dict, ids: list[str], proxy: ProxyProcess, contents: dict[str, dict[str, str]]
+) -> None:
     """mount-ready-8, then on the last run's mounts: idle-tick, one-change-tick, rss.
 
     Both sides reach the service through the byte-counting proxy (a forwarding process on
@@ -25,8 +27,12 @@ def row_eight_stores(b: Bench, sess8: dict, ids: list[str], proxy: ProxyProcess,
     target_slug, target_store = sess8["slugs"][k], ids[k]
     listing = b.admin.list_basic(target_store)
     target_path = sorted(listing)[len(listing) // 2]
-    target = {"store_id": target_store, "memory_id": listing[target_path]["id"], "path": target_path,
-              "slug": target_slug}
+    target = {
+        "store_id": target_store,
+        "memory_id": listing[target_path]["id"],
+        "path": target_path,
+        "slug": target_slug,
+    }
     mem_ready, off_ready = [], []
     idle: list[dict[str, Any]] = []
     change: list[dict[str, Any]] = []
@@ -41,8 +47,14 @@ def row_eight_stores(b: Bench, sess8: dict, ids: list[str], proxy: ProxyProcess,
                     r0, b0 = b.admin.requests(), proxy.bytes()
                     t = time.perf_counter()
                     ans = b.control_sync(sb, force=True)
-                    idle.append({"s": time.perf_counter() - t, "requests": b.admin.requests() - r0,
-                                 "bytes": proxy.bytes() - b0, "tick_requests": ans.get("requests")})
+                    idle.append(
+                        {
+                            "s": time.perf_counter() - t,
+                            "requests": b.admin.requests() - r0,
+                            "bytes": proxy.bytes() - b0,
+                            "tick_requests": ans.get("requests"),
+                        }
+                    )
                 f = sb.root / target_slug / target_path.lstrip("/")
                 for i in range(cfg.runs):
                     new = f"memfs one-change {i} {time.time()}\n" + "x" * 2000
@@ -51,9 +63,15 @@ def row_eight_stores(b: Bench, sess8: dict, ids: list[str], proxy: ProxyProcess,
                     t = time.perf_counter()
                     ans = b.control_sync(sb, force=True)
                     ok = f.read_text() == new  # readable through the mount once sync returns
-                    change.append({"s": time.perf_counter() - t, "requests": b.admin.requests() - r0,
-                                   "bytes": proxy.bytes() - b0, "tick_requests": ans.get("requests"),
-                                   "visible": ok})
+                    change.append(
+                        {
+                            "s": time.perf_counter() - t,
+                            "requests": b.admin.requests() - r0,
+                            "bytes": proxy.bytes() - b0,
+                            "tick_requests": ans.get("requests"),
+                            "visible": ok,
+                        }
+                    )
                 rss_mounted = b.daemon_rss(sb)
                 for slug in sess8["slugs"]:  # read everything once: the blob LRU fills up
                     run_timed(grep_cmd(sb.root / slug))
@@ -63,41 +81,104 @@ def row_eight_stores(b: Bench, sess8: dict, ids: list[str], proxy: ProxyProcess,
             b.close_sandbox(sb)
         root = b.work / f"official-eight-{run}"
         root.mkdir()
-        off = official_child({"service_url": b.svc.base_url, "proxy_url": proxy.url,
-                                 "ctl_port": proxy.ctl_port, "root": str(root), "session": sess8, "runs": cfg.runs,
-                                 "change_target": target, "steady": last})
+        off = official_child(
+            {
+                "service_url": b.svc.base_url,
+                "proxy_url": proxy.url,
+                "ctl_port": proxy.ctl_port,
+                "root": str(root),
+                "session": sess8,
+                "runs": cfg.runs,
+                "change_target": target,
+                "steady": last,
+            }
+        )
         shutil.rmtree(root, ignore_errors=True)
         off_ready.append(off["download_s"])
     content_bytes = sum(len(t.encode()) for c in contents.values() for t in c.values())
     m, o = median(mem_ready), median(off_ready)
-    b.add("mount-ready-8", f"time until {len(ids)} full stores are readable: `memfs mount` vs official download",
-          m, o, "s", "<= 0.2x official", m <= 0.2 * o, base_label="official",
-          details={"memfs_runs_s": mem_ready, "official_runs_s": off_ready, "via": "counting proxy"})
+    b.add(
+        "mount-ready-8",
+        f"time until {len(ids)} full stores are readable: `memfs mount` vs official download",
+        m,
+        o,
+        "s",
+        "<= 0.2x official",
+        m <= 0.2 * o,
+        base_label="official",
+        details={"memfs_runs_s": mem_ready, "official_runs_s": off_ready, "via": "counting proxy"},
+    )
 
     mi, oi = idle[len(idle) // 2], sorted(off["idle"], key=lambda x: x["s"])[len(off["idle"]) // 2]
     mreq, oreq = median([x["requests"] for x in idle]), median([x["requests"] for x in off["idle"]])
-    b.add("idle-tick", f"requests per tick, {len(ids)} full stores, nothing changed", mreq, oreq, "req",
-          "1 request", mreq <= 1, base_label="official",
-          details={"memfs_bytes": median([x["bytes"] for x in idle]),
-                   "official_bytes": median([x["bytes"] for x in off["idle"]]),
-                   "memfs_tick_s": median([x["s"] for x in idle]),
-                   "official_tick_s": median([x["s"] for x in off["idle"]]), "memfs_runs": idle,
-                   "official_runs": off["idle"], "example": {"memfs": mi, "official": oi}})
-    b.add("idle-tick (bytes)", "bytes on the wire per idle tick (both directions, via a counting proxy)",
-          median([x["bytes"] for x in idle]), median([x["bytes"] for x in off["idle"]]), "B", "report", None,
-          base_label="official")
+    b.add(
+        "idle-tick",
+        f"requests per tick, {len(ids)} full stores, nothing changed",
+        mreq,
+        oreq,
+        "req",
+        "1 request",
+        mreq <= 1,
+        base_label="official",
+        details={
+            "memfs_bytes": median([x["bytes"] for x in idle]),
+            "official_bytes": median([x["bytes"] for x in off["idle"]]),
+            "memfs_tick_s": median([x["s"] for x in idle]),
+            "official_tick_s": median([x["s"] for x in off["idle"]]),
+            "memfs_runs": idle,
+            "official_runs": off["idle"],
+            "example": {"memfs": mi, "official": oi},
+        },
+    )
+    b.add(
+        "idle-tick (bytes)",
+        "bytes on the wire per idle tick (both directions, via a counting proxy)",
+        median([x["bytes"] for x in idle]),
+        median([x["bytes"] for x in off["idle"]]),
+        "B",
+        "report",
+        None,
+        base_label="official",
+    )
     creq, coreq = median([x["requests"] for x in change]), median([x["requests"] for x in off["change"]])
-    b.add("one-change-tick", "requests until one remote edit is readable", creq, coreq, "req", "<= 3 requests",
-          creq <= 3 and all(x["visible"] for x in change), base_label="official",
-          details={"memfs_runs": change, "official_runs": off["change"]})
-    b.add("one-change-tick (time)", "time of that tick (until the edit is readable)",
-          median([x["s"] for x in change]), median([x["s"] for x in off["change"]]), "s", "report", None,
-          base_label="official")
+    b.add(
+        "one-change-tick",
+        "requests until one remote edit is readable",
+        creq,
+        coreq,
+        "req",
+        "<= 3 requests",
+        creq <= 3 and all(x["visible"] for x in change),
+        base_label="official",
+        details={"memfs_runs": change, "official_runs": off["change"]},
+    )
+    b.add(
+        "one-change-tick (time)",
+        "time of that tick (until the edit is readable)",
+        median([x["s"] for x in change]),
+        median([x["s"] for x in off["change"]]),
+        "s",
+        "report",
+        None,
+        base_label="official",
+    )
     rss = max(rss_mounted["VmRSS"], rss_read["VmRSS"])
-    b.add("rss", f"daemon resident memory, {len(ids)} full stores mounted ({content_bytes / 2**20:.0f} MiB of "
-          "content), after reading all of it", rss, off["rss"]["VmHWM"], "B",
-          "<= 200 MiB (for 256 MiB of content)", rss <= 200 * 2**20, base_label="official worker process (peak)",
-          details={"memfs_mounted": rss_mounted, "memfs_after_reading_all": rss_read,
-                   "memfs_state_dir_bytes": state_bytes, "official_rss": off["rss"],
-                   "official_disk_bytes": off["disk_bytes"], "content_bytes": content_bytes})
-
+    b.add(
+        "rss",
+        f"daemon resident memory, {len(ids)} full stores mounted ({content_bytes / 2**20:.0f} MiB of "
+        "content), after reading all of it",
+        rss,
+        off["rss"]["VmHWM"],
+        "B",
+        "<= 200 MiB (for 256 MiB of content)",
+        rss <= 200 * 2**20,
+        base_label="official worker process (peak)",
+        details={
+            "memfs_mounted": rss_mounted,
+            "memfs_after_reading_all": rss_read,
+            "memfs_state_dir_bytes": state_bytes,
+            "official_rss": off["rss"],
+            "official_disk_bytes": off["disk_bytes"],
+            "content_bytes": content_bytes,
+        },
+    )

@@ -90,7 +90,10 @@ def busy_trials(a: Sandbox, b: Sandbox, trials: int) -> list[float]:
         except BaseException as exc:
             errors.append(exc)
 
-    threads = [threading.Thread(target=tool_calls, args=(a, False)), threading.Thread(target=tool_calls, args=(b, True))]
+    threads = [
+        threading.Thread(target=tool_calls, args=(a, False)),
+        threading.Thread(target=tool_calls, args=(b, True)),
+    ]
     for t in threads:
         t.start()
     out = []
@@ -150,8 +153,12 @@ def idle_cost(svc: ServiceProcess, sess: dict, work: Path, window: float) -> dic
         proxy.counts(reset=True)
         time.sleep(window)
         c = proxy.counts()
-        return {"window_s": window, "requests": c["requests"], "held_now": c["in_flight"],
-                "requests_per_minute": c["requests"] * 60.0 / window}
+        return {
+            "window_s": window,
+            "requests": c["requests"],
+            "held_now": c["in_flight"],
+            "requests_per_minute": c["requests"] * 60.0 / window,
+        }
     finally:
         box.close()
         proxy.stop()
@@ -167,8 +174,13 @@ def measure(work: Path, *, trials: int, idle_window: float, official: bool = Tru
     def pair(name: str, *flags: str) -> tuple[Sandbox, Sandbox]:
         made = []
         for side in ("a", "b"):
-            box = Sandbox(work, f"{name}-{side}", base_url=svc.base_url, session_id=sess["id"],
-                          work_secret=sess["work_secret"])
+            box = Sandbox(
+                work,
+                f"{name}-{side}",
+                base_url=svc.base_url,
+                session_id=sess["id"],
+                work_secret=sess["work_secret"],
+            )
             boxes.append(box)
             box.mount(*flags, timeout=120)
             made.append(box)
@@ -204,14 +216,35 @@ def row_live(b: Bench, work: Path) -> None:
     rows = measure(work, trials=trials, idle_window=15.0 if b.cfg.quick else 60.0)
     official = rows.get("official") or []
     base = pct(official, 50)
-    for key, label in (("live-idle", "both idle"), ("live-busy", "tool calls every 0.25 s"),
-                       ("polling-idle", "polling (5 s), both idle")):
+    for key, label in (
+        ("live-idle", "both idle"),
+        ("live-busy", "tool calls every 0.25 s"),
+        ("polling-idle", "polling (5 s), both idle"),
+    ):
         xs = rows[key]
         p50, p99 = pct(xs, 50), pct(xs, 99)
         live = key.startswith("live")
-        b.add(f"propagation-live ({label})", "write in A readable in B, p50", p50, base, "s",
-              "p50 <= 1 s, p99 <= 2 s" if live else "comparison", (p50 <= 1.0 and p99 <= 2.0) if live else None,
-              base_label="official p50", details={"p99_s": p99, "trials_s": xs, "official_trials_s": official})
+        b.add(
+            f"propagation-live ({label})",
+            "write in A readable in B, p50",
+            p50,
+            base,
+            "s",
+            "p50 <= 1 s, p99 <= 2 s" if live else "comparison",
+            (p50 <= 1.0 and p99 <= 2.0) if live else None,
+            base_label="official p50",
+            details={"p99_s": p99, "trials_s": xs, "official_trials_s": official},
+        )
     cost = rows["idle-cost"]
-    b.add("propagation-live (idle cost)", "requests per idle mount per minute", cost["requests_per_minute"], 0.0,
-          "req", "<= 2", cost["requests_per_minute"] <= 2, base_label="-", ratio=float("nan"), details=cost)
+    b.add(
+        "propagation-live (idle cost)",
+        "requests per idle mount per minute",
+        cost["requests_per_minute"],
+        0.0,
+        "req",
+        "<= 2",
+        cost["requests_per_minute"] <= 2,
+        base_label="-",
+        ratio=float("nan"),
+        details=cost,
+    )

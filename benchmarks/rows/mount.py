@@ -23,7 +23,14 @@ def row_mount_ready(b: Bench, sess: dict, label: str, runs: int) -> None:
         off.append(asyncio.run(official_download_time(b.url, sess, root)))
         shutil.rmtree(root, ignore_errors=True)
     m, o = median(mem), median(off)
-    b.add(label, f"time until {len(sess['slugs'])} full store(s) are readable: `memfs mount` vs official download",
-          m, o, "s", "<= 0.2x official", m <= 0.2 * o, base_label="official",
-          details={"memfs_runs_s": mem, "official_runs_s": off})
-
+    b.add(
+        label,
+        f"time until {len(sess['slugs'])} full store(s) are readable: `memfs mount` vs official download",
+        m,
+        o,
+        "s",
+        "<= 0.2x official",
+        m <= 0.2 * o,
+        base_label="official",
+        details={"memfs_runs_s": mem, "official_runs_s": off},
+    )

@@ -67,16 +67,28 @@ def _row_network(b: Bench, hosted: ServiceProcess, hadmin: Admin, ids: list[str]
     o = median(ready["official"])
     for m, limit in (("hosted", 0.5), ("counter", 0.2)):
         v = median(ready[m])
-        b.add(f"net first-download ({m})", f"`memfs mount` of 1 full store ({m} service) vs official download, "
-              f"rtt {rtt}", v, o, "s", f"<= {limit:g}x official", v <= limit * o, base_label="official",
-              details={"memfs_runs_s": ready[m], "official_runs_s": ready["official"], "rtt": rtt})
+        b.add(
+            f"net first-download ({m})",
+            f"`memfs mount` of 1 full store ({m} service) vs official download, rtt {rtt}",
+            v,
+            o,
+            "s",
+            f"<= {limit:g}x official",
+            v <= limit * o,
+            base_label="official",
+            details={"memfs_runs_s": ready[m], "official_runs_s": ready["official"], "rtt": rtt},
+        )
 
     # eight stores: download; on the last run's mounts the steady rows
     k = min(3, len(ids) - 1)
     listing = b.admin.list_basic(ids[k])
     target_path = sorted(listing)[len(listing) // 2]
-    target = {"store_id": ids[k], "memory_id": listing[target_path]["id"], "path": target_path,
-              "slug": eight["hosted"]["slugs"][k]}
+    target = {
+        "store_id": ids[k],
+        "memory_id": listing[target_path]["id"],
+        "path": target_path,
+        "slug": eight["hosted"]["slugs"][k],
+    }
     push_paths = sorted(b.admin.list_basic(ids[0]))[:200]
     ready8: dict[str, list[float]] = {"counter": [], "hosted": [], "official": []}
     steady: dict[str, dict[str, Any]] = {}
@@ -94,49 +106,104 @@ def _row_network(b: Bench, hosted: ServiceProcess, hadmin: Admin, ids: list[str]
                 b.close_sandbox(sb)
         root = b.work / f"official-net8-{run}"
         root.mkdir()
-        off = official_child({"service_url": hosted.base_url, "proxy_url": ph.url, "ctl_port": ph.ctl_port,
-                                 "root": str(root), "session": eight["hosted"], "runs": cfg.runs,
-                                 "change_target": target, "steady": last,
-                                 "push_paths": [(eight["hosted"]["slugs"][0], p) for p in push_paths],
-                                 "push_store": ids[0]})
+        off = official_child(
+            {
+                "service_url": hosted.base_url,
+                "proxy_url": ph.url,
+                "ctl_port": ph.ctl_port,
+                "root": str(root),
+                "session": eight["hosted"],
+                "runs": cfg.runs,
+                "change_target": target,
+                "steady": last,
+                "push_paths": [(eight["hosted"]["slugs"][0], p) for p in push_paths],
+                "push_store": ids[0],
+            }
+        )
         shutil.rmtree(root, ignore_errors=True)
         ready8["official"].append(off["download_s"])
     o = median(ready8["official"])
     for m in modes:
         v = median(ready8[m])
-        b.add(f"net first-download-8 ({m})", f"`memfs mount` of {len(ids)} full stores ({m}) vs official, rtt {rtt}",
-              v, o, "s", "<= 0.3x official", v <= 0.3 * o, base_label="official",
-              details={"memfs_runs_s": ready8[m], "official_runs_s": ready8["official"]})
+        b.add(
+            f"net first-download-8 ({m})",
+            f"`memfs mount` of {len(ids)} full stores ({m}) vs official, rtt {rtt}",
+            v,
+            o,
+            "s",
+            "<= 0.3x official",
+            v <= 0.3 * o,
+            base_label="official",
+            details={"memfs_runs_s": ready8[m], "official_runs_s": ready8["official"]},
+        )
     oi = median([x["s"] for x in off["idle"]])
     for m, target_x in (("counter", 0.1), ("hosted", 0.5)):
         v = median([x["s"] for x in steady[m]["idle"]])
-        b.add(f"net idle-tick-8 ({m})", f"forced tick, {len(ids)} full stores, nothing changed, rtt {rtt}", v, oi,
-              "s", f"<= {target_x:g}x official", v <= target_x * oi, base_label="official",
-              details={"memfs_runs": steady[m]["idle"], "official_runs": off["idle"]})
+        b.add(
+            f"net idle-tick-8 ({m})",
+            f"forced tick, {len(ids)} full stores, nothing changed, rtt {rtt}",
+            v,
+            oi,
+            "s",
+            f"<= {target_x:g}x official",
+            v <= target_x * oi,
+            base_label="official",
+            details={"memfs_runs": steady[m]["idle"], "official_runs": off["idle"]},
+        )
     oc = median([x["s"] for x in off["change"]])
     for m in modes:
         runs = steady[m]["change"]
         v = median([x["s"] for x in runs])
-        b.add(f"net one-edit ({m})", f"an admin edit until readable (forced tick), {len(ids)} stores, rtt {rtt}", v,
-              oc, "s", "<= 0.2x official", v <= 0.2 * oc and all(x["visible"] for x in runs), base_label="official",
-              details={"memfs_runs": runs, "official_runs": off["change"]})
+        b.add(
+            f"net one-edit ({m})",
+            f"an admin edit until readable (forced tick), {len(ids)} stores, rtt {rtt}",
+            v,
+            oc,
+            "s",
+            "<= 0.2x official",
+            v <= 0.2 * oc and all(x["visible"] for x in runs),
+            base_label="official",
+            details={"memfs_runs": runs, "official_runs": off["change"]},
+        )
     op = off["push_sync_if_due_s"]
     for m in modes:
         v = steady[m]["push_s"]
-        b.add(f"net push-200 ({m})", f"200 changed files until on the service (`memfs sync --force --wait` vs "
-              f"official sync_if_due), {len(ids)} stores mounted, rtt {rtt}", v, op, "s", "<= 0.3x official",
-              v <= 0.3 * op and steady[m]["push_landed"] == len(push_paths), base_label="official",
-              details={"memfs_landed": steady[m]["push_landed"], "official_landed": off["push_sync_if_due_landed"],
-                       "official_flush_writes_s": off["push_flush_writes_s"],
-                       "official_flush_writes_landed": off["push_flush_writes_landed"]})
+        b.add(
+            f"net push-200 ({m})",
+            f"200 changed files until on the service (`memfs sync --force --wait` vs "
+            f"official sync_if_due), {len(ids)} stores mounted, rtt {rtt}",
+            v,
+            op,
+            "s",
+            "<= 0.3x official",
+            v <= 0.3 * op and steady[m]["push_landed"] == len(push_paths),
+            base_label="official",
+            details={
+                "memfs_landed": steady[m]["push_landed"],
+                "official_landed": off["push_sync_if_due_landed"],
+                "official_flush_writes_s": off["push_flush_writes_s"],
+                "official_flush_writes_landed": off["push_flush_writes_landed"],
+            },
+        )
     for m in modes:
         runs = steady[m]["not_due"]
         v = median(runs)
-        b.add(f"net sync-not-due ({m})", "`memfs sync` (the CLI process, not forced) when no tick is due", v,
-              0.020, "s", "<= 20 ms", v <= 0.020, base_label="target", details={"runs_s": runs})
+        b.add(
+            f"net sync-not-due ({m})",
+            "`memfs sync` (the CLI process, not forced) when no tick is due",
+            v,
+            0.020,
+            "s",
+            "<= 20 ms",
+            v <= 0.020,
+            base_label="target",
+            details={"runs_s": runs},
+        )
 
 
-def _memfs_steady(b: Bench, sb: Sandbox, sess: dict, admin: Admin, target: dict, push_paths: list[str]) -> dict:
+def _memfs_steady(
+    b: Bench, sb: Sandbox, sess: dict, admin: Admin, target: dict, push_paths: list[str]
+) -> dict:
     """On a mounted sandbox: idle ticks, one-edit ticks, a push of 200 changed files, `memfs sync`
     when not due. Forced ticks go through the control socket (as the bench's other rows)."""
     cfg = b.cfg
@@ -145,7 +212,9 @@ def _memfs_steady(b: Bench, sb: Sandbox, sess: dict, admin: Admin, target: dict,
     for _ in range(cfg.runs):
         t = time.perf_counter()
         ans = b.control_sync(sb, force=True)
-        out["idle"].append({"s": time.perf_counter() - t, "tick_requests": ans.get("requests"), "ok": ans.get("ok")})
+        out["idle"].append(
+            {"s": time.perf_counter() - t, "tick_requests": ans.get("requests"), "ok": ans.get("ok")}
+        )
     f = sb.root / sess["slugs"][list(sess["slugs"]).index(target["slug"])] / target["path"].lstrip("/")
     for i in range(cfg.runs):
         new = f"memfs one-edit {i} {time.time()}\n" + "x" * 2000
@@ -153,7 +222,9 @@ def _memfs_steady(b: Bench, sb: Sandbox, sess: dict, admin: Admin, target: dict,
         t = time.perf_counter()
         ans = b.control_sync(sb, force=True)
         ok = f.read_text() == new
-        out["change"].append({"s": time.perf_counter() - t, "tick_requests": ans.get("requests"), "visible": ok})
+        out["change"].append(
+            {"s": time.perf_counter() - t, "tick_requests": ans.get("requests"), "visible": ok}
+        )
     token = f"memfs push {time.time()}\n"
     top = sb.root / sess["slugs"][0]
     for path in push_paths:
@@ -163,11 +234,13 @@ def _memfs_steady(b: Bench, sb: Sandbox, sess: dict, admin: Admin, target: dict,
     out["push_s"] = time.perf_counter() - t
     out["push_answer"] = {k: ans.get(k) for k in ("ok", "pushed", "requests", "error")}
     listed = admin.list_basic(sess["store_ids"][0])
-    out["push_landed"] = sum(1 for p in push_paths if listed[p]["content_sha256"]
-                             == hashlib.sha256((token + p + "\n").encode()).hexdigest())
+    out["push_landed"] = sum(
+        1
+        for p in push_paths
+        if listed[p]["content_sha256"] == hashlib.sha256((token + p + "\n").encode()).hexdigest()
+    )
     for _ in range(5):
         t = time.perf_counter()
         sb.memfs("sync", "--root", str(sb.root), check=True)
         out["not_due"].append(time.perf_counter() - t)
     return out
-

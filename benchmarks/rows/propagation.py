@@ -85,7 +85,14 @@ def row_propagation(b: Bench, store_id: str) -> None:
 
     off = asyncio.run(official())
     m, o = median(mem), median(off)
-    b.add("propagation", f"write in mount A -> readable in mount B, {INTERVAL:g} s interval, ticks by `memfs sync`",
-          m, o, "s", f"median <= {INTERVAL + 1:g} s", m <= INTERVAL + 1, base_label="official",
-          details={"memfs_runs_s": mem, "official_runs_s": off})
-
+    b.add(
+        "propagation",
+        f"write in mount A -> readable in mount B, {INTERVAL:g} s interval, ticks by `memfs sync`",
+        m,
+        o,
+        "s",
+        f"median <= {INTERVAL + 1:g} s",
+        m <= INTERVAL + 1,
+        base_label="official",
+        details={"memfs_runs_s": mem, "official_runs_s": off},
+    )

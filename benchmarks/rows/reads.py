@@ -23,12 +23,28 @@ def row_reads(b: Bench, store_dir: Path, disk: Path, tmpfs: Path, ref: Path) -> 
                 out[k].append(run_timed(cmd_for(d)))
         return out
 
-    def report(row: str, measure: str, runs: dict[str, list[float]], target: float, cold: bool = False) -> None:
+    def report(
+        row: str, measure: str, runs: dict[str, list[float]], target: float, cold: bool = False
+    ) -> None:
         m, d, t = median(runs["memfs"]), median(runs["disk"]), median(runs["tmpfs"])
         base = d if cold else min(d, t)  # warm: the faster of disk and tmpfs; cold: disk (tmpfs has no cold)
-        b.add(row, measure, m, base, "s", f"<= {target:g}x local", m <= target * base,
-              base_label="local disk" if cold or d <= t else "tmpfs",
-              details={"disk_s": d, "tmpfs_s": t, "ratio_vs_disk": m / d, "ratio_vs_tmpfs": m / t, "runs": runs})
+        b.add(
+            row,
+            measure,
+            m,
+            base,
+            "s",
+            f"<= {target:g}x local",
+            m <= target * base,
+            base_label="local disk" if cold or d <= t else "tmpfs",
+            details={
+                "disk_s": d,
+                "tmpfs_s": t,
+                "ratio_vs_disk": m / d,
+                "ratio_vs_tmpfs": m / t,
+                "runs": runs,
+            },
+        )
 
     g = warm(grep_cmd)
     report("grep-warm", "`grep -r` over a full store, warm (second and later runs)", g, 5)
@@ -42,4 +58,3 @@ def row_reads(b: Bench, store_dir: Path, disk: Path, tmpfs: Path, ref: Path) -> 
     report("stat-storm (ls -lR)", "`ls -lR` over a full store, warm", ls, 3)
     fnd = warm(lambda d: ["find", str(d), "-type", "f", "-newer", str(ref)])
     report("stat-storm (find)", "`find -type f -newer REF` over a full store, warm", fnd, 3)
-

@@ -346,7 +346,9 @@ class Filesystem(PermissionChecks, SyncFacing):
 
     # ---- files -------------------------------------------------------------------------------
 
-    def _new_handle(self, node: FileNode | MarkerNode | NoticesNode, writable: bool, pid: int = 0) -> FileHandle:
+    def _new_handle(
+        self, node: FileNode | MarkerNode | NoticesNode, writable: bool, pid: int = 0
+    ) -> FileHandle:
         fh = self._next_fh
         self._next_fh += 1
         h = FileHandle(fh, node, writable, pid)
@@ -564,8 +566,14 @@ class Filesystem(PermissionChecks, SyncFacing):
             return
         for o in self._handles.values():
             n = o.node
-            if (o is not h and o.pid == h.pid and not o.failed and isinstance(n, FileNode) and n.unborn
-                    and n.creator_fh == o.fh):
+            if (
+                o is not h
+                and o.pid == h.pid
+                and not o.failed
+                and isinstance(n, FileNode)
+                and n.unborn
+                and n.creator_fh == o.fh
+            ):
                 o.failed, o.cause = err, h.node.path
 
     def _make_dirty(self, node: FileNode) -> None:
@@ -610,9 +618,14 @@ class Filesystem(PermissionChecks, SyncFacing):
             why = f"its writer's write to {h.cause} failed ({errno.errorcode.get(h.failed, h.failed)})"
         if any(o is not h and o.node is node and o.wrote for o in self._handles.values()):
             if first:
-                self.add_notice(sid, "write-failed", node.path, f"{why}; nothing of that writer was "
-                                "saved, but another writer still has the file open and its close "
-                                "saves what the file holds then")
+                self.add_notice(
+                    sid,
+                    "write-failed",
+                    node.path,
+                    f"{why}; nothing of that writer was "
+                    "saved, but another writer still has the file open and its close "
+                    "saves what the file holds then",
+                )
             return
         path, parent, s = node.path, Tree.parent_of(node), node.replaces
         if node.buf is not None:
@@ -711,7 +724,13 @@ class Filesystem(PermissionChecks, SyncFacing):
         old_path = src.path
         new_path = f"{pnew.path}/{sname}"
         t = self.now()
-        if isinstance(src, FileNode) and src.unborn and src.replaces is None and dst is not None and isinstance(dst, FileNode):
+        if (
+            isinstance(src, FileNode)
+            and src.unborn
+            and src.replaces is None
+            and dst is not None
+            and isinstance(dst, FileNode)
+        ):
             # A new file renamed over a staged one while its writer is still at work: the sync
             # keeps seeing the replaced file there until that writer closes (or fails).
             src.replaces = self._staged_state(dst)

@@ -30,7 +30,9 @@ TIMEOUT = 1.0  # entry/attr cache lifetime in the kernel (docs/SEMANTICS.md#d-ke
 def _handler(fn: Callable) -> Callable:
     @functools.wraps(fn)
     async def wrapper(self: FuseOps, *args):
-        self.fs.last_activity = time.monotonic()  # the sync timer waits for a quiet mount (SEMANTICS.md#d-when)
+        self.fs.last_activity = (
+            time.monotonic()
+        )  # the sync timer waits for a quiet mount (SEMANTICS.md#d-when)
         try:
             return fn(self, *args)
         except FsError as e:

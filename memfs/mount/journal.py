@@ -84,7 +84,6 @@ class SyncJournal(StateDb):
             ).fetchone()
         return StoreRow(StoreInfo(*r[:4]), *r[4:]) if r else None
 
-
     # ---- baseline --------------------------------------------------------------------------
 
     def baseline(self, store_id: str) -> dict[str, BaseEntry]:

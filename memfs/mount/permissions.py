@@ -117,4 +117,3 @@ class PermissionChecks:
             if not allowed(tree.mode(p), tree.uid, tree.gid, caller, X):
                 raise FsError(errno.EACCES)
             p = p.parent
-

@@ -78,8 +78,6 @@ class StateLocked(StateError):
         )
 
 
-
-
 class StateDb:
     """state.db of one state dir, opened (and migrated) on construction; the lock is separate."""
 

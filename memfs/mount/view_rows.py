@@ -112,7 +112,6 @@ class ViewRows(StateDb):
         with self.transaction() as db:
             db.execute("DELETE FROM dirs WHERE store_id=? AND path=?", (store_id, path))
 
-
     # ---- notices ---------------------------------------------------------------------------
 
     def add_notice(self, store_id: str, line: str) -> None:

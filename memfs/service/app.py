@@ -72,8 +72,15 @@ def _json(body: object, status: int = 200, headers: dict | None = None) -> JSONR
 class _Service:
     extensions = True  # the memfs extensions (counter, changes feed, snapshot, counter header, batch)
 
-    def __init__(self, storage: Storage, admin_key: str, max_memories: int, metrics: Metrics,
-                 watch_hub: WatchHub, rate_limiter: RateLimiter | None = None):
+    def __init__(
+        self,
+        storage: Storage,
+        admin_key: str,
+        max_memories: int,
+        metrics: Metrics,
+        watch_hub: WatchHub,
+        rate_limiter: RateLimiter | None = None,
+    ):
         if not admin_key:
             raise ValueError("admin_key must not be empty")
         self.storage = storage
@@ -297,7 +304,9 @@ class _Service:
                 answers[i] = batch.error(e)
         counter = None
         if items:
-            res = await self.call(self.storage.write_batch, sid, items, p.actor, max_memories=self.max_memories)
+            res = await self.call(
+                self.storage.write_batch, sid, items, p.actor, max_memories=self.max_memories
+            )
             for i, outcome in zip(sent, res.outcomes, strict=True):
                 answers[i] = batch.result(ops[i], outcome, full)
             counter = res.counter
@@ -588,9 +597,22 @@ class _Service:
             ("/healthz", "GET", self.get_live),
             ("/readyz", "GET", self.get_ready),
         ]
-        if not self.extensions:  # behave like the hosted API: no counter, feed or snapshot (SEMANTICS.md#d-no-counter)
-            table = [t for t in table if t[2] not in (self.get_counter, self.get_counters, self.get_changes,
-                                                      self.get_snapshot, self.watch, self.write_batch)]
+        if (
+            not self.extensions
+        ):  # behave like the hosted API: no counter, feed or snapshot (SEMANTICS.md#d-no-counter)
+            table = [
+                t
+                for t in table
+                if t[2]
+                not in (
+                    self.get_counter,
+                    self.get_counters,
+                    self.get_changes,
+                    self.get_snapshot,
+                    self.watch,
+                    self.write_batch,
+                )
+            ]
         return [Route(path, fn, methods=[method]) for path, method, fn in table]
 
 

@@ -85,8 +85,15 @@ class _Server(uvicorn.Server):
         super().handle_exit(sig, frame)
 
 
-async def serve(app, host: str, port: int, retention: Retention, retention_interval_s: float,
-                certfile: str | None = None, keyfile: str | None = None) -> None:
+async def serve(
+    app,
+    host: str,
+    port: int,
+    retention: Retention,
+    retention_interval_s: float,
+    certfile: str | None = None,
+    keyfile: str | None = None,
+) -> None:
     config = uvicorn.Config(
         app,
         host=host,
@@ -132,8 +139,15 @@ def _stopped(_sig, _frame) -> None:
     pass
 
 
-def run(app, host: str, port: int, retention: Retention, retention_interval_s: float,
-        certfile: str | None = None, keyfile: str | None = None) -> None:
+def run(
+    app,
+    host: str,
+    port: int,
+    retention: Retention,
+    retention_interval_s: float,
+    certfile: str | None = None,
+    keyfile: str | None = None,
+) -> None:
     import uvloop
 
     # uvicorn restores the handlers it found and raises the signal again once it has shut down

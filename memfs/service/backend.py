@@ -105,7 +105,9 @@ class Tx(Protocol):
     def live_at(self, store_id: str, paths: Sequence[str]) -> list[tuple[str, str]]:
         """(id, path) of the live memories at any of `paths`, shortest path first."""
 
-    def first_live_in(self, store_id: str, lo: str, hi: str, exclude_id: str | None) -> tuple[str, str] | None:
+    def first_live_in(
+        self, store_id: str, lo: str, hi: str, exclude_id: str | None
+    ) -> tuple[str, str] | None:
         """(id, path) of the first live memory (byte order) with lo <= path < hi, not `exclude_id`."""
 
     def count_live(self, store_id: str) -> int: ...

@@ -37,7 +37,9 @@ def operations(body: dict) -> list:
         if not isinstance(op, dict):
             raise invalid(f"operations[{i}]: must be an object")
         if op.get("type") not in _FIELDS:
-            raise invalid(f"operations[{i}].type: must be 'create', 'update' or 'delete' (got {op.get('type')!r})")
+            raise invalid(
+                f"operations[{i}].type: must be 'create', 'update' or 'delete' (got {op.get('type')!r})"
+            )
     return ops
 
 
@@ -73,7 +75,11 @@ def item(op: dict) -> BatchItem:
 
 def error(err: ApiError) -> dict:
     """An item's error: the single endpoint's error body, with its HTTP status."""
-    return {"type": "error", "status": err.status, "error": {"type": err.type, "message": err.message, **err.extra}}
+    return {
+        "type": "error",
+        "status": err.status,
+        "error": {"type": err.type, "message": err.message, **err.extra},
+    }
 
 
 def result(op: dict, outcome: BatchOutcome, full: bool) -> dict:

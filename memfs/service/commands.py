@@ -29,31 +29,68 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("serve", help="run the reference store service")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8470, help="TCP port (0 picks a free one)")
-    p.add_argument("--db", default=os.environ.get("MEMFS_DB") or "./memfs-data/store.db",
-                   help="sqlite:///PATH or a file path (created if missing), or postgresql://… "
-                        "(default: $MEMFS_DB, else ./memfs-data/store.db)")
+    p.add_argument(
+        "--db",
+        default=os.environ.get("MEMFS_DB") or "./memfs-data/store.db",
+        help="sqlite:///PATH or a file path (created if missing), or postgresql://… "
+        "(default: $MEMFS_DB, else ./memfs-data/store.db)",
+    )
     p.add_argument("--admin-key", help="admin key (default: $MEMFS_ADMIN_KEY, else generated and printed)")
     p.add_argument("--max-memories", type=int, default=DEFAULT_MAX_MEMORIES, help="memories per store")
-    p.add_argument("--hosted-api", action="store_true",
-                   help="serve only the hosted API: no counter, changes feed or snapshot (to test clients' fallback)")
-    p.add_argument("--version-retention-days", type=float, default=30.0, metavar="DAYS",
-                   help="keep memory versions at least this long (default 30; 0 keeps everything; "
-                        "fractions allowed); each live memory's current version is always kept")
-    p.add_argument("--retention-interval", type=float, default=300.0, metavar="SECONDS",
-                   help="how often the retention job runs (default 300)")
-    p.add_argument("--server", choices=("uvicorn", "hypercorn"), default="uvicorn",
-                   help="HTTP server: uvicorn on asyncio/uvloop (default) or Hypercorn on trio "
-                        "(uvicorn answers 3-5x the counter reads/s here; scripts/counter_rate.py)")
-    p.add_argument("--console", action="store_true",
-                   help="also serve the web console at /console (sign in with the admin key)")
-    p.add_argument("--rate-limit", type=float, default=0.0, metavar="RPS",
-                   help="requests per second per credential (admin key, session token), answered "
-                        "429 with retry-after beyond it; per process (default 0: no limit)")
-    p.add_argument("--rate-burst", type=int, default=None, metavar="N",
-                   help="requests a credential may send at once before --rate-limit applies "
-                        "(default: two seconds' worth, at least 1)")
-    p.add_argument("--certfile", default=None, metavar="PEM",
-                   help="serve https with this certificate chain (with --keyfile)")
+    p.add_argument(
+        "--hosted-api",
+        action="store_true",
+        help="serve only the hosted API: no counter, changes feed or snapshot (to test clients' fallback)",
+    )
+    p.add_argument(
+        "--version-retention-days",
+        type=float,
+        default=30.0,
+        metavar="DAYS",
+        help="keep memory versions at least this long (default 30; 0 keeps everything; "
+        "fractions allowed); each live memory's current version is always kept",
+    )
+    p.add_argument(
+        "--retention-interval",
+        type=float,
+        default=300.0,
+        metavar="SECONDS",
+        help="how often the retention job runs (default 300)",
+    )
+    p.add_argument(
+        "--server",
+        choices=("uvicorn", "hypercorn"),
+        default="uvicorn",
+        help="HTTP server: uvicorn on asyncio/uvloop (default) or Hypercorn on trio "
+        "(uvicorn answers 3-5x the counter reads/s here; scripts/counter_rate.py)",
+    )
+    p.add_argument(
+        "--console",
+        action="store_true",
+        help="also serve the web console at /console (sign in with the admin key)",
+    )
+    p.add_argument(
+        "--rate-limit",
+        type=float,
+        default=0.0,
+        metavar="RPS",
+        help="requests per second per credential (admin key, session token), answered "
+        "429 with retry-after beyond it; per process (default 0: no limit)",
+    )
+    p.add_argument(
+        "--rate-burst",
+        type=int,
+        default=None,
+        metavar="N",
+        help="requests a credential may send at once before --rate-limit applies "
+        "(default: two seconds' worth, at least 1)",
+    )
+    p.add_argument(
+        "--certfile",
+        default=None,
+        metavar="PEM",
+        help="serve https with this certificate chain (with --keyfile)",
+    )
     p.add_argument("--keyfile", default=None, metavar="PEM", help="the private key of --certfile")
     p.set_defaults(func=_serve)
 
@@ -100,7 +137,9 @@ def _serve(args: argparse.Namespace) -> int:
         print("memfs serve: --max-memories must be at least 1", file=sys.stderr)
         return 2
     if args.version_retention_days < 0 or args.retention_interval <= 0:
-        print("memfs serve: --version-retention-days must be >= 0 and --retention-interval > 0", file=sys.stderr)
+        print(
+            "memfs serve: --version-retention-days must be >= 0 and --retention-interval > 0", file=sys.stderr
+        )
         return 2
     if not (args.rate_limit >= 0 and math.isfinite(args.rate_limit)):  # also refuses nan
         print("memfs serve: --rate-limit must be a number >= 0 (requests/s; 0: no limit)", file=sys.stderr)

@@ -9,8 +9,9 @@ class ApiError(Exception):
     """An error answered to the client: HTTP status, error type, message, extra `error` fields,
     and response headers (`retry-after` on a 429)."""
 
-    def __init__(self, status: int, type_: str, message: str, *, headers: dict[str, str] | None = None,
-                 **extra: object):
+    def __init__(
+        self, status: int, type_: str, message: str, *, headers: dict[str, str] | None = None, **extra: object
+    ):
         super().__init__(message)
         self.status = status
         self.type = type_

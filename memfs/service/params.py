@@ -29,7 +29,9 @@ async def read_body(request: Request) -> bytes:
     except ClientDisconnect:
         raise invalid("the client disconnected before sending the whole body") from None
     if len(buf) > MAX_REQUEST_BODY:  # a defence, should the app ever run without its frame
-        raise ApiError(413, "request_too_large", f"request body is larger than {MAX_REQUEST_BODY} bytes (1 MiB)")
+        raise ApiError(
+            413, "request_too_large", f"request body is larger than {MAX_REQUEST_BODY} bytes (1 MiB)"
+        )
     return bytes(buf)
 
 

@@ -83,4 +83,7 @@ def retry_after_headers(wait_s: float) -> dict[str, str]:
     """`retry-after` in whole seconds (HTTP allows no fraction; rounded up so a client that honours
     it is never early), and `retry-after-ms` for clients that read the finer one (the official
     `anthropic` client and memfs's own prefer it)."""
-    return {"retry-after": str(max(1, math.ceil(wait_s))), "retry-after-ms": str(max(1, math.ceil(wait_s * 1000)))}
+    return {
+        "retry-after": str(max(1, math.ceil(wait_s))),
+        "retry-after-ms": str(max(1, math.ceil(wait_s * 1000))),
+    }

@@ -277,7 +277,9 @@ class StoreService:
             return self._create(tx, store_id, path, content, actor, max_memories)
 
     @staticmethod
-    def _create(tx: Tx, store_id: str, path: str, content: str, actor: Actor, max_memories: int) -> MemoryRecord:
+    def _create(
+        tx: Tx, store_id: str, path: str, content: str, actor: Actor, max_memories: int
+    ) -> MemoryRecord:
         sha, size = sha256_hex(content), len(content.encode("utf-8"))
         _require_writable(tx, store_id)
         check_path_free(tx, store_id, path, None)
@@ -325,7 +327,9 @@ class StoreService:
             else:
                 # Walk the children in path order; each deeper subtree is one roll-up, skipped at once.
                 while len(items) <= limit:
-                    rows = tx.list_live(store_id, lo=lo, lo_inclusive=inclusive, hi=hi, limit=1, content=with_content)
+                    rows = tx.list_live(
+                        store_id, lo=lo, lo_inclusive=inclusive, hi=hi, limit=1, content=with_content
+                    )
                     if not rows:
                         break
                     rest = rows[0].path[len(path_prefix) :]
@@ -419,7 +423,9 @@ class StoreService:
         vid, t = new_id("memver_"), now()
         counter = tx.bump(store_id)
         tx.insert_version(
-            VersionRecord(vid, memory_id, store_id, "deleted", row.path, None, None, None, t, actor, None, None),
+            VersionRecord(
+                vid, memory_id, store_id, "deleted", row.path, None, None, None, t, actor, None, None
+            ),
             counter,
         )
         tx.tombstone_memory(memory_id, version_id=vid, counter=counter, at=t)
@@ -440,7 +446,9 @@ class StoreService:
             for item in items:
                 try:
                     with tx.savepoint():
-                        outcomes.append(BatchOutcome(memory=self._apply_item(tx, store_id, item, actor, max_memories)))
+                        outcomes.append(
+                            BatchOutcome(memory=self._apply_item(tx, store_id, item, actor, max_memories))
+                        )
                 except StorageError as e:
                     outcomes.append(BatchOutcome(error=e))
             return BatchResult(outcomes, tx.counter(store_id))
@@ -451,7 +459,9 @@ class StoreService:
         if isinstance(item, BatchCreate):
             return self._create(tx, store_id, item.path, item.content, actor, max_memories)
         if isinstance(item, BatchUpdate):
-            return self._update(tx, store_id, item.memory_id, item.content, item.path, item.expected_sha256, actor)
+            return self._update(
+                tx, store_id, item.memory_id, item.content, item.path, item.expected_sha256, actor
+            )
         if isinstance(item, BatchDelete):
             self._delete(tx, store_id, item.memory_id, item.expected_sha256, actor)
             return None
@@ -464,7 +474,9 @@ class StoreService:
     ) -> Page:
         with self.backend.read() as tx:
             _require_store(tx, store_id)
-            rows = tx.list_versions(store_id, filters=filters, after=after, limit=limit + 1, content=with_content)
+            rows = tx.list_versions(
+                store_id, filters=filters, after=after, limit=limit + 1, content=with_content
+            )
         return _paged(rows, limit)
 
     @staticmethod
@@ -558,7 +570,9 @@ class StoreService:
             for spec in resources:
                 store = _require_store(tx, spec.memory_store_id)
                 if store.archived_at is not None:
-                    raise StoreArchived(f"memory store {spec.memory_store_id} is archived and cannot be attached")
+                    raise StoreArchived(
+                        f"memory store {spec.memory_store_id} is archived and cannot be attached"
+                    )
                 stores.append(store)
             records = [
                 ResourceRecord(spec.memory_store_id, spec.access, store.name, store.description,

@@ -124,13 +124,19 @@ def run(
         config.certfile, config.keyfile = certfile, keyfile
     app = create_app(storage, key, max_memories, extensions=extensions, console=console, rate_limiter=limiter)
     if limiter is not None:
-        log.info("rate limit: %g requests/s per credential, bursts of %d (per process)", limiter.rate, limiter.burst)
+        log.info(
+            "rate limit: %g requests/s per credential, bursts of %d (per process)",
+            limiter.rate,
+            limiter.burst,
+        )
     try:
         retention = Retention(storage.backend, retention_days)
         if server != "hypercorn":
             from memfs.service import asgi_server
 
-            asgi_server.run(app, host, port, retention, retention_interval_s, certfile=certfile, keyfile=keyfile)
+            asgi_server.run(
+                app, host, port, retention, retention_interval_s, certfile=certfile, keyfile=keyfile
+            )
         else:
             trio.run(_serve, app, config, host, retention, retention_interval_s)
     finally:

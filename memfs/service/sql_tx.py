@@ -226,9 +226,7 @@ class SqlTx:
     # --- the counter and the history floor --------------------------------------------------------
 
     def _kv(self, store_id: str, key: str) -> int:
-        row = self._x(
-            "SELECT value FROM store_kv WHERE store_id = ? AND key = ?", (store_id, key)
-        ).fetchone()
+        row = self._x("SELECT value FROM store_kv WHERE store_id = ? AND key = ?", (store_id, key)).fetchone()
         return int(row["value"]) if row else 0  # a store that never had the key reads 0
 
     def counter(self, store_id: str) -> int:
@@ -276,7 +274,9 @@ class SqlTx:
         ).fetchall()
         return [(r["id"], r["path"]) for r in rows]
 
-    def first_live_in(self, store_id: str, lo: str, hi: str, exclude_id: str | None) -> tuple[str, str] | None:
+    def first_live_in(
+        self, store_id: str, lo: str, hi: str, exclude_id: str | None
+    ) -> tuple[str, str] | None:
         row = self._x(
             "SELECT id, path FROM memories WHERE store_id = ? AND deleted_at IS NULL AND path >= ? AND path < ? "
             f"AND {self.not_id} ORDER BY path LIMIT 1",
@@ -285,10 +285,12 @@ class SqlTx:
         return (row["id"], row["path"]) if row else None
 
     def count_live(self, store_id: str) -> int:
-        return int(self._x(
-            f"SELECT count(*) AS n FROM {self.count_live_from} WHERE store_id = ? AND deleted_at IS NULL",
-            (store_id,),
-        ).fetchone()["n"])
+        return int(
+            self._x(
+                f"SELECT count(*) AS n FROM {self.count_live_from} WHERE store_id = ? AND deleted_at IS NULL",
+                (store_id,),
+            ).fetchone()["n"]
+        )
 
     def live_totals_sql(self) -> str:
         return (
@@ -418,7 +420,8 @@ class SqlTx:
             args.append(filters.created_lte)
         cols = "seq, " + _VER_COLS + (", content" if content else "")
         rows = self._x(
-            f"SELECT {cols} FROM versions WHERE {' AND '.join(where)} ORDER BY seq DESC LIMIT ?", (*args, limit)
+            f"SELECT {cols} FROM versions WHERE {' AND '.join(where)} ORDER BY seq DESC LIMIT ?",
+            (*args, limit),
         ).fetchall()
         return [(r["seq"], self._version(r, content)) for r in rows]
 
@@ -438,11 +441,14 @@ class SqlTx:
         """The largest counter C such that every version with counter <= C was written before
         `cutoff` (timestamps need not follow counters exactly, so the first recent one bounds it)."""
         row = self._x(
-            "SELECT min(counter) AS m FROM versions WHERE store_id = ? AND created_at >= ?", (store_id, cutoff)
+            "SELECT min(counter) AS m FROM versions WHERE store_id = ? AND created_at >= ?",
+            (store_id, cutoff),
         ).fetchone()
         return self.counter(store_id) if row["m"] is None else int(row["m"]) - 1
 
-    def prunable_versions(self, store_id: str, horizon: int, limit: int, after_seq: int = 0) -> list[tuple[int, str]]:
+    def prunable_versions(
+        self, store_id: str, horizon: int, limit: int, after_seq: int = 0
+    ) -> list[tuple[int, str]]:
         """(seq, id) of versions at or below `horizon` that are not their memory's last one at or
         below it, in seq order after `after_seq` (a pass resumes where its last batch ended, so no
         batch rescans what the earlier ones kept)."""
@@ -474,10 +480,13 @@ class SqlTx:
         n = self._x(
             f"DELETE FROM versions WHERE store_id = ? AND memory_id IN ({marks})", (store_id, *memory_ids)
         ).rowcount
-        return n + self._x(
-            f"DELETE FROM memories WHERE store_id = ? AND deleted_at IS NOT NULL AND id IN ({marks})",
-            (store_id, *memory_ids),
-        ).rowcount
+        return (
+            n
+            + self._x(
+                f"DELETE FROM memories WHERE store_id = ? AND deleted_at IS NOT NULL AND id IN ({marks})",
+                (store_id, *memory_ids),
+            ).rowcount
+        )
 
     # --- sessions --------------------------------------------------------------------------------
 

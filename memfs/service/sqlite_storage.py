@@ -274,7 +274,12 @@ class SqliteBackend:
             self._writer_lock.release()
 
     def _end_turn(
-        self, conn: sqlite3.Connection, group: _Group, *, undo: bool = False, abort: BaseException | None = None
+        self,
+        conn: sqlite3.Connection,
+        group: _Group,
+        *,
+        undo: bool = False,
+        abort: BaseException | None = None,
     ) -> None:
         """The end of one request's turn on the writer: keep or undo its savepoint, then commit the
         group unless queued writers will join it. Releases `_writer_lock`."""

@@ -59,9 +59,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--state-dir", default=None, help="default: /var/lib/memfs/<root>")
     p.add_argument("--sync-interval", type=_float, default=limits.DEFAULT_SYNC_INTERVAL)
     p.add_argument("--sync-deletions", choices=DELETION_MODES, default="enabled")
-    p.add_argument("--live", choices=["auto", "off"], default="auto",
-                   help="auto: hold a watch when the service has one (changes in about a second); "
-                        "off: only poll every --sync-interval")
+    p.add_argument(
+        "--live",
+        choices=["auto", "off"],
+        default="auto",
+        help="auto: hold a watch when the service has one (changes in about a second); "
+        "off: only poll every --sync-interval",
+    )
     p.add_argument("--max-files", type=int, default=limits.DEFAULT_MAX_FILES)
     p.add_argument("--max-bytes", type=parse_size, default=limits.DEFAULT_MAX_BYTES)
     p.add_argument("--uid", type=int, default=None)
@@ -93,8 +97,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--state-dir", required=True)
     p.add_argument("--base-url", default=None, help="default: the one the mount used")
     p.add_argument("--flush-timeout", type=_float, default=limits.FLUSH_TIMEOUT)
-    p.add_argument("--sync-deletions", choices=DELETION_MODES, default=None,
-                   help="default: the one the mount used")
+    p.add_argument(
+        "--sync-deletions", choices=DELETION_MODES, default=None, help="default: the one the mount used"
+    )
     p.add_argument("--log-format", choices=LOG_FORMATS, default="text")
     p.set_defaults(func=cmd_flush)
 
@@ -102,7 +107,11 @@ def register(sub: argparse._SubParsersAction) -> None:
 def _token() -> str | None:
     from memfs.client import sessions_token_from_secret
 
-    return sessions_token_from_secret(os.environ.get("ANTHROPIC_WORK_SECRET")) or os.environ.get("MEMFS_TOKEN") or None
+    return (
+        sessions_token_from_secret(os.environ.get("ANTHROPIC_WORK_SECRET"))
+        or os.environ.get("MEMFS_TOKEN")
+        or None
+    )
 
 
 # -- mount --------------------------------------------------------------------------------------
@@ -137,8 +146,12 @@ def _live_mount_problem(root: str) -> str | None:
     from memfs.mount.mount_table import fuse_mount_at
 
     entry = control.registry_entry(root)
-    if fuse_mount_at(entry["root"] if entry and entry.get("root") else control.registry_key(root),
-                     resolve=False) is None:
+    if (
+        fuse_mount_at(
+            entry["root"] if entry and entry.get("root") else control.registry_key(root), resolve=False
+        )
+        is None
+    ):
         return None  # nothing mounted there (a symlinked root is checked again by the preflight)
     state_dir = Path(entry["state_dir"]) if entry else control.lookup_state_dir(root)
     try:
@@ -147,11 +160,15 @@ def _live_mount_problem(root: str) -> str | None:
         return str(exc)
     except (control.NoDaemon, TimeoutError, OSError):
         return None  # a dead mount: the preflight clears it
-    return (f"{root} is already a mounted memfs filesystem (pid {answer.get('pid', '?')}); "
-            f"run `memfs unmount --root {root}` first")
+    return (
+        f"{root} is already a mounted memfs filesystem (pid {answer.get('pid', '?')}); "
+        f"run `memfs unmount --root {root}` first"
+    )
 
 
-def _spawn_daemon(args: argparse.Namespace, root: str, state_dir: Path, session_id: str, base_url: str) -> int:
+def _spawn_daemon(
+    args: argparse.Namespace, root: str, state_dir: Path, session_id: str, base_url: str
+) -> int:
     """Start the daemon detached and return once it reports every store readable (or fails).
 
     The daemon is this process, forked (nothing has started a thread yet): it keeps the modules
@@ -159,7 +176,9 @@ def _spawn_daemon(args: argparse.Namespace, root: str, state_dir: Path, session_
     try:
         state_dir.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        return _fail("mount", f"cannot create the state dir {state_dir}: {exc.strerror}; choose a writable --state-dir")
+        return _fail(
+            "mount", f"cannot create the state dir {state_dir}: {exc.strerror}; choose a writable --state-dir"
+        )
     log_path = state_dir / "memfs.log"
     read_fd, write_fd = os.pipe()
     sys.stdout.flush()
@@ -174,7 +193,9 @@ def _spawn_daemon(args: argparse.Namespace, root: str, state_dir: Path, session_
         print(report[len("ready") :].strip() or f"memfs: mounted at {root}")
         return 0
     _, status = os.waitpid(pid, 0)
-    message = report.strip() or f"the daemon exited with status {os.waitstatus_to_exitcode(status)}; see {log_path}"
+    message = (
+        report.strip() or f"the daemon exited with status {os.waitstatus_to_exitcode(status)}; see {log_path}"
+    )
     return _fail("mount", message.removeprefix("error: "))
 
 
@@ -282,8 +303,12 @@ def cmd_status(args: argparse.Namespace) -> int:
     except control.DaemonNotAnswering as exc:
         return _fail("status", str(exc), EXIT_NOT_ANSWERING)
     except TimeoutError:
-        return _fail("status", f"the memfs daemon for {args.root} answered the ping but not the status "
-                     f"within 30s; see {state_dir / 'memfs.log'}", EXIT_NOT_ANSWERING)
+        return _fail(
+            "status",
+            f"the memfs daemon for {args.root} answered the ping but not the status "
+            f"within 30s; see {state_dir / 'memfs.log'}",
+            EXIT_NOT_ANSWERING,
+        )
     except control.NoDaemon:
         offline = _offline_status(state_dir)
         if offline is None:
@@ -331,22 +356,31 @@ def _not_on_store_message(answer: dict[str, Any], state_dir: str) -> str:
     named = "\n  ".join(describe_not_on_store(answer))
     fixes = []
     if staged:
-        fixes.append(f"staged changes: `memfs flush --state-dir {state_dir}` when the store service is "
-                     "reachable (or the next mount with this state dir uploads them)")
+        fixes.append(
+            f"staged changes: `memfs flush --state-dir {state_dir}` when the store service is "
+            "reachable (or the next mount with this state dir uploads them)"
+        )
     if sum(s["refused"] + s["held"] for s in summaries):
-        fixes.append(f"refused and held files: mount again with --state-dir {state_dir}, then change or "
-                     "remove them (`memfs status` names them)")
+        fixes.append(
+            f"refused and held files: mount again with --state-dir {state_dir}, then change or "
+            "remove them (`memfs status` names them)"
+        )
     refused = sum(s["refused"] for s in summaries)
     held = sum(s["held"] for s in summaries)
-    return (f"{answer.get('pending', 0)} change(s) are not on the store service ({staged} staged change(s), "
-            f"{refused} refused by the service, {held} held back); they are kept in the state dir "
-            f"{state_dir}:\n  {named}\n" + "\n".join(fixes))
+    return (
+        f"{answer.get('pending', 0)} change(s) are not on the store service ({staged} staged change(s), "
+        f"{refused} refused by the service, {held} held back); they are kept in the state dir "
+        f"{state_dir}:\n  {named}\n" + "\n".join(fixes)
+    )
 
 
 def _deletes_held_note(answer: dict[str, Any]) -> str:
     held = sum(s.get("deletes_held", 0) for s in answer.get("not_on_store", {}).values())
-    return (f" ({held} local delete(s) held back by --sync-deletions: the store keeps those memories)"
-            if held else "")
+    return (
+        f" ({held} local delete(s) held back by --sync-deletions: the store keeps those memories)"
+        if held
+        else ""
+    )
 
 
 def cmd_unmount(args: argparse.Namespace) -> int:
@@ -356,26 +390,37 @@ def cmd_unmount(args: argparse.Namespace) -> int:
     root = os.path.abspath(args.root)
     state_dir = control.lookup_state_dir(root)
     try:
-        answer = control.call(state_dir, {"op": "unmount", "flush_timeout": args.flush_timeout},
-                              timeout=args.flush_timeout + 30)
+        answer = control.call(
+            state_dir, {"op": "unmount", "flush_timeout": args.flush_timeout}, timeout=args.flush_timeout + 30
+        )
     except control.DaemonNotAnswering as exc:
         return _fail("unmount", str(exc), EXIT_NOT_ANSWERING)
     except TimeoutError:
-        return _fail("unmount", f"the memfs daemon for {root} did not finish its final sync within "
-                     f"{args.flush_timeout + 30:g}s; see {state_dir / 'memfs.log'}", EXIT_NOT_ANSWERING)
+        return _fail(
+            "unmount",
+            f"the memfs daemon for {root} did not finish its final sync within "
+            f"{args.flush_timeout + 30:g}s; see {state_dir / 'memfs.log'}",
+            EXIT_NOT_ANSWERING,
+        )
     except control.NoDaemon:
         entry = control.registry_entry(root)
         mount_point = entry["root"] if entry and entry.get("root") else root
         if fuse_mount_at(mount_point) is None:
             return _fail("unmount", f"nothing is mounted at {root}")
         clear_stale_mount(mount_point)
-        return _fail("unmount", f"the memfs daemon for {root} was dead; cleared its mount. Staged changes, "
-                     f"if any, are kept in {state_dir}: upload them with `memfs flush --state-dir {state_dir}`")
+        return _fail(
+            "unmount",
+            f"the memfs daemon for {root} was dead; cleared its mount. Staged changes, "
+            f"if any, are kept in {state_dir}: upload them with `memfs flush --state-dir {state_dir}`",
+        )
     if not wait_until_unmounted(answer.get("root") or root, 15, resolve=not answer.get("root")):
         return _fail("unmount", f"{root} is still mounted (busy?); try again or `fusermount3 -uz {root}`")
     if int(answer.get("pending", 0)):
-        return _fail("unmount", _not_on_store_message(answer, str(answer.get("state_dir") or state_dir)),
-                     EXIT_NOT_ON_STORE)
+        return _fail(
+            "unmount",
+            _not_on_store_message(answer, str(answer.get("state_dir") or state_dir)),
+            EXIT_NOT_ON_STORE,
+        )
     print(f"memfs: unmounted {root}; every change is on the store service{_deletes_held_note(answer)}")
     return 0
 
@@ -393,12 +438,16 @@ def cmd_flush(args: argparse.Namespace) -> int:
     if not token:
         return _fail("flush", "no sessions token: set ANTHROPIC_WORK_SECRET or MEMFS_TOKEN")
     try:
-        result = trio.run(flush_state_dir, state_dir, args.base_url, token, args.flush_timeout, args.sync_deletions)
+        result = trio.run(
+            flush_state_dir, state_dir, args.base_url, token, args.flush_timeout, args.sync_deletions
+        )
     except Exception as exc:  # print one clear line, not a traceback
         return _fail("flush", f"{type(exc).__name__}: {exc}")
     if result["pending"]:
         error = f" (last error: {result['error']})" if result.get("error") else ""
         return _fail("flush", _not_on_store_message(result, str(state_dir)) + error, EXIT_NOT_ON_STORE)
-    print(f"memfs flush: uploaded {result.get('pushed', 0)} change(s); every change is on the store service"
-          f"{_deletes_held_note(result)}")
+    print(
+        f"memfs flush: uploaded {result.get('pushed', 0)} change(s); every change is on the store service"
+        f"{_deletes_held_note(result)}"
+    )
     return 0

@@ -77,7 +77,9 @@ def _registry_file(key: str) -> str:
 
 def _default_state_dir(root: str | os.PathLike[str]) -> str:
     name = registry_key(root).strip("/").replace("/", "_") or "root"
-    base = "/var/lib/memfs" if os.geteuid() == 0 else os.path.join(os.path.expanduser("~"), ".local/state/memfs")
+    base = (
+        "/var/lib/memfs" if os.geteuid() == 0 else os.path.join(os.path.expanduser("~"), ".local/state/memfs")
+    )
     return os.path.join(base, name)
 
 
@@ -190,8 +192,15 @@ class _Lines:
         return line
 
 
-def _exchange(sock: socket.socket, lines: _Lines, state_dir: str, request: dict[str, Any],
-              ping_deadline: float, timeout: float | None, waited: float) -> dict[str, Any]:
+def _exchange(
+    sock: socket.socket,
+    lines: _Lines,
+    state_dir: str,
+    request: dict[str, Any],
+    ping_deadline: float,
+    timeout: float | None,
+    waited: float,
+) -> dict[str, Any]:
     """Ping + request in one write; the ping's answer within the deadline, the request's within timeout."""
     try:
         sock.settimeout(max(0.001, ping_deadline - time.monotonic()))
@@ -207,8 +216,9 @@ def _exchange(sock: socket.socket, lines: _Lines, state_dir: str, request: dict[
         raise NoDaemon(f"the memfs daemon at {state_dir} closed the control connection") from exc
 
 
-def call(state_dir: str | os.PathLike[str], request: dict[str, Any], *,
-         timeout: float | None = 60.0) -> dict[str, Any]:
+def call(
+    state_dir: str | os.PathLike[str], request: dict[str, Any], *, timeout: float | None = 60.0
+) -> dict[str, Any]:
     """Send one request to the daemon and wait for its answer (blocking; used by the CLI).
 
     Raises NoDaemon when nothing listens, DaemonNotAnswering (a NoDaemon) when a daemon holds the
@@ -242,8 +252,13 @@ class DaemonClient:
     Errors are those of `call()`: NoDaemon, DaemonNotAnswering, TimeoutError. A connection the
     daemon closed (it was restarted) is re-opened once, transparently."""
 
-    def __init__(self, root: str | os.PathLike[str] | None = None, *, state_dir: str | os.PathLike[str] | None = None,
-                 timeout: float | None = 120.0):
+    def __init__(
+        self,
+        root: str | os.PathLike[str] | None = None,
+        *,
+        state_dir: str | os.PathLike[str] | None = None,
+        timeout: float | None = 120.0,
+    ):
         if (root is None) == (state_dir is None):
             raise ValueError("give a mount root or state_dir=, not both")
         if state_dir is not None:
@@ -269,8 +284,9 @@ class DaemonClient:
                 self._lines = _Lines(self._sock)
             assert self._sock is not None and self._lines is not None
             try:
-                return _exchange(self._sock, self._lines, str(self.state_dir), request, ping_deadline,
-                                 timeout, waited)
+                return _exchange(
+                    self._sock, self._lines, str(self.state_dir), request, ping_deadline, timeout, waited
+                )
             except DaemonNotAnswering:
                 self.close()
                 raise
@@ -283,7 +299,9 @@ class DaemonClient:
                 raise
         raise AssertionError("unreachable")
 
-    def sync(self, *, force: bool = False, wait: bool = False, timeout: float | None = None) -> dict[str, Any]:
+    def sync(
+        self, *, force: bool = False, wait: bool = False, timeout: float | None = None
+    ) -> dict[str, Any]:
         return self.request({"op": "sync", "force": force, "wait": wait}, timeout=timeout)
 
     def status(self, *, timeout: float | None = None) -> dict[str, Any]:

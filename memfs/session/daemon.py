@@ -62,7 +62,9 @@ class MountOptions:
 
 def check_interval(value: float) -> float:
     if math.isnan(value) or value < limits.MIN_SYNC_INTERVAL:
-        raise MountError(f"--sync-interval must be at least {limits.MIN_SYNC_INTERVAL:g} seconds (got {value})")
+        raise MountError(
+            f"--sync-interval must be at least {limits.MIN_SYNC_INTERVAL:g} seconds (got {value})"
+        )
     return value
 
 
@@ -82,7 +84,9 @@ def clear_stale_mount(root: str) -> bool:
             f"{root} is already a mounted {kind} filesystem; run `memfs unmount --root {root}` first"
         )
     if kind not in ("fuse.memfs", "fuse"):
-        raise MountError(f"{root} holds a dead {kind} mount that is not memfs's; unmount it: fusermount3 -uz {root}")
+        raise MountError(
+            f"{root} holds a dead {kind} mount that is not memfs's; unmount it: fusermount3 -uz {root}"
+        )
     subprocess.run(["fusermount3", "-uz", root], check=False, capture_output=True)
     log.warning("cleared a dead memfs mount at %s", root)
     return True
@@ -134,7 +138,9 @@ def stores_from_session(session: dict[str, Any], root: str) -> list[StoreInfo]:
         access = r.get("access", "read_write")
         if access not in ("read_write", "read_only"):
             raise MountError(f"memory store {r.get('memory_store_id')} has unknown access {access!r}")
-        stores.append(StoreInfo(store_id=r["memory_store_id"], name=r.get("name") or slug, slug=slug, access=access))
+        stores.append(
+            StoreInfo(store_id=r["memory_store_id"], name=r.get("name") or slug, slug=slug, access=access)
+        )
     return stores
 
 
@@ -165,8 +171,9 @@ class Daemon:
         try:
             state = State(opts.state_dir)
         except OSError as exc:
-            raise MountError(f"cannot create the state dir {opts.state_dir}: {exc.strerror}; "
-                             "choose a writable --state-dir") from exc
+            raise MountError(
+                f"cannot create the state dir {opts.state_dir}: {exc.strerror}; choose a writable --state-dir"
+            ) from exc
         try:
             state.lock(opts.root)
         except StateLocked as exc:
@@ -191,7 +198,9 @@ class Daemon:
             try:
                 session = await client.get_session(opts.session_id)
             except ApiError as exc:
-                raise MountError(f"cannot read session {opts.session_id} from {opts.base_url}: {exc}") from exc
+                raise MountError(
+                    f"cannot read session {opts.session_id} from {opts.base_url}: {exc}"
+                ) from exc
             except Unreachable as exc:
                 raise MountError(f"the store service at {opts.base_url} is unreachable: {exc}") from exc
             stores = stores_from_session(session, opts.root)
@@ -227,8 +236,10 @@ class Daemon:
                 raise MountError(f"cannot download the memory stores from {opts.base_url}: {exc}") from exc
 
             async with trio.open_nursery() as nursery:
-                await nursery.start(self._serve_mount, functools.partial(run_mount, fs, opts.root,
-                                                                         allow_other=opts.allow_other))
+                await nursery.start(
+                    self._serve_mount,
+                    functools.partial(run_mount, fs, opts.root, allow_other=opts.allow_other),
+                )
                 control.register(opts.root, opts.state_dir, os.getpid(), given=self.given_root)
                 try:
                     await nursery.start(self._control_server)
@@ -253,9 +264,14 @@ class Daemon:
             from memfs.session.offline import describe_not_on_store
 
             named = "; ".join(describe_not_on_store(self.final or {}))
-            log.error("%s change(s) are not on the store service; they are kept in the state dir %s: %s "
-                      "(staged ones: `memfs flush --state-dir %s`)", pending if pending > 0 else "some",
-                      opts.state_dir, named or "the final sync did not run", opts.state_dir)
+            log.error(
+                "%s change(s) are not on the store service; they are kept in the state dir %s: %s "
+                "(staged ones: `memfs flush --state-dir %s`)",
+                pending if pending > 0 else "some",
+                opts.state_dir,
+                named or "the final sync did not run",
+                opts.state_dir,
+            )
             return 3
         log.info("every change is on the store service")
         return 0
@@ -337,15 +353,27 @@ class Daemon:
         if op == "ping":  # answered from the event loop at once: "alive", whatever a tick is doing
             return {"ok": True, "pong": True, "pid": os.getpid()}
         if op == "sync":
-            return await self.engine.sync_now(force=bool(request.get("force")), wait=bool(request.get("wait")))
+            return await self.engine.sync_now(
+                force=bool(request.get("force")), wait=bool(request.get("wait"))
+            )
         if op == "status":
-            return {"ok": True, "pid": os.getpid(), "root": self.opts.root, **self.engine.status(self.opts.root)}
+            return {
+                "ok": True,
+                "pid": os.getpid(),
+                "root": self.opts.root,
+                **self.engine.status(self.opts.root),
+            }
         if op == "unmount":
             if request.get("flush_timeout") is not None:
                 self.opts.flush_timeout = float(request["flush_timeout"])
             self.request_stop("unmount requested")
             await self.final_done.wait()
-            return {"ok": True, "state_dir": str(self.opts.state_dir), "root": self.opts.root, **(self.final or {})}
+            return {
+                "ok": True,
+                "state_dir": str(self.opts.state_dir),
+                "root": self.opts.root,
+                **(self.final or {}),
+            }
         return {"ok": False, "error": f"unknown request {op!r}"}
 
 
@@ -446,7 +474,7 @@ async def _sync_only_connection(daemon: Daemon, stream: trio.SocketStream, force
             if waited:
                 answer = {**answer, "rate_limited_for": round(waited, 3)}
         else:
-            answer = {"ok": False, "error": "this socket answers only {\"op\": \"sync\"} and {\"op\": \"status\"}"}
+            answer = {"ok": False, "error": 'this socket answers only {"op": "sync"} and {"op": "status"}'}
         try:
             await stream.send_all(json.dumps(answer).encode() + b"\n")
         except trio.BrokenResourceError:

@@ -27,15 +27,19 @@ def cmd_sync(args) -> int:
     """args: .root, .force, .wait, .json (an argparse Namespace or `_SyncArgs`)."""
     state_dir = control.state_dir_of(args.root)
     try:
-        answer = control.call(state_dir, {"op": "sync", "force": args.force, "wait": args.wait},
-                              timeout=SYNC_TIMEOUT)
+        answer = control.call(
+            state_dir, {"op": "sync", "force": args.force, "wait": args.wait}, timeout=SYNC_TIMEOUT
+        )
     except control.DaemonNotAnswering as exc:
         return _fail(str(exc), EXIT_NOT_ANSWERING)
     except control.NoDaemon as exc:
         return _fail(f"no memfs mount at {args.root}: {exc}")
     except TimeoutError:
-        return _fail(f"the memfs daemon for {args.root} is alive but its tick did not end within "
-                     f"{SYNC_TIMEOUT:g}s; see {state_dir}/memfs.log", EXIT_NOT_ANSWERING)
+        return _fail(
+            f"the memfs daemon for {args.root} is alive but its tick did not end within "
+            f"{SYNC_TIMEOUT:g}s; see {state_dir}/memfs.log",
+            EXIT_NOT_ANSWERING,
+        )
     if args.json:
         print(json.dumps(answer, indent=2))
     elif answer.get("ran"):

@@ -38,8 +38,9 @@ def describe_not_on_store(answer: dict[str, Any], limit: int = 10) -> list[str]:
     return lines
 
 
-async def flush_state_dir(state_dir: Path, base_url: str | None, token: str, timeout: float,
-                          deletions: str | None) -> dict[str, Any]:
+async def flush_state_dir(
+    state_dir: Path, base_url: str | None, token: str, timeout: float, deletions: str | None
+) -> dict[str, Any]:
     """`memfs flush`: push what a dead mount left staged, without mounting anything. `deletions`
     None: the --sync-deletions the mount used (a delete it held back stays held)."""
     state = State(state_dir)
@@ -52,9 +53,17 @@ async def flush_state_dir(state_dir: Path, base_url: str | None, token: str, tim
         fs = Filesystem(state, stores)
         async with StoreClient(url, token) as client:
             recorded = _recorded_limits(state)
-            engine = SyncEngine(client, state, fs, stores, interval=5,
-                                deletions=as_deletions(deletions or state.get_meta("sync_deletions")),
-                                max_files=recorded["max_files"], max_bytes=recorded["max_bytes"], live=False)
+            engine = SyncEngine(
+                client,
+                state,
+                fs,
+                stores,
+                interval=5,
+                deletions=as_deletions(deletions or state.get_meta("sync_deletions")),
+                max_files=recorded["max_files"],
+                max_bytes=recorded["max_bytes"],
+                live=False,
+            )
             return await engine.final_sync(timeout)
     finally:
         state.close()
@@ -62,8 +71,10 @@ async def flush_state_dir(state_dir: Path, base_url: str | None, token: str, tim
 
 def _recorded_limits(state) -> dict[str, int]:
     """The mount's --max-files/--max-bytes as recorded in the state dir (the plan needs them)."""
-    return {"max_files": int(state.get_meta("max_files") or 10**9),
-            "max_bytes": int(state.get_meta("max_bytes") or 10**12)}
+    return {
+        "max_files": int(state.get_meta("max_files") or 10**9),
+        "max_bytes": int(state.get_meta("max_bytes") or 10**12),
+    }
 
 
 def offline_status(state_dir: Path) -> dict[str, Any]:
@@ -81,13 +92,29 @@ def offline_status(state_dir: Path) -> dict[str, Any]:
         missing: dict[str, dict[str, Any]] = {}
         for s in rows:
             info = s.info
-            summary = not_on_store(state, info, fs.local_view(info.store_id), deletions=deletions, **limits_).summary()
+            summary = not_on_store(
+                state, info, fs.local_view(info.store_id), deletions=deletions, **limits_
+            ).summary()
             missing[info.store_id] = summary
-            stores.append({"store_id": info.store_id, "name": info.name, "slug": info.slug,
-                           "mount_path": os.path.join(root, info.slug), "access": info.access,
-                           "counter": s.counter, "last_sync_at": s.last_sync_at, "last_result": s.last_result,
-                           "last_error": s.last_error, **summary})
-        return {"stores": stores, "pending": sum(m["not_on_store"] for m in missing.values()),
-                "not_on_store": missing, "slugs": {s.store_id: s.info.slug for s in rows}}
+            stores.append(
+                {
+                    "store_id": info.store_id,
+                    "name": info.name,
+                    "slug": info.slug,
+                    "mount_path": os.path.join(root, info.slug),
+                    "access": info.access,
+                    "counter": s.counter,
+                    "last_sync_at": s.last_sync_at,
+                    "last_result": s.last_result,
+                    "last_error": s.last_error,
+                    **summary,
+                }
+            )
+        return {
+            "stores": stores,
+            "pending": sum(m["not_on_store"] for m in missing.values()),
+            "not_on_store": missing,
+            "slugs": {s.store_id: s.info.slug for s in rows},
+        }
     finally:
         state.close()

@@ -89,8 +89,11 @@ def _batch_op(st: Journal, a) -> dict[str, Any]:
     if isinstance(a, P.PushCreate):
         return {"type": "create", "path": a.path, "content": st.get_blob(a.sha).decode("utf-8")}
     if isinstance(a, P.PushUpdate):
-        op: dict[str, Any] = {"type": "update", "memory_id": a.memory_id,
-                              "precondition": {"type": "content_sha256", "content_sha256": a.expected_sha}}
+        op: dict[str, Any] = {
+            "type": "update",
+            "memory_id": a.memory_id,
+            "precondition": {"type": "content_sha256", "content_sha256": a.expected_sha},
+        }
         if a.new_sha:
             op["content"] = st.get_blob(a.new_sha).decode("utf-8")
         if a.new_path is not None:
@@ -137,8 +140,13 @@ def summarise_notices(notices: Iterable[P.Notice], limit: int = NOTICES_PER_KIND
             out.append(n)
         elif i == limit:
             rest = counts[n.kind] - limit
-            out.append(P.Notice(n.kind, n.path, f"{n.details}; and {rest} more {n.kind} path(s) in this sync, "
-                                                 "not listed one by one"))
+            out.append(
+                P.Notice(
+                    n.kind,
+                    n.path,
+                    f"{n.details}; and {rest} more {n.kind} path(s) in this sync, not listed one by one",
+                )
+            )
     return out
 
 
@@ -236,8 +244,10 @@ class SyncEngine:
             elif self.has_counter:
                 nursery.start_soon(self._watch_loop)
             else:
-                self.mode_reason = (f"the service has no counter (the hosted API, SEMANTICS.md#d-no-counter): polling every "
-                                    f"{self.interval:g}s")
+                self.mode_reason = (
+                    f"the service has no counter (the hosted API, SEMANTICS.md#d-no-counter): polling every "
+                    f"{self.interval:g}s"
+                )
             while True:
                 with trio.move_on_after(TIMER_STEP):
                     await self._wake.wait()
@@ -289,7 +299,12 @@ class SyncEngine:
                     out.append(s)
                 continue
             g = self.state.generation(sid)
-            if not settling and s.access == "read_write" and g != self._clean.get(sid) and g != self._handled.get(sid):
+            if (
+                not settling
+                and s.access == "read_write"
+                and g != self._clean.get(sid)
+                and g != self._handled.get(sid)
+            ):
                 out.append(s)
         return out
 
@@ -321,14 +336,20 @@ class SyncEngine:
                     return {"ok": True, "ran": False, "next_in": self.due_in(), "mode": self.mode}
             return await self._tick(self.stores, counters=None, wait=wait)
 
-    async def _tick(self, stores: list[StoreInfo], *, counters: dict[str, int] | None, wait: bool) -> dict[str, Any]:
+    async def _tick(
+        self, stores: list[StoreInfo], *, counters: dict[str, int] | None, wait: bool
+    ) -> dict[str, Any]:
         """One tick over `stores` (the caller holds tick_lock). `counters`: what the watch
         reported (live mode), so no counters request; None: ask them (a polling tick)."""
         await self.push_done.wait()  # one tick at a time, pushes included
-        self.last_attempt = trio.current_time()  # a failed tick counts as an attempt (SEMANTICS.md#d-unreachable)
+        self.last_attempt = (
+            trio.current_time()
+        )  # a failed tick counts as an attempt (SEMANTICS.md#d-unreachable)
         report, pushes = await self._pull_all(stores=stores, counters=counters)
         if not report.ok:  # the interval runs from the failure: a hung service must not make
-            self.last_attempt = trio.current_time()  # every call wait out a timeout (SEMANTICS.md#d-unreachable)
+            self.last_attempt = (
+                trio.current_time()
+            )  # every call wait out a timeout (SEMANTICS.md#d-unreachable)
         self._after_pull(stores, report, pushes, polled=counters is None)
         await self.fs.wait_invalidated()  # "visible" means the kernel dropped what it cached
         if pushes and report.ok:
@@ -339,11 +360,20 @@ class SyncEngine:
                 self._nursery.start_soon(self._push_all, pushes, report)
         if wait:
             await self.push_done.wait()
-        return {"ok": report.ok, "ran": True, "result": "ok" if report.ok else "failed", "error": report.error,
-                "pulled": report.pulled, "pushed": report.pushed, "requests": report.requests, "mode": self.mode}
+        return {
+            "ok": report.ok,
+            "ran": True,
+            "result": "ok" if report.ok else "failed",
+            "error": report.error,
+            "pulled": report.pulled,
+            "pushed": report.pushed,
+            "requests": report.requests,
+            "mode": self.mode,
+        }
 
-    def _after_pull(self, stores: list[StoreInfo], report: TickReport, pushes: list[tuple[Any, list]],
-                    *, polled: bool) -> None:
+    def _after_pull(
+        self, stores: list[StoreInfo], report: TickReport, pushes: list[tuple[Any, list]], *, polled: bool
+    ) -> None:
         """Live-mode bookkeeping after a tick's pull: which moves are applied, which stores are
         settled, and whether the watch may start again after a failure."""
         pushing = {store.store_id for store, _ in pushes}
@@ -398,8 +428,9 @@ class SyncEngine:
             if not self.watching:
                 self.watching = True
                 self._live_retry_at = -math.inf
-                self.mode_reason = (f"watching {len(self.stores)} store(s): one held request, renewed every "
-                                    f"{WATCH_WAIT:g}s")
+                self.mode_reason = (
+                    f"watching {len(self.stores)} store(s): one held request, renewed every {WATCH_WAIT:g}s"
+                )
                 log.info("live: %s", self.mode_reason)
             self._seen.update(counters)
             for sid, counter in counters.items():
@@ -410,9 +441,13 @@ class SyncEngine:
 
     def _watch_failed(self, error: str) -> None:
         self.watching = False
-        self.last_attempt = trio.current_time()  # SEMANTICS.md#d-unreachable: the next poll comes an interval later
-        self.mode_reason = (f"the watch failed ({error}); polling every {self.interval:g}s, watching again "
-                            "after the next good tick")
+        self.last_attempt = (
+            trio.current_time()
+        )  # SEMANTICS.md#d-unreachable: the next poll comes an interval later
+        self.mode_reason = (
+            f"the watch failed ({error}); polling every {self.interval:g}s, watching again "
+            "after the next good tick"
+        )
         log.warning("watch failed: %s; polling every %gs until a tick succeeds", error, self.interval)
         # What the watch had seen moving is pulled by the polls now.
         self._moved.clear()
@@ -432,8 +467,13 @@ class SyncEngine:
             if s.access == "read_write" and self._maybe_staged(sid, self.state.baseline(sid)):
                 self._unsettled.add(sid)
 
-    async def _pull_all(self, *, initial: bool = False, stores: list[StoreInfo] | None = None,
-                        counters: dict[str, int] | None = None) -> tuple[TickReport, list[tuple[Any, list]]]:
+    async def _pull_all(
+        self,
+        *,
+        initial: bool = False,
+        stores: list[StoreInfo] | None = None,
+        counters: dict[str, int] | None = None,
+    ) -> tuple[TickReport, list[tuple[Any, list]]]:
         report = TickReport()
         self._mtimes.clear()
         before = self.client.requests_sent - self.watch_requests  # the watch's own are not this tick's
@@ -474,8 +514,9 @@ class SyncEngine:
         s = self.sync[store.store_id]
         s.last_sync_at = _now_iso()
         if (s.last_result, s.last_error) != (result, error):  # persisted for `memfs status` offline
-            self.state.update_store(store.store_id, last_sync_at=s.last_sync_at, last_result=result,
-                                    last_error=error)
+            self.state.update_store(
+                store.store_id, last_sync_at=s.last_sync_at, last_result=result, last_error=error
+            )
         s.last_result = result
         s.last_error = error
 
@@ -514,20 +555,27 @@ class SyncEngine:
         plan: P.Plan | None = None
         for _round in range(3):
             plan = self._plan(store, base, remote, order, moved)
-            missing = {a.sha: a.memory_id for a in plan.view if isinstance(a, P.Materialise)
-                       and a.sha not in contents and not self.state.has_blob(a.sha)}
+            missing = {
+                a.sha: a.memory_id
+                for a in plan.view
+                if isinstance(a, P.Materialise) and a.sha not in contents and not self.state.has_blob(a.sha)
+            }
             if not missing:
                 break
             changed = await self._fetch(store, missing, contents)
             for m in changed:  # the memory moved on since it was listed: use what we fetched
-                remote[m["id"]] = P.RemoteEntry(m["id"], m["path"], m["content_sha256"], m["content_size_bytes"])
+                remote[m["id"]] = P.RemoteEntry(
+                    m["id"], m["path"], m["content_sha256"], m["content_size_bytes"]
+                )
             order = sorted(remote, key=lambda mid: remote[mid].path)
         assert plan is not None  # the loop ran at least once
         with self.state.transaction():  # one commit per store and tick: all of the plan or none of it
             deferred = self._apply(store, plan, contents)
         if deferred:
             return []
-        report.pulled += sum(1 for a in plan.view if isinstance(a, (P.Materialise, P.MoveLocal, P.RemoveLocal)))
+        report.pulled += sum(
+            1 for a in plan.view if isinstance(a, (P.Materialise, P.MoveLocal, P.RemoveLocal))
+        )
         if new_counter is not None:
             self.state.set_store_counter(sid, new_counter)
         if not moved and plan.empty:  # e.g. only held deletes or refused files differ: nothing to do
@@ -560,12 +608,16 @@ class SyncEngine:
                     data = (m.get("content") or "").encode("utf-8")
                     contents[m["content_sha256"]] = data
                     self._note_mtime(m["id"], m.get("updated_at"))
-                    remote[m["id"]] = P.RemoteEntry(m["id"], m["path"], m["content_sha256"], m["content_size_bytes"])
+                    remote[m["id"]] = P.RemoteEntry(
+                        m["id"], m["path"], m["content_sha256"], m["content_size_bytes"]
+                    )
                 return remote, [m["id"] for m in memories], counter
         # No feed (the hosted API, SEMANTICS.md#d-no-counter), a counter too old for it, or no snapshot: listings by
         # path prefix, concurrently. A first download asks the full view: content comes with it.
         full = not base
-        listing = await self.client.list_memories(sid, view="full" if full else "basic", known=_prefix_sizes(base))
+        listing = await self.client.list_memories(
+            sid, view="full" if full else "basic", known=_prefix_sizes(base)
+        )
         remote = {}
         for m in listing.items:
             remote[m["id"]] = P.RemoteEntry(m["id"], m["path"], m["content_sha256"], m["content_size_bytes"])
@@ -576,7 +628,9 @@ class SyncEngine:
             await self._settle_listing(store, listing, base, remote, contents)
         return remote, sorted(remote, key=lambda mid: remote[mid].path), listing.counter
 
-    async def _settle_listing(self, store, listing: Listing, base, remote: dict, contents: dict[str, bytes]) -> None:
+    async def _settle_listing(
+        self, store, listing: Listing, base, remote: dict, contents: dict[str, bytes]
+    ) -> None:
         """Make a listing that was not one snapshot safe to plan on (SEMANTICS.md#d-tick).
 
         Listings of different prefixes are read at different moments: a memory renamed from one
@@ -669,8 +723,12 @@ class SyncEngine:
             return False
         sid = store.store_id
         dirty = self.fs.dirty_paths(sid)
-        touched = {p for a in plan.view for p in (getattr(a, "path", None), getattr(a, "old_path", None),
-                                                  getattr(a, "new_path", None)) if p}
+        touched = {
+            p
+            for a in plan.view
+            for p in (getattr(a, "path", None), getattr(a, "old_path", None), getattr(a, "new_path", None))
+            if p
+        }
         if dirty & touched:
             # A file open with unflushed writes: leave the whole store for the next tick rather
             # than override half an edit (the counter is not advanced, so nothing is missed).
@@ -694,7 +752,9 @@ class SyncEngine:
                 if data is None:
                     data = self.state.get_blob(a.sha)
                 clear_empty_dir(a.path)  # apply_remote stores the blob itself
-                self.fs.apply_remote(sid, a.path, a.memory_id, a.sha, data, self._mtimes.pop(a.memory_id, None))
+                self.fs.apply_remote(
+                    sid, a.path, a.memory_id, a.sha, data, self._mtimes.pop(a.memory_id, None)
+                )
             elif isinstance(a, P.MoveLocal):
                 clear_empty_dir(a.new_path)
                 self.fs.move_path(sid, a.old_path, a.new_path)
@@ -733,6 +793,7 @@ class SyncEngine:
         """Every store's pushes at once (each in its own stage order): over a WAN a store must
         not wait for the round trips of the one before it. A store that fails keeps its changes
         staged and the others go on."""
+
         async def push(store: StoreInfo, actions: list) -> None:
             sid = store.store_id
             before = self.sync[sid].pushed
@@ -775,11 +836,16 @@ class SyncEngine:
         """Stages in order (holds and deletes, rename waves, creates); each stage concurrently:
         in batch writes where the service has them (a memfs service: it has the counter), else
         one request per change (the hosted API)."""
+
         async def one(a) -> None:
             await self._push_one(store, a, report)
 
         for stage in stages:
-            left = await self._push_batched(store, stage, report) if self.has_counter and self.has_batch is not False else stage
+            left = (
+                await self._push_batched(store, stage, report)
+                if self.has_counter and self.has_batch is not False
+                else stage
+            )
             await _gather(left, one, PUSH_CONCURRENCY)
 
     async def _push_batched(self, store, stage, report: TickReport) -> list:
@@ -801,7 +867,13 @@ class SyncEngine:
             except ApiError as exc:
                 if exc.status != 404:  # a 404 names the store: each item is answered with it
                     raise
-                results = [{"type": "error", "status": exc.status, "error": {"type": exc.type, "message": exc.message}}] * len(chunk)
+                results = [
+                    {
+                        "type": "error",
+                        "status": exc.status,
+                        "error": {"type": exc.type, "message": exc.message},
+                    }
+                ] * len(chunk)
             if results is None:
                 self.has_batch = False
                 unsent.append(chunk)
@@ -811,8 +883,12 @@ class SyncEngine:
                 try:
                     if r.get("type") == "error":
                         err = r.get("error") or {}
-                        answer = ApiError(int(r.get("status", 0)), str(err.get("type", "error")),
-                                          str(err.get("message", "")), r)
+                        answer = ApiError(
+                            int(r.get("status", 0)),
+                            str(err.get("type", "error")),
+                            str(err.get("message", "")),
+                            r,
+                        )
                         self._push_failed(store, sent[i], answer, report)
                     else:
                         self._pushed(store, sent[i], r, report)
@@ -828,7 +904,9 @@ class SyncEngine:
         sid, st, c = store.store_id, self.state, self.client
         if isinstance(a, P.HoldDelete):
             st.add_delete_held(sid, a.memory_id)
-            self.fs.add_notice(sid, "delete-held", a.path, f"deleted here, kept on the store (--sync-deletions {a.reason})")
+            self.fs.add_notice(
+                sid, "delete-held", a.path, f"deleted here, kept on the store (--sync-deletions {a.reason})"
+            )
             log.warning("%s: %s deleted locally; not deleted on the store (%s)", store.slug, a.path, a.reason)
             return
         try:
@@ -837,8 +915,9 @@ class SyncEngine:
                 await c.delete_memory(sid, a.memory_id, expected_sha=a.expected_sha)
             elif isinstance(a, P.PushUpdate):
                 content = st.get_blob(a.new_sha).decode("utf-8") if a.new_sha else None
-                m = await c.update_memory(sid, a.memory_id, expected_sha=a.expected_sha, content=content,
-                                          path=a.new_path)
+                m = await c.update_memory(
+                    sid, a.memory_id, expected_sha=a.expected_sha, content=content, path=a.new_path
+                )
             elif isinstance(a, P.PushCreate):
                 m = await c.create_memory(sid, a.path, st.get_blob(a.sha).decode("utf-8"))
             else:
@@ -884,9 +963,17 @@ class SyncEngine:
     # -- end of session ---------------------------------------------------------------------
     def not_on_store(self) -> dict[str, NotOnStore]:
         """store id -> what this mount holds that its store does not (see `not_on_store`)."""
-        return {s.store_id: not_on_store(self.state, s, self.fs.local_view(s.store_id), deletions=self.deletions,
-                                         max_files=self.max_files, max_bytes=self.max_bytes)
-                for s in self.stores}
+        return {
+            s.store_id: not_on_store(
+                self.state,
+                s,
+                self.fs.local_view(s.store_id),
+                deletions=self.deletions,
+                max_files=self.max_files,
+                max_bytes=self.max_bytes,
+            )
+            for s in self.stores
+        }
 
     async def final_sync(self, timeout: float) -> dict[str, Any]:
         """Pull and push, bounded; report what is not on the store (never deleted). A second tick
@@ -902,10 +989,14 @@ class SyncEngine:
                     break
         missing = self.not_on_store()
         pending = sum(n.count for n in missing.values())
-        return {"pending": pending, "pushed": pushed, "error": result.get("error"),
-                "ok": bool(result.get("ok")) and pending == 0,
-                "not_on_store": {sid: n.summary() for sid, n in missing.items()},
-                "slugs": {s.store_id: s.slug for s in self.stores}}
+        return {
+            "pending": pending,
+            "pushed": pushed,
+            "error": result.get("error"),
+            "ok": bool(result.get("ok")) and pending == 0,
+            "not_on_store": {sid: n.summary() for sid, n in missing.items()},
+            "slugs": {s.store_id: s.slug for s in self.stores},
+        }
 
     def _staged_left(self) -> bool:
         return any(n.staged for n in self.not_on_store().values())
@@ -915,30 +1006,40 @@ class SyncEngine:
         missing = self.not_on_store()
         for store in self.stores:
             s = self.sync[store.store_id]
-            out.append({
-                "store_id": store.store_id,
-                "name": store.name,
-                "slug": store.slug,
-                "mount_path": os.path.join(root, store.slug) if root else store.slug,
-                "access": store.access,
-                # The counter last applied to the view: a watcher of the mount can tell a change
-                # has landed without touching the mount. `counter_seen`: the newest the watch saw.
-                "counter": self.state.store_counter(store.store_id),
-                "counter_seen": self._seen.get(store.store_id),
-                "pull_pending": store.store_id in self._moved,
-                "last_sync_at": s.last_sync_at,
-                "last_result": s.last_result,
-                "last_error": s.last_error,
-                **missing[store.store_id].summary(),
-            })
-        return {"stores": out, "next_tick_in": self.due_in(), "has_counter": self.has_counter,
-                "mode": self.mode, "mode_reason": self.mode_reason, "interval": self.interval,
-                "watch_requests": self.watch_requests}
+            out.append(
+                {
+                    "store_id": store.store_id,
+                    "name": store.name,
+                    "slug": store.slug,
+                    "mount_path": os.path.join(root, store.slug) if root else store.slug,
+                    "access": store.access,
+                    # The counter last applied to the view: a watcher of the mount can tell a change
+                    # has landed without touching the mount. `counter_seen`: the newest the watch saw.
+                    "counter": self.state.store_counter(store.store_id),
+                    "counter_seen": self._seen.get(store.store_id),
+                    "pull_pending": store.store_id in self._moved,
+                    "last_sync_at": s.last_sync_at,
+                    "last_result": s.last_result,
+                    "last_error": s.last_error,
+                    **missing[store.store_id].summary(),
+                }
+            )
+        return {
+            "stores": out,
+            "next_tick_in": self.due_in(),
+            "has_counter": self.has_counter,
+            "mode": self.mode,
+            "mode_reason": self.mode_reason,
+            "interval": self.interval,
+            "watch_requests": self.watch_requests,
+        }
 
 
 HELD_NOT_UTF8 = "its content is not UTF-8, which the store cannot hold; it stays local until it is changed"
-HELD_CLASH = ("the store holds a memory at or around this path (a file/directory clash); it stays local "
-              "until that memory is gone")
+HELD_CLASH = (
+    "the store holds a memory at or around this path (a file/directory clash); it stays local "
+    "until that memory is gone"
+)
 
 
 @dataclass
@@ -962,10 +1063,17 @@ class NotOnStore:
     def summary(self) -> dict[str, Any]:
         """The fields `memfs status` (live and offline) and `memfs unmount` show for one store."""
         return {
-            "staged": len(self.staged), "refused": len(self.refused), "held": len(self.held),
-            "deletes_held": len(self.deletes_held), "not_on_store": self.count,
-            "paths": {"staged": self.staged, "refused": sorted(self.refused), "held": sorted(self.held),
-                      "deletes_held": self.deletes_held},
+            "staged": len(self.staged),
+            "refused": len(self.refused),
+            "held": len(self.held),
+            "deletes_held": len(self.deletes_held),
+            "not_on_store": self.count,
+            "paths": {
+                "staged": self.staged,
+                "refused": sorted(self.refused),
+                "held": sorted(self.held),
+                "deletes_held": self.deletes_held,
+            },
             "reasons": {**self.refused, **self.held},
         }
 
@@ -980,7 +1088,15 @@ def _remote_from_base(state: Journal, sid: str, base) -> tuple[dict, list]:
     return remote, sorted(remote, key=lambda mid: remote[mid].path)
 
 
-def not_on_store(state: Journal, store: StoreInfo, local: Mapping[str, LocalFile], *, deletions: Deletions, max_files: int, max_bytes: int) -> NotOnStore:
+def not_on_store(
+    state: Journal,
+    store: StoreInfo,
+    local: Mapping[str, LocalFile],
+    *,
+    deletions: Deletions,
+    max_files: int,
+    max_bytes: int,
+) -> NotOnStore:
     """The one rule for "what is not on the store", shared by live and offline `memfs status`,
     the final sync of `memfs unmount` and the daemon's exit, and `memfs flush`: the difference
     between the view (`local`: path -> committed file, from the state dir's `files`) and the
@@ -992,10 +1108,22 @@ def not_on_store(state: Journal, store: StoreInfo, local: Mapping[str, LocalFile
     refused = state.refused(sid)
     held_ids = state.deletes_held(sid)
     remote, order = _remote_from_base(state, sid, base)
-    plan = P.plan_store(P.Inputs(
-        base=base, local=local, remote=remote, remote_order=tuple(order), refused=refused,
-        skipped=state.skipped(sid), deletes_held=frozenset(held_ids), access=store.access,
-        deletions=deletions, max_files=max_files, max_bytes=max_bytes, remote_changed=False))
+    plan = P.plan_store(
+        P.Inputs(
+            base=base,
+            local=local,
+            remote=remote,
+            remote_order=tuple(order),
+            refused=refused,
+            skipped=state.skipped(sid),
+            deletes_held=frozenset(held_ids),
+            access=store.access,
+            deletions=deletions,
+            max_files=max_files,
+            max_bytes=max_bytes,
+            remote_changed=False,
+        )
+    )
     staged: set[str] = set()
     deletes_held = {b.path for b in base.values() if b.memory_id in held_ids}
     for a in plan.push:

@@ -41,9 +41,9 @@ class RemoteEntry:
 @dataclass(frozen=True)
 class Inputs:
     """Everything one decision needs, in the records the state dir and the view hand out
-(memfs/records.py). `base` and `local` may be keyed any way (they are re-keyed by memory id /
-path: the state dir keys its baseline by path). `dirty` is informative only: `local` is the
-committed state, and the engine defers a plan whose view actions touch a dirty path."""
+    (memfs/records.py). `base` and `local` may be keyed any way (they are re-keyed by memory id /
+    path: the state dir keys its baseline by path). `dirty` is informative only: `local` is the
+    committed state, and the engine defers a plan whose view actions touch a dirty path."""
 
     base: Mapping[str, BaseEntry]
     local: Mapping[str, LocalFile]
@@ -430,8 +430,14 @@ class _Planner:
             assert b is not None, o.m  # a memory comes from the base or the store
             if lo is not None and (lo.path, lo.sha) != (b.path, b.sha):
                 o.keep = True
-                o.notes.append(Notice("deleted-by-store", lo.path,
-                                      "the store deleted this memory while it was changed here", kept=True))
+                o.notes.append(
+                    Notice(
+                        "deleted-by-store",
+                        lo.path,
+                        "the store deleted this memory while it was changed here",
+                        kept=True,
+                    )
+                )
             return
         if b is None:  # new on the store
             o.view = (r.path, r.sha, r.size)
@@ -444,7 +450,9 @@ class _Planner:
                 return
             o.view = (r.path, r.sha, r.size)
             why = "the store changed it since" if remote_move or remote_edit else "the store is read-only"
-            o.notes.append(Notice("store-won-conflict", b.path, f"deleted here, but {why}: restored at {r.path}"))
+            o.notes.append(
+                Notice("store-won-conflict", b.path, f"deleted here, but {why}: restored at {r.path}")
+            )
             return
         lpath = b.path if lo.path == temp_path(o.m) else lo.path
         local_move, local_edit = lpath != b.path, lo.sha != b.sha
@@ -452,9 +460,14 @@ class _Planner:
             o.view = (r.path, r.sha, r.size)
             if (local_move or local_edit) and (lo.path, lo.sha) != (r.path, r.sha):
                 o.keep = lo.sha not in (b.sha, r.sha)
-                o.notes.append(Notice("store-won-conflict", lo.path,
-                                      f"the store is read-only: its version replaced this change, at {r.path}",
-                                      kept=o.keep))
+                o.notes.append(
+                    Notice(
+                        "store-won-conflict",
+                        lo.path,
+                        f"the store is read-only: its version replaced this change, at {r.path}",
+                        kept=o.keep,
+                    )
+                )
             return
         # Path and content merge separately: a side that did not change one takes the other's.
         path = rpath if remote_move else lpath
@@ -464,11 +477,22 @@ class _Planner:
         o.view = (path, sha, size)
         o.keep = content_conflict
         if content_conflict:
-            o.notes.append(Notice("store-won-conflict", lo.path,
-                                  f"changed here and on the store: the store's version is at {path}", kept=True))
+            o.notes.append(
+                Notice(
+                    "store-won-conflict",
+                    lo.path,
+                    f"changed here and on the store: the store's version is at {path}",
+                    kept=True,
+                )
+            )
         elif path_conflict:
-            o.notes.append(Notice("store-won-conflict", lo.path,
-                                  f"renamed here and on the store: the store's path {path} wins"))
+            o.notes.append(
+                Notice(
+                    "store-won-conflict",
+                    lo.path,
+                    f"renamed here and on the store: the store's path {path} wins",
+                )
+            )
         if (path, sha) != (r.path, r.sha):
             o.push = "update"
             o.suppressed = sha == lo.sha and (lo.bad_utf8 or self.refused.get(lo.path) == lo.sha)
@@ -501,9 +525,14 @@ class _Planner:
                 o.view = (r.path, sha, size)
                 o.push = "update" if sha != r.sha else None
                 if not o.notes:
-                    o.notes.append(Notice("store-won-conflict", o.local_entry.path,
-                                          f"renamed here to {path}, but the store holds another memory at or "
-                                          f"around that path: moved back to {r.path}"))
+                    o.notes.append(
+                        Notice(
+                            "store-won-conflict",
+                            o.local_entry.path,
+                            f"renamed here to {path}, but the store holds another memory at or "
+                            f"around that path: moved back to {r.path}",
+                        )
+                    )
 
     def _place_new_files(self) -> dict[str, str]:
         """New local files against the store's paths: same path -> SEMANTICS.md#d-store-created (resolved later);
@@ -522,8 +551,11 @@ class _Planner:
                 for m in sorted(blockers):
                     o = self.mems[m]
                     if o.view is not None and o.view[0] == o.store_path:
-                        self._drop(o, "not-materialised",
-                                   f"a file here cannot also be a directory: {o.remote_entry.path} clashes with the local file {path}")
+                        self._drop(
+                            o,
+                            "not-materialised",
+                            f"a file here cannot also be a directory: {o.remote_entry.path} clashes with the local file {path}",
+                        )
             else:
                 self.fate[path] = "push"
         return exact
@@ -548,10 +580,18 @@ class _Planner:
                 files, size = files + 1, size + sz
                 continue
             full = True
-            if o.push == "update" and not o.suppressed and (r.path, r.sha) == (o.base_entry.path, o.base_entry.sha):
+            if (
+                o.push == "update"
+                and not o.suppressed
+                and (r.path, r.sha) == (o.base_entry.path, o.base_entry.sha)
+            ):
                 continue  # the agent's own pending change goes out first; the next tick drops it
-            self._drop(o, "over-limit", f"not materialised: the store holds more than --max-files "
-                                        f"{self.inp.max_files} / --max-bytes {self.inp.max_bytes} allow")
+            self._drop(
+                o,
+                "over-limit",
+                f"not materialised: the store holds more than --max-files "
+                f"{self.inp.max_files} / --max-bytes {self.inp.max_bytes} allow",
+            )
             dropped = True
         return dropped
 
@@ -561,8 +601,11 @@ class _Planner:
             f, o = self.new[path], self.mems[m]
             if o.view is not None and o.view[0] == path:
                 if f.sha != o.view[1]:
-                    self._lose(f, "overwritten-by-store", "the store created a memory at this path: its content "
-                                                          "replaced this new file")
+                    self._lose(
+                        f,
+                        "overwritten-by-store",
+                        "the store created a memory at this path: its content replaced this new file",
+                    )
                 elif o.l is None:  # the same content: our create whose answer was lost, or a twin
                     o.l, o.set_id = f, True
                     self.fate[path] = "adopted"
@@ -572,8 +615,12 @@ class _Planner:
                 if f.sha == o.remote_entry.sha:
                     self.fate[path] = "drop"
                 else:
-                    self._lose(f, "overwritten-by-store", "the store holds a memory at this path that is not "
-                                                          "materialised here: this new file was removed")
+                    self._lose(
+                        f,
+                        "overwritten-by-store",
+                        "the store holds a memory at this path that is not "
+                        "materialised here: this new file was removed",
+                    )
             else:  # the store keeps it there while the view shows it elsewhere (a refused rename)
                 self.fate[path] = "drop" if self.ro else "blocked"
 
@@ -637,8 +684,12 @@ class _Planner:
                 holds.append(PushDelete(m, o.remote_entry.path, o.remote_entry.sha))
             elif o.push == "update" and not o.suppressed:
                 updates.append(o)
-            elif (o.push == "update" and lo is not None and o.view == (lo.path, lo.sha, lo.size)
-                  and self.refused.get(lo.path) == lo.sha):
+            elif (
+                o.push == "update"
+                and lo is not None
+                and o.view == (lo.path, lo.sha, lo.size)
+                and self.refused.get(lo.path) == lo.sha
+            ):
                 still_refused.add(lo.path)
 
         for path, f in sorted(self.new.items()):
@@ -670,25 +721,44 @@ class _Planner:
                     tree.add(o.l.path, o.m)
         view_moves = [MoveLocal(src, dst) for wave in _schedule(moves, tree) for _, src, dst in wave]
 
-        view: list[ViewAction] = [*sorted(keep, key=lambda a: a.path), *sorted(remove, key=lambda a: a.path),
-                                  *view_moves, *sorted(mats, key=lambda a: a.path)]
+        view: list[ViewAction] = [
+            *sorted(keep, key=lambda a: a.path),
+            *sorted(remove, key=lambda a: a.path),
+            *view_moves,
+            *sorted(mats, key=lambda a: a.path),
+        ]
         return Plan(
             view=tuple(view),
             bookkeeping=tuple(sorted(book, key=_book_key)),
             notices=tuple(sorted(notes, key=lambda n: (n.path, n.kind))),
-            push_stages=tuple(s for s in [tuple(sorted(holds, key=_push_key)), *self._update_stages(updates),
-                                          tuple(sorted(creates, key=lambda a: a.path))] if s),
+            push_stages=tuple(
+                s
+                for s in [
+                    tuple(sorted(holds, key=_push_key)),
+                    *self._update_stages(updates),
+                    tuple(sorted(creates, key=lambda a: a.path)),
+                ]
+                if s
+            ),
         )
 
     def _update_stages(self, updates: list[_Mem]) -> list[tuple[PushUpdate, ...]]:
         """Content-only updates go at once; renames in waves so that none targets a path (or a
         path beside one) still in use on the store; a cycle goes through a temporary path."""
         final = {o.m: o for o in updates}
-        renames = [(o.m, o.remote_entry.path, o.view_entry[0]) for o in updates
-                   if o.view_entry[0] != o.remote_entry.path]
+        renames = [
+            (o.m, o.remote_entry.path, o.view_entry[0])
+            for o in updates
+            if o.view_entry[0] != o.remote_entry.path
+        ]
         tree = self._store_tree_before_updates() if renames else _Tree()
-        stages: list[list[PushUpdate]] = [[self._update(o, o.remote_entry.path, o.remote_entry.path)
-                                           for o in updates if o.view_entry[0] == o.remote_entry.path]]
+        stages: list[list[PushUpdate]] = [
+            [
+                self._update(o, o.remote_entry.path, o.remote_entry.path)
+                for o in updates
+                if o.view_entry[0] == o.remote_entry.path
+            ]
+        ]
         for i, wave in enumerate(_schedule(renames, tree)):
             if i >= len(stages):
                 stages.append([])
@@ -709,7 +779,15 @@ class _Planner:
         return PushUpdate(o.m, src, rsha, dst if dst != src else None, vsha if changed else None)
 
 
-_BOOK_ORDER = {DropBase: 0, SetBase: 1, SetLocalMemoryId: 2, Skip: 3, Unskip: 4, ClearHeld: 5, ClearRefused: 6}
+_BOOK_ORDER = {
+    DropBase: 0,
+    SetBase: 1,
+    SetLocalMemoryId: 2,
+    Skip: 3,
+    Unskip: 4,
+    ClearHeld: 5,
+    ClearRefused: 6,
+}
 
 
 def _book_key(a: Any) -> tuple:

@@ -1,11 +1,11 @@
 """The official `anthropic` worker with memfs as the session's memory (docs/SEMANTICS.md#d-worker; extra `memfs[worker]`).
 
-    from anthropic import AsyncAnthropic
-    from anthropic.lib.environments import EnvironmentWorker
-    from memfs.worker import memfs_tools
+from anthropic import AsyncAnthropic
+from anthropic.lib.environments import EnvironmentWorker
+from memfs.worker import memfs_tools
 
-    worker = EnvironmentWorker(AsyncAnthropic(), memory_sync_interval=None, tools=memfs_tools())
-    await worker.handle_item()
+worker = EnvironmentWorker(AsyncAnthropic(), memory_sync_interval=None, tools=memfs_tools())
+await worker.handle_item()
 """
 
 from __future__ import annotations

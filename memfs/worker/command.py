@@ -34,15 +34,27 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("worker", help="run the official EnvironmentWorker for one work item, memory by memfs")
     p.add_argument("--root", default="/mnt/memory", help="where the session's stores are (or get) mounted")
     p.add_argument("--workdir", default=None, help="the agent's working directory (default: the current one)")
-    p.add_argument("--mount", action="store_true", help="mount the session's stores first, unmount them at the end")
-    p.add_argument("--store-url", default=None,
-                   help="the memory store service, for --mount (default: $MEMFS_STORE_URL, else $ANTHROPIC_BASE_URL)")
+    p.add_argument(
+        "--mount", action="store_true", help="mount the session's stores first, unmount them at the end"
+    )
+    p.add_argument(
+        "--store-url",
+        default=None,
+        help="the memory store service, for --mount (default: $MEMFS_STORE_URL, else $ANTHROPIC_BASE_URL)",
+    )
     p.add_argument("--state-dir", default=None, help="for --mount: the mount's state dir")
     p.add_argument("--sync-interval", default=None, help="for --mount: the mount's sync interval")
-    p.add_argument("--max-idle", type=float, default=None,
-                   help="seconds to keep serving after the session's turn ended (the SDK's default: 60)")
-    p.add_argument("--force-stop", action="store_true",
-                   help="only force-stop the work item and exit (a sandbox whose mount failed)")
+    p.add_argument(
+        "--max-idle",
+        type=float,
+        default=None,
+        help="seconds to keep serving after the session's turn ended (the SDK's default: 60)",
+    )
+    p.add_argument(
+        "--force-stop",
+        action="store_true",
+        help="only force-stop the work item and exit (a sandbox whose mount failed)",
+    )
     p.set_defaults(func=cmd_worker)
 
 
@@ -63,11 +75,17 @@ def cmd_worker(args: argparse.Namespace) -> int:
         return 2
     missing = [v for v in ITEM_VARS if not os.environ.get(v)]
     if missing:
-        print(f"memfs worker: {', '.join(missing)} not set (the work item's process gets them from "
-              "`ant beta:worker poll --on-work`)", file=sys.stderr)
+        print(
+            f"memfs worker: {', '.join(missing)} not set (the work item's process gets them from "
+            "`ant beta:worker poll --on-work`)",
+            file=sys.stderr,
+        )
         return 2
     if not os.environ.get("ANTHROPIC_WORK_SECRET") and not os.environ.get("ANTHROPIC_ENVIRONMENT_KEY"):
-        print("memfs worker: neither ANTHROPIC_WORK_SECRET nor ANTHROPIC_ENVIRONMENT_KEY is set", file=sys.stderr)
+        print(
+            "memfs worker: neither ANTHROPIC_WORK_SECRET nor ANTHROPIC_ENVIRONMENT_KEY is set",
+            file=sys.stderr,
+        )
         return 2
     if args.force_stop:
         return 0 if _force_stop_item() else 1
@@ -101,8 +119,13 @@ async def _run_item(args: argparse.Namespace) -> int:
     from memfs.worker import lease
 
     lease.watch(client)  # before the first heartbeat, so a lease lost early is seen too
-    worker = EnvironmentWorker(client, memory_sync_interval=None, tools=memfs_tools(root=args.root),
-                               workdir=args.workdir or os.getcwd(), **kwargs)
+    worker = EnvironmentWorker(
+        client,
+        memory_sync_interval=None,
+        tools=memfs_tools(root=args.root),
+        workdir=args.workdir or os.getcwd(),
+        **kwargs,
+    )
     stopped_by: list[str] = []
     async with anyio.create_task_group() as tg:
 
@@ -133,9 +156,12 @@ def _causes(exc: BaseException) -> str:
     return "; ".join(_causes(e) for e in inner) if inner else f"{type(exc).__name__}: {exc}"
 
 
-def _memfs(*argv: str, env: dict[str, str] | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "memfs", *argv], env=env, timeout=timeout,
-                          stdout=sys.stderr, stderr=sys.stderr)
+def _memfs(
+    *argv: str, env: dict[str, str] | None = None, timeout: float = 120
+) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "memfs", *argv], env=env, timeout=timeout, stdout=sys.stderr, stderr=sys.stderr
+    )
 
 
 def _mount(args: argparse.Namespace) -> int:
@@ -153,8 +179,10 @@ def _mount(args: argparse.Namespace) -> int:
         log.error("memfs mount did not finish in time")
         return 3
     if proc.returncode != 0:
-        log.error("memfs mount failed (exit %d): the work item is stopped rather than run without its memory",
-                  proc.returncode)
+        log.error(
+            "memfs mount failed (exit %d): the work item is stopped rather than run without its memory",
+            proc.returncode,
+        )
     return proc.returncode
 
 
@@ -175,16 +203,22 @@ def _force_stop_item() -> bool:
 
     from memfs.client import sessions_token_from_secret
 
-    token = sessions_token_from_secret(os.environ.get("ANTHROPIC_WORK_SECRET")) or os.environ.get("ANTHROPIC_ENVIRONMENT_KEY")
+    token = sessions_token_from_secret(os.environ.get("ANTHROPIC_WORK_SECRET")) or os.environ.get(
+        "ANTHROPIC_ENVIRONMENT_KEY"
+    )
     if not token:
         log.error("cannot force-stop the work item: no ANTHROPIC_WORK_SECRET or ANTHROPIC_ENVIRONMENT_KEY")
         return False
 
     async def stop() -> None:
-        async with AsyncAnthropic(auth_token=token, api_key=None, base_url=os.environ.get("ANTHROPIC_BASE_URL"),
-                                  max_retries=2) as client:
+        async with AsyncAnthropic(
+            auth_token=token, api_key=None, base_url=os.environ.get("ANTHROPIC_BASE_URL"), max_retries=2
+        ) as client:
             await client.beta.environments.work.stop(
-                os.environ["ANTHROPIC_WORK_ID"], environment_id=os.environ["ANTHROPIC_ENVIRONMENT_ID"], force=True)
+                os.environ["ANTHROPIC_WORK_ID"],
+                environment_id=os.environ["ANTHROPIC_ENVIRONMENT_ID"],
+                force=True,
+            )
 
     try:
         anyio.run(stop)

@@ -79,11 +79,14 @@ class DaemonLink:
 
     def _checked(self, request: dict[str, Any], answer: Any) -> dict[str, Any]:
         if not isinstance(answer, dict):
-            raise DaemonUnavailable(f"the memfs daemon of {self.root} answered {request.get('op')!r} with {answer!r}")
+            raise DaemonUnavailable(
+                f"the memfs daemon of {self.root} answered {request.get('op')!r} with {answer!r}"
+            )
         # A failed tick answers {"ok": false, "ran": true, ...}: that is a result, not a refusal.
         if not answer.get("ok", False) and "ran" not in answer:
             raise DaemonUnavailable(
-                f"the memfs daemon of {self.root} refused {request.get('op')!r}: {answer.get('error')}")
+                f"the memfs daemon of {self.root} refused {request.get('op')!r}: {answer.get('error')}"
+            )
         return answer
 
     # -- blocking, once per session ---------------------------------------------------------------
@@ -91,23 +94,29 @@ class DaemonLink:
         request = {"op": "status"}
         try:
             path = self.socket_path()
-            answer = control.call(path.parent, request, timeout=timeout) if path.name == control.SOCKET_NAME \
+            answer = (
+                control.call(path.parent, request, timeout=timeout)
+                if path.name == control.SOCKET_NAME
                 else _call_blocking(path, request, timeout)
+            )
         except (control.NoDaemon, OSError, ValueError) as exc:  # OSError covers socket.timeout
             raise DaemonUnavailable(f"the memfs daemon of {self.root} did not answer: {exc}") from exc
         return self._checked(request, answer)
 
     # -- async, on the held connection ------------------------------------------------------------
-    async def async_sync(self, *, force: bool, wait: bool, timeout: float,
-                         ping_timeout: float = PRE_CALL_PING_TIMEOUT) -> dict[str, Any]:
-        return await self.request({"op": "sync", "force": force, "wait": wait}, timeout=timeout,
-                                  ping_timeout=ping_timeout)
+    async def async_sync(
+        self, *, force: bool, wait: bool, timeout: float, ping_timeout: float = PRE_CALL_PING_TIMEOUT
+    ) -> dict[str, Any]:
+        return await self.request(
+            {"op": "sync", "force": force, "wait": wait}, timeout=timeout, ping_timeout=ping_timeout
+        )
 
     async def async_status(self, timeout: float = STATUS_TIMEOUT) -> dict[str, Any]:
         return await self.request({"op": "status"}, timeout=timeout)
 
-    async def request(self, request: dict[str, Any], *, timeout: float,
-                      ping_timeout: float = control.PING_TIMEOUT) -> dict[str, Any]:
+    async def request(
+        self, request: dict[str, Any], *, timeout: float, ping_timeout: float = control.PING_TIMEOUT
+    ) -> dict[str, Any]:
         if self._lock is None:
             self._lock = anyio.Lock()
         async with self._lock:
@@ -119,12 +128,16 @@ class DaemonLink:
                 except _Broken as exc:
                     await self._drop()
                     if fresh or attempt:
-                        raise DaemonUnavailable(f"the memfs daemon of {self.root} did not answer: {exc}") from exc
+                        raise DaemonUnavailable(
+                            f"the memfs daemon of {self.root} did not answer: {exc}"
+                        ) from exc
                     continue  # a held connection the daemon closed (restart, idle): once more, fresh
                 except TimeoutError as exc:
                     await self._drop()
-                    raise DaemonUnavailable(f"the memfs daemon of {self.root} did not answer {request.get('op')!r} "
-                                            f"within {timeout:g}s (a connect within {ping_wait:g}s)") from exc
+                    raise DaemonUnavailable(
+                        f"the memfs daemon of {self.root} did not answer {request.get('op')!r} "
+                        f"within {timeout:g}s (a connect within {ping_wait:g}s)"
+                    ) from exc
                 except (OSError, ValueError, anyio.BrokenResourceError, anyio.ClosedResourceError) as exc:
                     await self._drop()
                     raise DaemonUnavailable(f"the memfs daemon of {self.root} did not answer: {exc}") from exc
@@ -144,8 +157,9 @@ class DaemonLink:
                 try:
                     self._stream = await anyio.connect_unix(str(path))
                 except (FileNotFoundError, ConnectionRefusedError) as exc:
-                    raise DaemonUnavailable(f"the memfs daemon of {self.root} did not answer: "
-                                            f"nothing listens at {path}") from exc
+                    raise DaemonUnavailable(
+                        f"the memfs daemon of {self.root} did not answer: nothing listens at {path}"
+                    ) from exc
                 self._buf = b""
             try:
                 await self._stream.send(json.dumps(request).encode() + b"\n")
@@ -163,8 +177,10 @@ class DaemonLink:
 
     async def _probe(self, path: Path, ping_wait: float) -> None:
         """A ping on a connection of its own: any answer line within ping_wait means alive."""
-        gone = DaemonUnavailable(f"the memfs daemon of {self.root} did not answer a ping within "
-                                 f"{ping_wait:g}s (stopped or hung?); it was asked at {path}")
+        gone = DaemonUnavailable(
+            f"the memfs daemon of {self.root} did not answer a ping within "
+            f"{ping_wait:g}s (stopped or hung?); it was asked at {path}"
+        )
         try:
             with anyio.fail_after(ping_wait):
                 async with await anyio.connect_unix(str(path)) as probe:

@@ -55,7 +55,9 @@ class LeaseWatch:
             return
         work_id = m.group(1)
         now = time.monotonic()
-        beat = self.beats.setdefault(work_id, _Beat(last_ok=now if response.is_success else self.installed_at))
+        beat = self.beats.setdefault(
+            work_id, _Beat(last_ok=now if response.is_success else self.installed_at)
+        )
         self.latest = work_id
         if response.status_code == 412:
             beat.lost = True
@@ -87,8 +89,10 @@ def watch(client: object) -> LeaseWatch | None:
     """The lease watch of the client's httpx client, installed on first use (None: no such client)."""
     http = http_client_of(client)
     if http is None:
-        log.warning("cannot watch the work item's lease: the client has no httpx client; "
-                    "the final sync will run even if the lease is lost")
+        log.warning(
+            "cannot watch the work item's lease: the client has no httpx client; "
+            "the final sync will run even if the lease is lost"
+        )
         return None
     existing = _watches.get(http)
     if existing is not None:

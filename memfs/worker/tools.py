@@ -52,7 +52,9 @@ class MemfsSessionError(RuntimeError):
     """The mount does not hold this session's memory stores: the work item must not run."""
 
 
-def memfs_tools(root: str | os.PathLike[str] = DEFAULT_ROOT, base: ToolsFactory | Tools | None = None) -> ToolsFactory:
+def memfs_tools(
+    root: str | os.PathLike[str] = DEFAULT_ROOT, base: ToolsFactory | Tools | None = None
+) -> ToolsFactory:
     """A `tools=` factory for `EnvironmentWorker(client, memory_sync_interval=None, tools=memfs_tools())`.
 
     `root` is where `memfs mount` mounted the session's stores; `base` is the toolset to wrap (a
@@ -63,7 +65,11 @@ def memfs_tools(root: str | os.PathLike[str] = DEFAULT_ROOT, base: ToolsFactory 
 
     def factory(ctx: AgentToolContext) -> list[Any]:
         memory = SessionMemory.attach(ctx, root)
-        tools = list(base(ctx) if callable(base) else base) if base is not None else beta_agent_toolset_20260401(ctx)
+        tools = (
+            list(base(ctx) if callable(base) else base)
+            if base is not None
+            else beta_agent_toolset_20260401(ctx)
+        )
         if memory is None:
             return tools
         return memory.wrap(tools)
@@ -91,7 +97,9 @@ def _describe(stores: dict[str, tuple[str, str]]) -> str:
 class SessionMemory:
     """The memfs side of one session: its stores, the daemon link, the tools it wrapped."""
 
-    def __init__(self, ctx: AgentToolContext, root: str, link: DaemonLink, stores: dict[str, tuple[str, str]]):
+    def __init__(
+        self, ctx: AgentToolContext, root: str, link: DaemonLink, stores: dict[str, tuple[str, str]]
+    ):
         self.ctx = ctx
         self.root = root
         self.link = link
@@ -151,8 +159,12 @@ class SessionMemory:
         else:
             if answer.get("ran") and not answer.get("ok"):
                 log.warning("pre-call sync before %s: the tick failed: %s", name, answer.get("error"))
-            log.debug("pre-call sync before %s: %.2f ms (ran=%s)", name, (time.perf_counter() - started) * 1e3,
-                      answer.get("ran"))
+            log.debug(
+                "pre-call sync before %s: %.2f ms (ran=%s)",
+                name,
+                (time.perf_counter() - started) * 1e3,
+                answer.get("ran"),
+            )
         if name == "write":
             await self._refuse_oversized_write(input_)
         elif name == "edit":
@@ -229,28 +241,46 @@ class SessionMemory:
             log.warning(
                 "session %s: the work item's lease was lost; no final sync, so this worker does not push "
                 "over the worker that holds the session now. Staged changes stay in the mount's state dir "
-                "(memfs status --root %s).", self.session_id, self.root)
+                "(memfs status --root %s).",
+                self.session_id,
+                self.root,
+            )
             return
         started = time.monotonic()
         try:
             with anyio.move_on_after(FINAL_SYNC_TIMEOUT + 5) as bound:
-                answer = await self.link.async_sync(force=True, wait=True, timeout=FINAL_SYNC_TIMEOUT,
-                                                    ping_timeout=control.PING_TIMEOUT)
+                answer = await self.link.async_sync(
+                    force=True, wait=True, timeout=FINAL_SYNC_TIMEOUT, ping_timeout=control.PING_TIMEOUT
+                )
                 status = await self.link.async_status()
             if bound.cancelled_caught:
                 raise DaemonUnavailable(f"no answer within {FINAL_SYNC_TIMEOUT + 5:g}s")
         except DaemonUnavailable as exc:
-            log.error("session %s: final sync failed: %s; `memfs unmount --root %s` retries it",
-                      self.session_id, exc, self.root)
+            log.error(
+                "session %s: final sync failed: %s; `memfs unmount --root %s` retries it",
+                self.session_id,
+                exc,
+                self.root,
+            )
             return
         staged = sum(s.get("staged", 0) + s.get("refused", 0) for s in status.get("stores", []))
         took = time.monotonic() - started
         if answer.get("ok") and not staged:
-            log.info("session %s: final sync done in %.2fs; every change is on the store service", self.session_id, took)
+            log.info(
+                "session %s: final sync done in %.2fs; every change is on the store service",
+                self.session_id,
+                took,
+            )
         else:
-            log.warning("session %s: final sync after %.2fs: %s; %d change(s) not on the store yet "
-                        "(`memfs unmount --root %s` retries them and keeps what it cannot upload)",
-                        self.session_id, took, answer.get("error") or "incomplete", staged, self.root)
+            log.warning(
+                "session %s: final sync after %.2fs: %s; %d change(s) not on the store yet "
+                "(`memfs unmount --root %s` retries them and keeps what it cannot upload)",
+                self.session_id,
+                took,
+                answer.get("error") or "incomplete",
+                staged,
+                self.root,
+            )
 
 
 class MemfsTool(BetaAsyncBuiltinFunctionTool):

@@ -38,8 +38,9 @@ def browser():
 
 @pytest.fixture
 def context(browser, console_service):
-    ctx = browser.new_context(base_url=console_service.base_url, accept_downloads=True,
-                              viewport={"width": 1280, "height": 860})
+    ctx = browser.new_context(
+        base_url=console_service.base_url, accept_downloads=True, viewport={"width": 1280, "height": 860}
+    )
     ctx.set_default_timeout(10_000)
     try:
         yield ctx

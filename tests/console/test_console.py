@@ -20,7 +20,9 @@ pytestmark = pytest.mark.timeout(120)
 @pytest.fixture
 def api(console_service):
     """The official client with the admin key: the API side of every comparison."""
-    c = anthropic.Anthropic(api_key=console_service.admin_key, base_url=console_service.base_url, max_retries=0)
+    c = anthropic.Anthropic(
+        api_key=console_service.admin_key, base_url=console_service.base_url, max_retries=0
+    )
     yield c
     c.close()
 
@@ -97,7 +99,9 @@ def test_create_store_and_memory_edit_rename_delete(signed_in, api):
     page.fill("#content", "- buy milk\n- call Ann\n- water plants\n")
     page.click("#save")
     assert "Saved." in page.inner_text("[role=status]")
-    assert api.beta.memory_stores.memories.retrieve(mid, memory_store_id=sid).content.endswith("water plants\n")
+    assert api.beta.memory_stores.memories.retrieve(mid, memory_store_id=sid).content.endswith(
+        "water plants\n"
+    )
 
     page.get_by_role("link", name="Rename", exact=True).click()
     page.fill("#path", "/notes/done.md")
@@ -136,7 +140,9 @@ def test_a_change_made_through_the_api_meanwhile_is_a_conflict_not_an_overwrite(
     page.goto(f"/console/stores/{store.id}/memories/{mem.id}/edit")
     page.fill("#content", "step 1\nstep 2\nmine: step 3\n")
     # Meanwhile an agent changes the memory through the API.
-    api.beta.memory_stores.memories.update(mem.id, memory_store_id=store.id, content="step 1\ntheirs: step 2b\n")
+    api.beta.memory_stores.memories.update(
+        mem.id, memory_store_id=store.id, content="step 1\ntheirs: step 2b\n"
+    )
     page.click("#save")
 
     assert "changed while you were editing" in page.inner_text("#conflict")
@@ -412,7 +418,10 @@ def test_unchanged_save_writes_nothing_and_a_deletion_meanwhile_keeps_your_text(
     page.goto(f"/console/stores/{store.id}/memories/{crlf.id}/edit")
     page.fill("#content", "a\nb\nc\n")  # a memory that used CRLF keeps CRLF
     page.click("#save")
-    assert api.beta.memory_stores.memories.retrieve(crlf.id, memory_store_id=store.id).content == "a\r\nb\r\nc\r\n"
+    assert (
+        api.beta.memory_stores.memories.retrieve(crlf.id, memory_store_id=store.id).content
+        == "a\r\nb\r\nc\r\n"
+    )
 
     gone = api.beta.memory_stores.memories.create(store.id, path="/gone.md", content="old")
     page.goto(f"/console/stores/{store.id}/memories/{gone.id}/edit")
@@ -434,7 +443,12 @@ def test_the_browser_rolls_up_subdirectories_and_pages_long_listings(signed_in, 
             assert c.post(f"/v1/memory_stores/{store['id']}/memories",
                           json={"path": f"/many/n{i:03d}.md", "content": str(i)}).status_code == 200  # fmt: skip
         for path in ("/deep/a/b/c.md", "/deep/a/d.md", "/top.md"):
-            assert c.post(f"/v1/memory_stores/{store['id']}/memories", json={"path": path, "content": "x"}).status_code == 200
+            assert (
+                c.post(
+                    f"/v1/memory_stores/{store['id']}/memories", json={"path": path, "content": "x"}
+                ).status_code
+                == 200
+            )
     page.goto(f"/console/stores/{store['id']}/memories")
     assert page.locator("#memories tr.prefix a").all_inner_texts() == ["deep/", "many/"]
     assert page.locator("#memories tr.memory").count() == 1
@@ -450,8 +464,10 @@ def test_the_browser_rolls_up_subdirectories_and_pages_long_listings(signed_in, 
     # The page token is signed for its listing: edited, or carried to another prefix, it is refused.
     second = page.url
     token = re.search(r"page=([^&]+)", second).group(1)
-    for url in (second.replace(token, token[:-2] + ("AA" if token[-2:] != "AA" else "BB")),
-                second.replace("prefix=/many/", "prefix=/deep/").replace("prefix=%2Fmany%2F", "prefix=%2Fdeep%2F")):
+    for url in (
+        second.replace(token, token[:-2] + ("AA" if token[-2:] != "AA" else "BB")),
+        second.replace("prefix=/many/", "prefix=/deep/").replace("prefix=%2Fmany%2F", "prefix=%2Fdeep%2F"),
+    ):
         assert url != second
         r = page.goto(url)
         assert r.status == 400 and "cursor" in page.inner_text("main"), url

@@ -38,8 +38,12 @@ def shoot(page, out: Path, name: str) -> None:
 def test_screenshots_of_the_main_pages(browser, console_service, tmp_path):
     out = Path(os.environ.get("MEMFS_SCREENSHOT_DIR") or tmp_path)
     out.mkdir(parents=True, exist_ok=True)
-    api = anthropic.Anthropic(api_key=console_service.admin_key, base_url=console_service.base_url, max_retries=0)
-    store = api.beta.memory_stores.create(name="Ann's assistant", description="What the assistant remembers about Ann and her projects.")
+    api = anthropic.Anthropic(
+        api_key=console_service.admin_key, base_url=console_service.base_url, max_retries=0
+    )
+    store = api.beta.memory_stores.create(
+        name="Ann's assistant", description="What the assistant remembers about Ann and her projects."
+    )
     api.beta.memory_stores.create(name="Team handbook", description="Shared, read-only for agents")
     api.beta.memory_stores.create(name="Support bot", description="Customer-facing agent's memory")
     mems = {p: api.beta.memory_stores.memories.create(store.id, path=p, content=c) for p, c in NOTES.items()}

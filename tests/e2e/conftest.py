@@ -45,7 +45,9 @@ class World:
 
     def sandbox(self, name: str = "a", session: dict | None = None) -> Sandbox:
         s = session or self.session
-        box = Sandbox(self.tmp, name, base_url=self.service.base_url, session_id=s["id"], work_secret=s["work_secret"])
+        box = Sandbox(
+            self.tmp, name, base_url=self.service.base_url, session_id=s["id"], work_secret=s["work_secret"]
+        )
         self.sandboxes.append(box)
         return box
 

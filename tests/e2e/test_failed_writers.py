@@ -44,14 +44,14 @@ AGENT_TOOL = textwrap.dedent("""
 # name -> (shell command run in the store's directory, the memory path it aims at, a file the
 # tool creates that must never reach the store or None). $BIGFILE is a 150,000-byte file.
 CASES = {
-    "python-o-trunc": ('"$PY" -c "open(\'profile.md\', \'w\').write(\'x\' * 150000)"', "/profile.md"),
+    "python-o-trunc": ("\"$PY\" -c \"open('profile.md', 'w').write('x' * 150000)\"", "/profile.md"),
     "agent-write": (f'"$PY" -c \'{AGENT_TOOL}\' "$PWD" write profile.md', "/profile.md"),
     "agent-edit": (f'"$PY" -c \'{AGENT_TOOL}\' "$PWD" edit notes/todo.md "buy milk"', "/notes/todo.md"),
     "cp": ('cp "$BIGFILE" profile.md', "/profile.md"),
     "tar-x": ('tar -xf "$ARCHIVE"', "/notes/todo.md"),
     "printf-new": ('printf "%s" "$(cat "$BIGFILE")" > new.md', "/new.md"),
     "sqlite3-new": (
-        '"$PY" -c "import sqlite3; c = sqlite3.connect(\'x.db\'); c.execute(\'create table t(a)\'); c.commit()"',
+        "\"$PY\" -c \"import sqlite3; c = sqlite3.connect('x.db'); c.execute('create table t(a)'); c.commit()\"",
         "/x.db",
     ),
 }

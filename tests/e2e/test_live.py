@@ -90,7 +90,9 @@ def test_a_write_in_a_is_readable_in_b_without_a_sync_in_b(world, api):
     api.delete(world.rw, memory["id"])
     counter = store_counter(api, world.rw)
     assert wait_for(lambda: landed(a, counter) and landed(b, counter))
-    assert not (a.root / RW / "notes" / "todo.md").exists() and not (b.root / RW / "notes" / "todo.md").exists()
+    assert (
+        not (a.root / RW / "notes" / "todo.md").exists() and not (b.root / RW / "notes" / "todo.md").exists()
+    )
 
 
 def test_a_busy_mount_pulls_at_the_next_sync_and_never_in_the_middle_of_a_command(world, api):
@@ -99,8 +101,13 @@ def test_a_busy_mount_pulls_at_the_next_sync_and_never_in_the_middle_of_a_comman
     assert wait_for(lambda: mode(box)[0] == "live")
     memory = api.memories(world.rw)["/profile.md"]
     # A command that keeps the mount busy (a read every 0.1 s) while the store changes.
-    busy = subprocess.Popen(["bash", "-c", f"for i in $(seq 60); do cat {box.root / RW / 'profile.md'} >/dev/null; "
-                             "sleep 0.1; done"])
+    busy = subprocess.Popen(
+        [
+            "bash",
+            "-c",
+            f"for i in $(seq 60); do cat {box.root / RW / 'profile.md'} >/dev/null; sleep 0.1; done",
+        ]
+    )
     try:
         api.update(world.rw, memory["id"], content="changed while busy\n")
         counter = store_counter(api, world.rw)
@@ -123,15 +130,27 @@ def test_a_burst_of_closes_is_one_push_wave_after_the_last_close(world, api, ser
         assert wait_for(lambda: mode(box)[0] == "live")
         offset = time.time() - time.monotonic()  # the proxy logs monotonic times, `date` gives wall time
         # An editor's save or a `tar x`: 12 closes 50 ms apart (longer in all than the debounce).
-        out = subprocess.run(["bash", "-c", f"cd {box.root / RW} && for i in $(seq -w 12); do "
-                              "echo \"burst $i\" > burst$i.md; sleep 0.05; done; date +%s.%N"],
-                             capture_output=True, text=True, check=True, timeout=30)
+        out = subprocess.run(
+            [
+                "bash",
+                "-c",
+                f"cd {box.root / RW} && for i in $(seq -w 12); do "
+                'echo "burst $i" > burst$i.md; sleep 0.05; done; date +%s.%N',
+            ],
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=30,
+        )
         last_close = float(out.stdout.strip()) - offset
         assert wait_for(lambda: len([p for p in api.contents(world.rw) if p.startswith("/burst")]) == 12)
         # memfs serve has batch writes: the 12 creates go as one or a few batches, never before the
         # last close (one wave); a create sent alone would be a POST to /memories
-        writes = [e.at for e in proxy.log if e.method == "POST"
-                  and (e.path.endswith("/memories") or e.path.endswith("/memory_batch"))]
+        writes = [
+            e.at
+            for e in proxy.log
+            if e.method == "POST" and (e.path.endswith("/memories") or e.path.endswith("/memory_batch"))
+        ]
         assert 1 <= len(writes) <= 3, writes
         assert min(writes) >= last_close, "a push started before the burst ended"
         assert wait_for(lambda: rw_status(box)["staged"] == 0)
@@ -160,7 +179,9 @@ def test_a_failed_watch_falls_back_to_polling_and_counts_as_an_attempt(world, ap
         box = sandbox_via(world, "fallback", proxy.url)
         box.mount("--sync-interval", LONG)
         assert wait_for(lambda: proxy.count("GET", WATCH) >= 1)
-        kind, reason = wait_for(lambda: mode(box)[0] == "polling" and "watch failed" in mode(box)[1] and mode(box))
+        kind, reason = wait_for(
+            lambda: mode(box)[0] == "polling" and "watch failed" in mode(box)[1] and mode(box)
+        )
         assert kind == "polling" and "watch failed" in reason, reason
         text = box.memfs("status", "--root", str(box.root), check=True).stdout
         assert "sync: polling: the watch failed" in text, text
@@ -204,8 +225,13 @@ def test_against_the_hosted_api_the_requests_are_exactly_those_of_polling(tmp_pa
         logs = {}
         for live in ("auto", "off"):
             with Proxy(svc.base_url) as proxy:
-                box = Sandbox(tmp_path, f"hosted-{live}", base_url=proxy.url, session_id=session["id"],
-                              work_secret=session["work_secret"])
+                box = Sandbox(
+                    tmp_path,
+                    f"hosted-{live}",
+                    base_url=proxy.url,
+                    session_id=session["id"],
+                    work_secret=session["work_secret"],
+                )
                 boxes.append(box)
                 box.mount("--sync-interval", LONG, "--live", live)
                 st = box.status()

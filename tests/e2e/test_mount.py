@@ -57,8 +57,10 @@ def test_mounted_stores_match_the_api_byte_for_byte(world, mounted, api, tmp_pat
         assert files_under(root / slug) == expected
         ref = tmp_path / f"ref-{slug}"
         materialise(expected, ref)
-        diff = sh(f"diff -r --exclude=.anthropic-memory-store --exclude=.sync-notices.log {ref} {root}/{slug}",
-                  check=False)
+        diff = sh(
+            f"diff -r --exclude=.anthropic-memory-store --exclude=.sync-notices.log {ref} {root}/{slug}",
+            check=False,
+        )
         assert diff.returncode == 0, diff.stdout
         found = sh(f"cd {root}/{slug} && find . -type f ! -name '.*' | sort").stdout.split()
         assert found == sorted("." + p for p in expected)
@@ -96,8 +98,10 @@ def test_shell_tools_behave_as_on_a_local_disk(world, mounted, api, tmp_path):
     before = api.memories(world.rw)  # before the script: a live mount pushes its edits at once
     sh(script, cwd=mounted.root / RW)
     assert files_under(mounted.root / RW) == files_under(ref)
-    diff = sh(f"diff -r --exclude=.anthropic-memory-store --exclude=.sync-notices.log {ref} {mounted.root / RW}",
-              check=False)
+    diff = sh(
+        f"diff -r --exclude=.anthropic-memory-store --exclude=.sync-notices.log {ref} {mounted.root / RW}",
+        check=False,
+    )
     assert diff.returncode == 0, diff.stdout
     status = mounted.status()
     staged = {s["slug"]: s["staged"] for s in status["stores"]}

@@ -87,7 +87,9 @@ def walk(top: Path) -> dict[str, str]:
 
 
 @contextmanager
-def mounted_through(tmp: Path, svc: ServiceProcess, store: str, name: str) -> Iterator[tuple[Sandbox, Proxy, Api]]:
+def mounted_through(
+    tmp: Path, svc: ServiceProcess, store: str, name: str
+) -> Iterator[tuple[Sandbox, Proxy, Api]]:
     api = Api(svc.base_url, svc.admin_key)
     session = api.create_session([(store, "read_write")])
     proxy = Proxy(svc.base_url)
@@ -123,8 +125,9 @@ class Renamer(threading.Thread):
 
     def __init__(self, svc: ServiceProcess, store: str, contents: dict[str, str]):
         super().__init__(daemon=True)
-        self.http = httpx.Client(base_url=svc.base_url, headers={"x-api-key": svc.admin_key, **MEMORY_BETA},
-                                 timeout=30)
+        self.http = httpx.Client(
+            base_url=svc.base_url, headers={"x-api-key": svc.admin_key, **MEMORY_BETA}, timeout=30
+        )
         self.store = store
         self.stop = threading.Event()
         self.renames = 0
@@ -135,10 +138,16 @@ class Renamer(threading.Thread):
             ids.close()
         # Memories under the first and the last top prefix swap sides: listed early, moved late
         # and the other way round, so a listing that is not one snapshot loses and doubles some.
-        self.moves = [(by_path[p], p, p.replace(f"/{TOPS[0]}/", f"/{TOPS[-1]}/x", 1)) for p in by_path
-                      if p.startswith(f"/{TOPS[0]}/")]
-        self.moves += [(by_path[p], p, p.replace(f"/{TOPS[-1]}/", f"/{TOPS[0]}/y", 1)) for p in by_path
-                       if p.startswith(f"/{TOPS[-1]}/")]
+        self.moves = [
+            (by_path[p], p, p.replace(f"/{TOPS[0]}/", f"/{TOPS[-1]}/x", 1))
+            for p in by_path
+            if p.startswith(f"/{TOPS[0]}/")
+        ]
+        self.moves += [
+            (by_path[p], p, p.replace(f"/{TOPS[-1]}/", f"/{TOPS[0]}/y", 1))
+            for p in by_path
+            if p.startswith(f"/{TOPS[-1]}/")
+        ]
         self.where = {mid: old for mid, old, _new in self.moves}
 
     def run(self) -> None:
@@ -229,7 +238,11 @@ def test_a_long_retry_after_fails_the_tick_which_counts_as_an_attempt(small, tmp
         answer = box.sync(check=False)
         assert rule.hits == 1
         assert answer["ok"] is False and "429" in str(answer["error"]), answer
-        assert proxy.count("GET", r"/memory_store_counters$", since=start) == 1  # not retried: waiting is the interval's job
+        assert (
+            proxy.count("GET", r"/memory_store_counters$", since=start) == 1
+        )  # not retried: waiting is the interval's job
         not_forced = box.sync(force=False, wait=False, check=False)
-        assert not_forced.get("ran") is False, not_forced  # docs/SEMANTICS.md#d-unreachable: the failure was this interval's attempt
+        assert not_forced.get("ran") is False, (
+            not_forced
+        )  # docs/SEMANTICS.md#d-unreachable: the failure was this interval's attempt
         assert box.sync()["ok"]  # forced: the rule was for one request only

@@ -96,7 +96,9 @@ def test_a_held_delete_is_named_but_loses_nothing(world):
     assert st["not_on_store"] == 0
     proc = box.unmount(check=False)
     assert proc.returncode == 0, proc.stderr
-    assert "every change is on the store service" in proc.stdout and "1 local delete(s) held back" in proc.stdout
+    assert (
+        "every change is on the store service" in proc.stdout and "1 local delete(s) held back" in proc.stdout
+    )
     assert "/profile.md" in world.api.contents(world.rw)  # log_only: the store keeps it
 
 
@@ -136,8 +138,18 @@ def test_the_daemon_exits_non_zero_on_sigterm_while_a_file_is_held_back(world):
     from tests.support.sandbox import is_mounted
 
     box = world.sandbox("a")
-    argv = [sys.executable, "-m", "memfs", "mount", "--foreground", "--root", str(box.root),
-            "--state-dir", str(box.state_dir), *QUIET]
+    argv = [
+        sys.executable,
+        "-m",
+        "memfs",
+        "mount",
+        "--foreground",
+        "--root",
+        str(box.root),
+        "--state-dir",
+        str(box.state_dir),
+        *QUIET,
+    ]
     daemon = subprocess.Popen(argv, env=box.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 60

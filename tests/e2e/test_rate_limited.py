@@ -39,7 +39,9 @@ def mounted_through(tmp: Path, *serve_args: str) -> Iterator[tuple[Sandbox, Prox
         # One request per change, as against the hosted API: these tests count single creates. (A
         # batch route answered 404 is, to the mount, a service without one: it sends singles.)
         proxy.add("POST", r"/memory_batch$", "status", code=404)
-        box = Sandbox(tmp, "box", base_url=proxy.url, session_id=session["id"], work_secret=session["work_secret"])
+        box = Sandbox(
+            tmp, "box", base_url=proxy.url, session_id=session["id"], work_secret=session["work_secret"]
+        )
         box.mount()
         yield box, proxy, api, svc, store
     finally:

@@ -16,7 +16,9 @@ from tests.support.service import ServiceProcess
 pytestmark = pytest.mark.timeout(150)
 
 RW = "work-notes"
-NOTICE = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z (?P<kind>[a-z-]+) (?P<path>\S+) (?P<details>.*)$")
+NOTICE = re.compile(
+    r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z (?P<kind>[a-z-]+) (?P<path>\S+) (?P<details>.*)$"
+)
 
 
 @pytest.fixture(params=["counter", "hosted-api"])
@@ -106,8 +108,11 @@ def test_decision4_over_the_limits_materialises_in_list_order(world, api):
     box.mount("--max-files", "3")
     # The seed has 5 memories; in path order the first 3 fit.
     paths = sorted(api.contents(world.rw))
-    shown = sorted("/" + str(p.relative_to(box.root / RW)) for p in (box.root / RW).rglob("*")
-                   if p.is_file() and not p.name.startswith(".sync") and not p.name.startswith(".anthropic"))
+    shown = sorted(
+        "/" + str(p.relative_to(box.root / RW))
+        for p in (box.root / RW).rglob("*")
+        if p.is_file() and not p.name.startswith(".sync") and not p.name.startswith(".anthropic")
+    )
     assert shown == paths[:3]
     over = [m["path"] for m in notices(box, "over-limit")]
     assert over == paths[3:]

@@ -40,7 +40,9 @@ def test_a_300_file_burst_lands_in_few_requests_or_singles_on_the_hosted_api(tmp
         store = api.create_store("Burst Notes")
         ids = {p: api.create(store, p, c)["id"] for p, c in SEED.items()}
         session = api.create_session([(store, "read_write")])
-        box = Sandbox(tmp_path, "a", base_url=proxy.url, session_id=session["id"], work_secret=session["work_secret"])
+        box = Sandbox(
+            tmp_path, "a", base_url=proxy.url, session_id=session["id"], work_secret=session["work_secret"]
+        )
         box.mount()
         root = box.root / SLUG
         proxy.reset_counts()  # from here: the burst, whenever the mount sends it (a tick or live mode)
@@ -72,14 +74,14 @@ def test_a_300_file_burst_lands_in_few_requests_or_singles_on_the_hosted_api(tmp
         # three refused when the delete went first (one tick's stage order), four otherwise
         assert N - 4 <= len(landed) <= N - 3, len(landed)
         for p in landed:
-            assert on_store[p] == f"file {p[len('/burst/f'):-3]}\n"
+            assert on_store[p] == f"file {p[len('/burst/f') : -3]}\n"
         # the three the store refused: named in the notices and in status, kept in the view
         refused = [line for line in box.notices(SLUG) if " upload-refused " in line]
         assert len(refused) == N - len(landed), refused
         for line in refused:
             path = line.split(" ")[2]
             assert path.startswith("/burst/") and path not in landed
-            assert (root / path[1:]).read_text() == f"file {path[len('/burst/f'):-3]}\n"
+            assert (root / path[1:]).read_text() == f"file {path[len('/burst/f') : -3]}\n"
         # a second tick sends nothing again: everything is booked
         proxy.reset_counts()
         box.sync()
@@ -93,8 +95,12 @@ def test_a_300_file_burst_lands_in_few_requests_or_singles_on_the_hosted_api(tmp
 
 
 def _burst(root, tag: str, n: int) -> None:
-    subprocess.run(["sh", "-ec", f'mkdir {tag}; for i in $(seq 1 {n}); do echo "{tag} $i" > {tag}/f$i.md; done'],
-                   cwd=root, check=True, timeout=60)
+    subprocess.run(
+        ["sh", "-ec", f'mkdir {tag}; for i in $(seq 1 {n}); do echo "{tag} $i" > {tag}/f$i.md; done'],
+        cwd=root,
+        check=True,
+        timeout=60,
+    )
 
 
 @pytest.mark.timeout(240)
@@ -109,7 +115,9 @@ def test_a_service_without_the_batch_route_gets_single_requests_and_a_failed_bat
     try:
         store = api.create_store("Burst Notes")
         session = api.create_session([(store, "read_write")])
-        box = Sandbox(tmp_path, "a", base_url=proxy.url, session_id=session["id"], work_secret=session["work_secret"])
+        box = Sandbox(
+            tmp_path, "a", base_url=proxy.url, session_id=session["id"], work_secret=session["work_secret"]
+        )
         box.mount()
         root = box.root / SLUG
 
@@ -121,7 +129,9 @@ def test_a_service_without_the_batch_route_gets_single_requests_and_a_failed_bat
         assert not any(p.startswith("/first/") for p in api.contents(store))  # nothing half-sent
         box.sync()
         assert proxy.count("POST", r"/memory_batch$") == 2
-        assert {p for p in api.contents(store) if p.startswith("/first/")} == {f"/first/f{i}.md" for i in range(1, 21)}
+        assert {p for p in api.contents(store) if p.startswith("/first/")} == {
+            f"/first/f{i}.md" for i in range(1, 21)
+        }
 
         proxy.add("POST", r"/memory_batch$", "status", code=404)
         _burst(root, "second", 20)
@@ -158,7 +168,9 @@ def test_an_item_refused_409_inside_a_batch_is_settled_as_a_conflict_and_the_oth
         store = api.create_store("Burst Notes")
         mid = api.create(store, "/shared.md", "base\n")["id"]
         session = api.create_session([(store, "read_write")])
-        box = Sandbox(tmp_path, "a", base_url=proxy.url, session_id=session["id"], work_secret=session["work_secret"])
+        box = Sandbox(
+            tmp_path, "a", base_url=proxy.url, session_id=session["id"], work_secret=session["work_secret"]
+        )
         box.mount()
         root = box.root / SLUG
         (root / "shared.md").write_text("local\n")

@@ -99,7 +99,10 @@ def test_create_write_flush_stages_and_survives_reopen(h):
     view = h.fs.local_view(RW.store_id)
     assert view["/a.md"].sha == sha(b"hello\n") and view["/a.md"].memory_id is None
     assert [h.fs.local_file(RW.store_id, p) for p in ("/a.md", "/d/b.md", "/d", "/nope")] == [
-        view["/a.md"], view["/d/b.md"], None, None
+        view["/a.md"],
+        view["/d/b.md"],
+        None,
+        None,
     ]
     h.assert_staged()
     h2 = h.reopen()
@@ -992,7 +995,10 @@ def test_eilseq_at_fsync_fails_the_handle(h):
     assert errno_of(h.fs.flush, reply.fh) == errno.EILSEQ
     h.fs.release(reply.fh)
     assert "x.db" not in h.listdir(W)
-    assert [n.split()[1:3] for n in h.fs.notices(RW.store_id)] == [["write-failed", "/f"], ["write-failed", "/x.db"]]
+    assert [n.split()[1:3] for n in h.fs.notices(RW.store_id)] == [
+        ["write-failed", "/f"],
+        ["write-failed", "/x.db"],
+    ]
     h.assert_staged()
 
 
@@ -1185,13 +1191,28 @@ def test_a_non_owner_may_only_drop_setuid_setgid(h, mode, new, ok):
     h.fs.setattr(ino, mode=mode)
     other = Caller(4321, 4321)
     err = errno_of(
-        h.fs.permit_setattr, ino, other, size=False, mode=True, owner=False, times=False, fh=None, new_mode=new
+        h.fs.permit_setattr,
+        ino,
+        other,
+        size=False,
+        mode=True,
+        owner=False,
+        times=False,
+        fh=None,
+        new_mode=new,
     )
     assert err == (None if ok else errno.EPERM)
     # Without write permission even that is refused (as for any other non-owner chmod).
     h.fs.setattr(ino, mode=mode & ~0o002)
     err = errno_of(
-        h.fs.permit_setattr, ino, other, size=False, mode=True, owner=False, times=False, fh=None,
+        h.fs.permit_setattr,
+        ino,
+        other,
+        size=False,
+        mode=True,
+        owner=False,
+        times=False,
+        fh=None,
         new_mode=new & ~0o002,
     )
     assert err == errno.EPERM

@@ -360,7 +360,9 @@ def test_names_sizes_and_utf8(mount):
     # the failed writers' new files are gone again, `truncate` (an ftruncate through its own
     # handle) left max.md as it was: one notice each (SEMANTICS.md "Failed writers")
     assert [line.split()[1:3] for line in notices.splitlines()] == [
-        ["write-failed", "/big.md"], ["write-failed", "/big2.md"], ["write-failed", "/max.md"],
+        ["write-failed", "/big.md"],
+        ["write-failed", "/big2.md"],
+        ["write-failed", "/max.md"],
         ["upload-refused", "/bin.dat"],
     ], notices
     assert not (store / "big.md").exists() and not (store / "big2.md").exists()
@@ -584,7 +586,7 @@ def test_modes_asked_for_are_kept_and_a_non_owner_write_drops_setuid(mount):
     try:
         os.chown(plain, 1000, 1000)
         setup = (
-            "(umask 777; touch zero); \"$PY\" -c \"import os; os.mkdir('d0', 0)\"; "
+            '(umask 777; touch zero); "$PY" -c "import os; os.mkdir(\'d0\', 0)"; '
             "for mode in 4777 2777 6777 4755; do echo x > s$mode; chmod $mode s$mode; done"
         )
         for tree in (plain, store):
@@ -596,7 +598,12 @@ def test_modes_asked_for_are_kept_and_a_non_owner_write_drops_setuid(mount):
         want = sh(listing, cwd=plain, check=True).stdout
         assert sh(listing, cwd=store, check=True).stdout == want
         assert dict(line.split() for line in want.splitlines()) == {
-            "zero": "0", "d0": "0", "s4777": "777", "s2777": "777", "s6777": "777", "s4755": "755"
+            "zero": "0",
+            "d0": "0",
+            "s4777": "777",
+            "s2777": "777",
+            "s6777": "777",
+            "s4755": "755",
         }
         assert sh("cat s4777", cwd=store, check=True).stdout == "x\nmore\n"
     finally:

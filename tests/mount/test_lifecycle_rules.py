@@ -12,15 +12,22 @@ from memfs.session.daemon import MountError, check_interval, preflight_root, sto
 
 
 def resource(i: int, *, mount_path: str | None = None, access: str = "read_write") -> dict:
-    return {"type": "memory_store", "memory_store_id": f"memstore_{i}", "name": f"Store {i}",
-            "access": access, "mount_path": mount_path or f"/mnt/memory/store-{i}"}
+    return {
+        "type": "memory_store",
+        "memory_store_id": f"memstore_{i}",
+        "name": f"Store {i}",
+        "access": access,
+        "mount_path": mount_path or f"/mnt/memory/store-{i}",
+    }
 
 
 def test_session_resources_become_stores_under_the_root():
     session = {"id": "sesn_1", "resources": [resource(1), resource(2, access="read_only"), {"type": "file"}]}
     stores = stores_from_session(session, "/tmp/root")
     assert [(s.store_id, s.slug, s.access) for s in stores] == [
-        ("memstore_1", "store-1", "read_write"), ("memstore_2", "store-2", "read_only")]
+        ("memstore_1", "store-1", "read_write"),
+        ("memstore_2", "store-2", "read_only"),
+    ]
 
 
 @pytest.mark.parametrize(
@@ -47,8 +54,10 @@ def test_sync_interval_below_five_seconds_or_nan_is_refused(value):
     assert check_interval(5) == 5
 
 
-@pytest.mark.parametrize("text, n", [("32MiB", 32 << 20), ("512KiB", 512 << 10), ("2000000", 2_000_000),
-                                     ("1G", 1 << 30), ("7B", 7)])
+@pytest.mark.parametrize(
+    "text, n",
+    [("32MiB", 32 << 20), ("512KiB", 512 << 10), ("2000000", 2_000_000), ("1G", 1 << 30), ("7B", 7)],
+)
 def test_sizes(text, n):
     assert parse_size(text) == n
 
@@ -83,11 +92,24 @@ def test_an_unusable_state_dir_is_a_clear_error(tmp_path, foreground):
 
     root = tmp_path / "root"
     root.mkdir()
-    args = [sys.executable, "-m", "memfs", "mount", "--root", str(root), "--session-id", "sesn_x",
-            "--base-url", "http://127.0.0.1:9", "--state-dir", "/proc/memfs-cannot-be-here"]
+    args = [
+        sys.executable,
+        "-m",
+        "memfs",
+        "mount",
+        "--root",
+        str(root),
+        "--session-id",
+        "sesn_x",
+        "--base-url",
+        "http://127.0.0.1:9",
+        "--state-dir",
+        "/proc/memfs-cannot-be-here",
+    ]
     env = {"PATH": "/usr/bin:/bin", "MEMFS_TOKEN": "t", "MEMFS_RUNTIME_DIR": str(tmp_path / "run")}
-    proc = subprocess.run(args + (["--foreground"] if foreground else []), capture_output=True, text=True,
-                          timeout=30, env=env)
+    proc = subprocess.run(
+        args + (["--foreground"] if foreground else []), capture_output=True, text=True, timeout=30, env=env
+    )
     assert proc.returncode == 1
     assert "cannot create the state dir /proc/memfs-cannot-be-here" in proc.stderr
     assert "Traceback" not in proc.stderr

@@ -231,7 +231,9 @@ def test_stores_baseline_and_side_tables(st):
     st.update_store("s1", counter=7, last_sync_at="t", last_result="ok", last_error=None)
     st.set_store("s1", "Work 2", "work-2", "read_write")  # keeps counter
     rows = {r.store_id: r for r in st.stores()}
-    assert rows["s1"].counter == 7 and rows["s1"].info.name == "Work 2" and rows["s2"].info.access == "read_only"
+    assert (
+        rows["s1"].counter == 7 and rows["s1"].info.name == "Work 2" and rows["s2"].info.access == "read_only"
+    )
     assert st.store("nope") is None
     with pytest.raises(ValueError):
         st.set_store("s3", "x", "x", "write")

@@ -76,7 +76,10 @@ def test_a_mixed_batch_answers_each_item_like_its_single_request(service):
         ({"operations": {}}, "must be an array"),
         ({"operations": []}, "at least one"),
         ({"operations": ["x"]}, "operations[0]: must be an object"),
-        ({"operations": [{"type": "create", "path": "/a", "content": "a"}, {"type": "upsert"}]}, "operations[1].type"),
+        (
+            {"operations": [{"type": "create", "path": "/a", "content": "a"}, {"type": "upsert"}]},
+            "operations[1].type",
+        ),
         ({"operations": [{"type": "delete", "memory_id": "m"}] * 1001}, "at most 1000"),
         ({"operations": [], "atomic": True}, "unknown field 'atomic'"),
     ],
@@ -98,16 +101,23 @@ def test_limits_and_access(service):
         ops = [{"type": "create", "path": f"/f{i}", "content": "x" * 100_000} for i in range(11)]
         r = batch(c, store, ops)
         assert r.status_code == 413 and r.json()["error"]["type"] == "request_too_large"
-        assert batch(c, "memstore_nosuch", [{"type": "create", "path": "/a", "content": "a"}]).status_code == 404
+        assert (
+            batch(c, "memstore_nosuch", [{"type": "create", "path": "/a", "content": "a"}]).status_code == 404
+        )
         # an item with a field error only still needs the store to exist
-        assert batch(c, "memstore_nosuch", [{"type": "create", "path": "bad", "content": "a"}]).status_code == 404
+        assert (
+            batch(c, "memstore_nosuch", [{"type": "create", "path": "bad", "content": "a"}]).status_code
+            == 404
+        )
     session = service.create_session([(store, "read_only")])
     token = session["work_secret"]
     import base64
     import json
 
     tok = json.loads(base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)))["sessions_token"]
-    with httpx.Client(base_url=service.base_url, headers={"authorization": f"Bearer {tok}", "anthropic-beta": BETA}) as s:
+    with httpx.Client(
+        base_url=service.base_url, headers={"authorization": f"Bearer {tok}", "anthropic-beta": BETA}
+    ) as s:
         r = batch(s, store, [{"type": "create", "path": "/a", "content": "a"}])
         assert r.status_code == 403 and r.json()["error"]["type"] == "permission_error"
         assert batch(s, other, [{"type": "create", "path": "/a", "content": "a"}]).status_code == 404
@@ -118,7 +128,9 @@ def test_max_memories_applies_inside_a_batch(tmp_path):
     try:
         store = svc.create_store("b")["id"]
         with svc.admin_client() as c:
-            res = batch(c, store, [{"type": "create", "path": f"/f{i}", "content": "x"} for i in range(5)]).json()
+            res = batch(
+                c, store, [{"type": "create", "path": f"/f{i}", "content": "x"} for i in range(5)]
+            ).json()
         assert [x.get("status", 200) for x in res["results"]] == [200, 200, 200, 400, 400]
         assert "--max-memories 3" in res["results"][3]["error"]["message"]
     finally:
@@ -156,25 +168,37 @@ def test_sigkill_under_concurrent_single_and_batch_writers_loses_nothing_acknowl
     enough = threading.Event()
 
     def writer(k: int) -> None:
-        with httpx.Client(base_url=service.base_url, timeout=10,
-                          headers={"x-api-key": service.admin_key, "anthropic-beta": BETA}) as c:
+        with httpx.Client(
+            base_url=service.base_url,
+            timeout=10,
+            headers={"x-api-key": service.admin_key, "anthropic-beta": BETA},
+        ) as c:
             for i in range(10_000):
                 try:
                     if k % 2:
-                        ops = [{"type": "create", "path": f"/w{k}/{i}/{j}", "content": f"{k} {i} {j}"}
-                               for j in range(10)]
+                        ops = [
+                            {"type": "create", "path": f"/w{k}/{i}/{j}", "content": f"{k} {i} {j}"}
+                            for j in range(10)
+                        ]
                         ops.insert(5, {"type": "create", "path": f"/w{k}", "content": "clash"})  # a directory
                         r = batch(c, store, ops)
                         assert r.status_code == 200, r.text
                         got = r.json()["results"]
                         assert got[5]["status"] == 409
-                        done = {o["path"]: m["memory_version_id"] for o, m in zip(ops, got, strict=True)
-                                if o["path"] != f"/w{k}"}
+                        done = {
+                            o["path"]: m["memory_version_id"]
+                            for o, m in zip(ops, got, strict=True)
+                            if o["path"] != f"/w{k}"
+                        }
                     else:
                         path = f"/w{k}/{i}"
-                        r = c.post(f"/v1/memory_stores/{store}/memories", json={"path": path, "content": f"{k} {i}"})
+                        r = c.post(
+                            f"/v1/memory_stores/{store}/memories", json={"path": path, "content": f"{k} {i}"}
+                        )
                         assert r.status_code == 200, r.text
-                        bad = c.post(f"/v1/memory_stores/{store}/memories", json={"path": path + "/x", "content": "x"})
+                        bad = c.post(
+                            f"/v1/memory_stores/{store}/memories", json={"path": path + "/x", "content": "x"}
+                        )
                         assert bad.status_code == 409, bad.text
                         done = {path: r.json()["memory_version_id"]}
                 except httpx.HTTPError:

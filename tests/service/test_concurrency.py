@@ -99,7 +99,10 @@ def _db_counters(service, store) -> list[int]:
         "SELECT path, count(*) FROM memories WHERE deleted_at IS NULL GROUP BY store_id, path HAVING count(*) > 1",
     )
     assert dup == []
-    return [r[0] for r in rows(service, "SELECT counter FROM versions WHERE store_id = ? ORDER BY counter", (store,))]
+    return [
+        r[0]
+        for r in rows(service, "SELECT counter FROM versions WHERE store_id = ? ORDER BY counter", (store,))
+    ]
 
 
 def test_kill_9_during_a_burst_loses_no_acknowledged_write(service):

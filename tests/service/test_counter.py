@@ -288,7 +288,9 @@ def test_counter_reads_answer_for_the_token_as_it_is_now(service):
     session = service.create_session([(a, "read_write")])
     token = _token(session)
     beta = {"anthropic-beta": "agent-memory-2026-07-22"}
-    with httpx.Client(base_url=service.base_url, headers={"authorization": f"Bearer {token}", **beta}) as agent:
+    with httpx.Client(
+        base_url=service.base_url, headers={"authorization": f"Bearer {token}", **beta}
+    ) as agent:
         r = agent.get(f"/v1/memory_stores/{a}/counter")
         assert r.status_code == 200 and r.headers["content-type"] == "application/json"
         assert r.headers["request-id"].startswith("req_")
@@ -300,12 +302,17 @@ def test_counter_reads_answer_for_the_token_as_it_is_now(service):
         r = agent.get(f"/v1/memory_stores/{b}/counter")
         assert r.status_code == 404 and r.json()["error"]["type"] == "not_found_error"
         assert r.json()["request_id"] == r.headers["request-id"]
-        both = agent.get(f"/v1/memory_stores/{a}/counter", headers={"anthropic-beta": "agent-memory-2026-07-22,"
-                                                                     "managed-agents-2026-04-01"})
+        both = agent.get(
+            f"/v1/memory_stores/{a}/counter",
+            headers={"anthropic-beta": "agent-memory-2026-07-22,managed-agents-2026-04-01"},
+        )
         assert both.status_code == 400
         with service.admin_client("managed-agents-2026-04-01") as admin:
             assert admin.post(f"/v1/sessions/{session['id']}/archive").status_code == 200
-        for path, params in ((f"/v1/memory_stores/{a}/counter", None), ("/v1/memory_store_counters", {"ids": a})):
+        for path, params in (
+            (f"/v1/memory_stores/{a}/counter", None),
+            ("/v1/memory_store_counters", {"ids": a}),
+        ):
             r = agent.get(path, params=params)
             assert r.status_code == 401 and r.json()["error"]["type"] == "authentication_error", path
     with service.admin_client() as c:

@@ -28,7 +28,11 @@ def test_loadtest_smoke_run_has_no_errors_and_writes_its_json(tmp_path):
     assert result["errors"] == {"count": 0, "samples": []}
     assert result["config"]["sandboxes"] == 12 and result["config"]["replicas"] == 2
     for part in ("writes", "counter_reads"):
-        assert result[part]["count"] > 0 and result[part]["p50_ms"] is not None and result[part]["p99_ms"] is not None
+        assert (
+            result[part]["count"] > 0
+            and result[part]["p50_ms"] is not None
+            and result[part]["p99_ms"] is not None
+        )
     wake = result["wakeups"]
     assert wake["count"] == result["writes"]["count"] and wake["missed"] == 0 and wake["p99_ms"] is not None
     assert wake["watch_answers"] > 0

@@ -91,7 +91,9 @@ def write_while(api: Api, store: str, stop_at: threading.Event, acked: list[str]
         i += 1
 
 
-def check_restored(tmp: Path, name: str, db: str, store: str, before: dict[str, str], during_max: int) -> None:
+def check_restored(
+    tmp: Path, name: str, db: str, store: str, before: dict[str, str], during_max: int
+) -> None:
     svc = ServiceProcess(tmp / name, admin_key=ADMIN_KEY, db_url=db)
     try:
         api = Api(svc.base_url, ADMIN_KEY)
@@ -126,7 +128,9 @@ def test_sqlite_online_backups_while_the_service_writes(tmp_path):
                 time.sleep(0.01)
             # 1. the sqlite3 shell's online backup (docs/OPERATIONS.md)
             cli = tmp_path / "backup-cli.db"
-            subprocess.run(["sqlite3", str(db), f".backup '{cli}'"], check=True, timeout=60, capture_output=True)
+            subprocess.run(
+                ["sqlite3", str(db), f".backup '{cli}'"], check=True, timeout=60, capture_output=True
+            )
             # 2. Python's, for images without the sqlite3 shell
             py = tmp_path / "backup-py.db"
             subprocess.run([sys.executable, "-c",

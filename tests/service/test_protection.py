@@ -57,7 +57,9 @@ def test_a_runaway_writer_gets_429s_while_another_credential_does_not(limited):
         # well inside its own allowance, on the same process.
         for i in range(60):
             path = f"/runaway/{i}.md"
-            r = http.post(url, json={"path": path, "content": "x"}, headers={"authorization": f"Bearer {runaway}"})
+            r = http.post(
+                url, json={"path": path, "content": "x"}, headers={"authorization": f"Bearer {runaway}"}
+            )
             if r.status_code == 200:
                 acked.append(path)
             else:
@@ -154,7 +156,7 @@ def test_the_official_client_waits_out_the_retry_after(limited):
     for i, (at, status, wait_ms) in enumerate(seen):
         if status == 429:
             assert wait_ms is not None
-            nxt = next(t for t, st, _ in seen[i + 1:] if st == 0)
+            nxt = next(t for t, st, _ in seen[i + 1 :] if st == 0)
             assert nxt - at >= int(wait_ms) / 1000 * 0.9, (nxt - at, wait_ms)
     assert seen[-1][1] == 200
 

@@ -181,7 +181,12 @@ def test_three_replicas_one_killed_lose_nothing_acknowledged(tmp_path, pg_db):
         replicas[1].start()  # back on the same port: every replica answers again
         counters = dict(rows(replicas[0], "SELECT id, counter FROM versions"))
         for sid in stores:
-            ordered = [c for (c,) in rows(replicas[0], "SELECT counter FROM versions WHERE store_id = ? ORDER BY counter", (sid,))]
+            ordered = [
+                c
+                for (c,) in rows(
+                    replicas[0], "SELECT counter FROM versions WHERE store_id = ? ORDER BY counter", (sid,)
+                )
+            ]
             assert ordered == list(range(1, len(ordered) + 1))  # every value once, none skipped
         for writes in acked.values():
             # one writer's acknowledged writes got increasing counters, in the order acknowledged

@@ -108,7 +108,10 @@ def test_db_urls_choose_the_backend_or_fail_clearly(tmp_path):
     assert (tmp_path / "via-url" / "store.db").exists()
     for db, words in (
         ("mysql://root:hunter2@localhost/x", "unknown database URL scheme"),
-        (f"postgresql://memfs:hunter2@/nodb?host={tmp_path}/no-such-dir", "cannot use the PostgreSQL database"),
+        (
+            f"postgresql://memfs:hunter2@/nodb?host={tmp_path}/no-such-dir",
+            "cannot use the PostgreSQL database",
+        ),
     ):
         r = subprocess.run(
             [sys.executable, "-m", "memfs", "serve", "--port", "0", "--db", db, "--admin-key", "k"],
@@ -130,7 +133,8 @@ def test_metrics(service):
     text = r.text
     assert 'memfs_http_requests_total{method="POST",route="/v1/memory_stores",status="200"} 1.0' in text
     assert (
-        'memfs_http_requests_total{method="GET",route="/v1/memory_stores/{store_id}",status="404"} 1.0' in text
+        'memfs_http_requests_total{method="GET",route="/v1/memory_stores/{store_id}",status="404"} 1.0'
+        in text
     )
     assert re.search(
         r'memfs_http_request_duration_seconds_count\{method="GET",route="/v1/memory_stores/\{store_id\}/counter"\} 1\.0',
@@ -171,7 +175,10 @@ def test_not_ready_when_the_database_does_not_answer(tmp_path):
         assert c.get("/readyz").status_code == 200
         storage.close()  # every later connection attempt fails, as with an unreachable database
         r = c.get("/readyz")
-        assert r.status_code == 503 and r.json() == {"status": "unavailable", "reason": "the database is not reachable"}
+        assert r.status_code == 503 and r.json() == {
+            "status": "unavailable",
+            "reason": "the database is not reachable",
+        }
         assert c.get("/healthz").status_code == 200
 
 
@@ -276,7 +283,9 @@ def test_either_server_serves_the_same_service(tmp_path, service_db, server):
 
         def held() -> None:
             with svc.admin_client() as c:
-                out["r"] = c.get("/v1/memory_store_watch", params={"known": f"{store}:1", "wait": "60"}, timeout=70)
+                out["r"] = c.get(
+                    "/v1/memory_store_watch", params={"known": f"{store}:1", "wait": "60"}, timeout=70
+                )
 
         t = threading.Thread(target=held)
         t.start()

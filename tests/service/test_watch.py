@@ -21,7 +21,9 @@ from memfs.client import StoreClient
 from tests.support.service import ServiceProcess
 
 pytestmark = pytest.mark.timeout(90)
-WOKEN_WITHIN_S = 0.5  # the promised ~100 ms (docs/SEMANTICS.md#d-counter), with room for a loaded two-core test machine
+WOKEN_WITHIN_S = (
+    0.5  # the promised ~100 ms (docs/SEMANTICS.md#d-counter), with room for a loaded two-core test machine
+)
 
 
 def watch(c: httpx.Client, known: dict[str, int], wait: float) -> httpx.Response:
@@ -205,15 +207,23 @@ def test_bad_watches_and_scopes(service):
             {"known": f"{a}:0", "wait": "soon"},
         ):
             r = c.get("/v1/memory_store_watch", params=params)
-            assert r.status_code == 400 and r.json()["error"]["type"] == "invalid_request_error", (params, r.text)
+            assert r.status_code == 400 and r.json()["error"]["type"] == "invalid_request_error", (
+                params,
+                r.text,
+            )
         r = c.get("/v1/memory_store_watch", params={"known": "memstore_nope:0", "wait": "0"})
         assert r.status_code == 404
-        assert c.get("/v1/memory_store_watch", params={"known": f"{a}:0", "wait": "0"}).json()["status"] == "unchanged"
+        assert (
+            c.get("/v1/memory_store_watch", params={"known": f"{a}:0", "wait": "0"}).json()["status"]
+            == "unchanged"
+        )
     token = json.loads(base64.urlsafe_b64decode(session["work_secret"]))["sessions_token"]
     headers = {"authorization": f"Bearer {token}", "anthropic-beta": "agent-memory-2026-07-22"}
     with httpx.Client(base_url=service.base_url, headers=headers) as s:
         assert s.get("/v1/memory_store_watch", params={"known": f"{a}:0", "wait": "0"}).status_code == 200
-        assert s.get("/v1/memory_store_watch", params={"known": f"{a}:0,{b}:0", "wait": "0"}).status_code == 404
+        assert (
+            s.get("/v1/memory_store_watch", params={"known": f"{a}:0,{b}:0", "wait": "0"}).status_code == 404
+        )
 
 
 def test_the_client_method(service):

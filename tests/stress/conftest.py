@@ -87,8 +87,13 @@ class Rig:
         self.sandboxes: list[Sandbox] = []
 
     def sandbox(self, name: str, *, base_url: str | None = None) -> Sandbox:
-        box = Sandbox(self.tmp, name, base_url=base_url or self.service.base_url,
-                      session_id=self.session["id"], work_secret=self.session["work_secret"])
+        box = Sandbox(
+            self.tmp,
+            name,
+            base_url=base_url or self.service.base_url,
+            session_id=self.session["id"],
+            work_secret=self.session["work_secret"],
+        )
         self.sandboxes.append(box)
         return box
 

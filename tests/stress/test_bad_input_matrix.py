@@ -49,6 +49,7 @@ def W(path, data=b"x", flags=os.O_WRONLY | os.O_CREAT | os.O_TRUNC):
             os.write(fd, data)
         finally:
             os.close(fd)
+
     return act
 
 
@@ -56,6 +57,7 @@ def mkfiles(n, prefix="fill"):
     def go(c):
         for i in range(n):
             (c.rw / f"{prefix}{i}.md").write_text("x")
+
     return go
 
 
@@ -63,6 +65,7 @@ def rmfiles(prefix="fill"):
     def go(c):
         for p in c.rw.glob(f"{prefix}*"):
             p.unlink()
+
     return go
 
 
@@ -70,6 +73,7 @@ def big_files(n):
     def go(c):
         for i in range(n):
             (c.rw / f"big{i}.md").write_bytes(b"b" * LIMIT)
+
     return go
 
 
@@ -82,6 +86,7 @@ def deep_dirs(c):
 
 def rm_deep(c):
     import shutil
+
     shutil.rmtree(c.rw / ("a" * 250))
 
 
@@ -117,95 +122,172 @@ def mount_rows() -> list[Row]:
     rows: list[Row] = []
     for label, name in BAD_NAMES.items():
         rows += [
-            Row(f"create {label}", lambda c, n=name: os.close(os.open(_enc(c, n), os.O_CREAT | os.O_WRONLY)),
-                errno.EINVAL),
+            Row(
+                f"create {label}",
+                lambda c, n=name: os.close(os.open(_enc(c, n), os.O_CREAT | os.O_WRONLY)),
+                errno.EINVAL,
+            ),
             Row(f"mkdir {label}", lambda c, n=name: os.mkdir(_enc(c, n)), errno.EINVAL),
-            Row(f"rename onto {label}", lambda c, n=name: os.rename(c.rw / "keep.md", _enc(c, n)), errno.EINVAL),
+            Row(
+                f"rename onto {label}",
+                lambda c, n=name: os.rename(c.rw / "keep.md", _enc(c, n)),
+                errno.EINVAL,
+            ),
             Row(f"stat {label}", lambda c, n=name: os.stat(_enc(c, n)), errno.ENOENT),
         ]
     rows += [
         # names and paths that are too long
         Row("create 256-byte name", lambda c: open(c.rw / LONG, "w").close(), errno.ENAMETOOLONG),
-        Row("create 256-byte name of 2-byte chars", lambda c: open(c.rw / ("é" * 128), "w").close(),
-            errno.ENAMETOOLONG),
+        Row(
+            "create 256-byte name of 2-byte chars",
+            lambda c: open(c.rw / ("é" * 128), "w").close(),
+            errno.ENAMETOOLONG,
+        ),
         Row("mkdir 256-byte name", lambda c: os.mkdir(c.rw / LONG), errno.ENAMETOOLONG),
-        Row("rename onto 256-byte name", lambda c: os.rename(c.rw / "keep.md", c.rw / LONG), errno.ENAMETOOLONG),
+        Row(
+            "rename onto 256-byte name",
+            lambda c: os.rename(c.rw / "keep.md", c.rw / LONG),
+            errno.ENAMETOOLONG,
+        ),
         Row("stat 256-byte name", lambda c: os.stat(c.rw / LONG), errno.ENAMETOOLONG),
-        Row("255-byte name is fine", lambda c: open(c.rw / ("y" * 255), "w").close(), None,
-            cleanup=lambda c: (c.rw / ("y" * 255)).unlink()),
-        Row("memory path over 1,024 bytes", lambda c: open(c.rw / "/".join(ch * 250 for ch in "abcd") / ("e" * 30),
-                                                           "w").close(),
-            errno.ENAMETOOLONG, setup=deep_dirs, cleanup=rm_deep),
-        Row("rename a file to a path over 1,024 bytes",
+        Row(
+            "255-byte name is fine",
+            lambda c: open(c.rw / ("y" * 255), "w").close(),
+            None,
+            cleanup=lambda c: (c.rw / ("y" * 255)).unlink(),
+        ),
+        Row(
+            "memory path over 1,024 bytes",
+            lambda c: open(c.rw / "/".join(ch * 250 for ch in "abcd") / ("e" * 30), "w").close(),
+            errno.ENAMETOOLONG,
+            setup=deep_dirs,
+            cleanup=rm_deep,
+        ),
+        Row(
+            "rename a file to a path over 1,024 bytes",
             lambda c: os.rename(c.rw / "keep.md", c.rw / "/".join(ch * 250 for ch in "abcd") / ("e" * 30)),
-            errno.ENAMETOOLONG, setup=deep_dirs, cleanup=rm_deep),
-        Row("21st path segment", lambda c: os.mkdir(c.rw.joinpath(*[f"s{i}" for i in range(21)])),
-            errno.ENAMETOOLONG, setup=lambda c: os.makedirs(c.rw.joinpath(*[f"s{i}" for i in range(20)])),
-            cleanup=lambda c: __import__("shutil").rmtree(c.rw / "s0")),
+            errno.ENAMETOOLONG,
+            setup=deep_dirs,
+            cleanup=rm_deep,
+        ),
+        Row(
+            "21st path segment",
+            lambda c: os.mkdir(c.rw.joinpath(*[f"s{i}" for i in range(21)])),
+            errno.ENAMETOOLONG,
+            setup=lambda c: os.makedirs(c.rw.joinpath(*[f"s{i}" for i in range(20)])),
+            cleanup=lambda c: __import__("shutil").rmtree(c.rw / "s0"),
+        ),
         # sizes and store limits
         Row("write crossing 102,400 bytes", W("edit.md", b"z" * (LIMIT + 1), os.O_WRONLY), errno.EFBIG),
-        Row("append crossing 102,400 bytes", W("edit.md", b"z" * LIMIT, os.O_WRONLY | os.O_APPEND), errno.EFBIG),
+        Row(
+            "append crossing 102,400 bytes",
+            W("edit.md", b"z" * LIMIT, os.O_WRONLY | os.O_APPEND),
+            errno.EFBIG,
+        ),
         Row("pwrite at 102,400", lambda c: _pwrite(c.rw / "edit.md", LIMIT, b"z"), errno.EFBIG),
         Row("truncate to 102,401", lambda c: os.truncate(c.rw / "edit.md", LIMIT + 1), errno.EFBIG),
-        Row("exactly 102,400 bytes is fine", W("max.md", b"m" * LIMIT), None,
-            cleanup=lambda c: (c.rw / "max.md").unlink()),
-        Row(f"file {MAX_FILES + 1} over --max-files", W("one-too-many.md"), errno.ENOSPC,
-            setup=mkfiles(MAX_FILES - len(SEED)), cleanup=rmfiles()),
-        Row("bytes over --max-bytes", W("edit.md", b"b" * LIMIT, os.O_WRONLY), errno.ENOSPC,
-            setup=big_files(4), cleanup=rmfiles("big")),
-        Row("truncate over --max-bytes", lambda c: os.truncate(c.rw / "edit.md", LIMIT), errno.ENOSPC,
-            setup=big_files(4), cleanup=rmfiles("big")),
+        Row(
+            "exactly 102,400 bytes is fine",
+            W("max.md", b"m" * LIMIT),
+            None,
+            cleanup=lambda c: (c.rw / "max.md").unlink(),
+        ),
+        Row(
+            f"file {MAX_FILES + 1} over --max-files",
+            W("one-too-many.md"),
+            errno.ENOSPC,
+            setup=mkfiles(MAX_FILES - len(SEED)),
+            cleanup=rmfiles(),
+        ),
+        Row(
+            "bytes over --max-bytes",
+            W("edit.md", b"b" * LIMIT, os.O_WRONLY),
+            errno.ENOSPC,
+            setup=big_files(4),
+            cleanup=rmfiles("big"),
+        ),
+        Row(
+            "truncate over --max-bytes",
+            lambda c: os.truncate(c.rw / "edit.md", LIMIT),
+            errno.ENOSPC,
+            setup=big_files(4),
+            cleanup=rmfiles("big"),
+        ),
         # content that is not UTF-8 (kept local only; removed by the row's cleanup)
-        Row("close of non-UTF-8 content", W("bin.dat", b"\xff\xfe\x00"), errno.EILSEQ,
-            cleanup=lambda c: (c.rw / "bin.dat").unlink()),
+        Row(
+            "close of non-UTF-8 content",
+            W("bin.dat", b"\xff\xfe\x00"),
+            errno.EILSEQ,
+            cleanup=lambda c: (c.rw / "bin.dat").unlink(),
+        ),
         # a failed fsync makes its handle a failed writer: the new file is gone at its close
-        Row("fsync of non-UTF-8 content", lambda c: _fsync_write(c.rw / "bin2.dat", b"\xc3"), errno.EILSEQ,
-            cleanup=lambda c: _assert_gone(c.rw / "bin2.dat")),
+        Row(
+            "fsync of non-UTF-8 content",
+            lambda c: _fsync_write(c.rw / "bin2.dat", b"\xc3"),
+            errno.EILSEQ,
+            cleanup=lambda c: _assert_gone(c.rw / "bin2.dat"),
+        ),
         # file types
         Row("symlink", lambda c: os.symlink("keep.md", c.rw / "link"), errno.EPERM),
         Row("hard link", lambda c: os.link(c.rw / "keep.md", c.rw / "hard"), errno.EPERM),
         Row("fifo", lambda c: os.mkfifo(c.rw / "fifo"), errno.EPERM),
         Row("unix socket", sock_node, errno.EPERM),
-        Row("character device", lambda c: os.mknod(c.rw / "dev", stat.S_IFCHR | 0o600, os.makedev(1, 3)),
-            errno.EPERM),
+        Row(
+            "character device",
+            lambda c: os.mknod(c.rw / "dev", stat.S_IFCHR | 0o600, os.makedev(1, 3)),
+            errno.EPERM,
+        ),
         Row("setxattr", lambda c: os.setxattr(c.rw / "keep.md", "user.x", b"1"), errno.ENOTSUP),
         Row("removexattr", lambda c: os.removexattr(c.rw / "keep.md", "user.x"), errno.ENOTSUP),
         # no xattrs: ENODATA from the handler, or ENOTSUP once the kernel answers itself (fuse_ops ENOSYS)
         Row("getxattr", lambda c: os.getxattr(c.rw / "keep.md", "user.x"), (errno.ENODATA, errno.ENOTSUP)),
         Row("chown to another user", lambda c: os.chown(c.rw / "keep.md", 12345, 12345), errno.EPERM),
-        Row("chown to the owner is fine", lambda c: os.chown(c.rw / "keep.md", os.getuid(), os.getgid()), None),
-        Row("chmod is accepted (local only)", lambda c: os.chmod(c.rw / "keep.md", 0o600), None,
-            cleanup=lambda c: os.chmod(c.rw / "keep.md", 0o644)),
+        Row(
+            "chown to the owner is fine", lambda c: os.chown(c.rw / "keep.md", os.getuid(), os.getgid()), None
+        ),
+        Row(
+            "chmod is accepted (local only)",
+            lambda c: os.chmod(c.rw / "keep.md", 0o600),
+            None,
+            cleanup=lambda c: os.chmod(c.rw / "keep.md", 0o644),
+        ),
         Row("utime is accepted (local only)", lambda c: os.utime(c.rw / "keep.md", (1, 1)), None),
         # read_only store and root: EROFS for every mutation
-        *[Row(f"read_only: {n}", a, errno.EROFS) for n, a in [
-            ("create", lambda c: open(c.ro / "new.md", "w").close()),
-            ("write", lambda c: open(c.ro / "keep.md", "a").close()),
-            ("truncate", lambda c: os.truncate(c.ro / "keep.md", 0)),
-            ("unlink", lambda c: os.unlink(c.ro / "keep.md")),
-            ("rename", lambda c: os.rename(c.ro / "keep.md", c.ro / "k2.md")),
-            ("mkdir", lambda c: os.mkdir(c.ro / "d")),
-            ("rmdir", lambda c: os.rmdir(c.ro / "dir")),
-            ("symlink", lambda c: os.symlink("x", c.ro / "l")),
-            ("mkfifo", lambda c: os.mkfifo(c.ro / "f")),
-            ("setxattr", lambda c: os.setxattr(c.ro / "keep.md", "user.x", b"1")),
-            ("chmod", lambda c: os.chmod(c.ro / "keep.md", 0o777)),
-            ("rename into it from read_write", lambda c: os.rename(c.rw / "keep.md", c.ro / "moved.md")),
-            ("create at the root", lambda c: open(c.root / "new.md", "w").close()),
-            ("mkdir at the root", lambda c: os.mkdir(c.root / "d")),
-            ("rmdir a store", lambda c: os.rmdir(c.ro)),
-            ("rename a store", lambda c: os.rename(c.rw, c.root / "renamed")),
-        ]],
+        *[
+            Row(f"read_only: {n}", a, errno.EROFS)
+            for n, a in [
+                ("create", lambda c: open(c.ro / "new.md", "w").close()),
+                ("write", lambda c: open(c.ro / "keep.md", "a").close()),
+                ("truncate", lambda c: os.truncate(c.ro / "keep.md", 0)),
+                ("unlink", lambda c: os.unlink(c.ro / "keep.md")),
+                ("rename", lambda c: os.rename(c.ro / "keep.md", c.ro / "k2.md")),
+                ("mkdir", lambda c: os.mkdir(c.ro / "d")),
+                ("rmdir", lambda c: os.rmdir(c.ro / "dir")),
+                ("symlink", lambda c: os.symlink("x", c.ro / "l")),
+                ("mkfifo", lambda c: os.mkfifo(c.ro / "f")),
+                ("setxattr", lambda c: os.setxattr(c.ro / "keep.md", "user.x", b"1")),
+                ("chmod", lambda c: os.chmod(c.ro / "keep.md", 0o777)),
+                ("rename into it from read_write", lambda c: os.rename(c.rw / "keep.md", c.ro / "moved.md")),
+                ("create at the root", lambda c: open(c.root / "new.md", "w").close()),
+                ("mkdir at the root", lambda c: os.mkdir(c.root / "d")),
+                ("rmdir a store", lambda c: os.rmdir(c.ro)),
+                ("rename a store", lambda c: os.rename(c.rw, c.root / "renamed")),
+            ]
+        ],
         # reserved files in a store root
-        *[Row(f"reserved {f}: {n}", a, e) for f in (".anthropic-memory-store", ".sync-notices.log") for n, a, e in [
-            ("unlink", lambda c, f=f: os.unlink(c.rw / f), errno.EPERM),
-            ("rename", lambda c, f=f: os.rename(c.rw / f, c.rw / "x"), errno.EPERM),
-            ("rename onto", lambda c, f=f: os.rename(c.rw / "keep.md", c.rw / f), errno.EPERM),
-            ("open for writing", lambda c, f=f: open(c.rw / f, "a").close(), errno.EACCES),
-            ("truncate", lambda c, f=f: os.truncate(c.rw / f, 0), errno.EPERM),
-            ("chmod", lambda c, f=f: os.chmod(c.rw / f, 0o644), errno.EPERM),
-            ("mkdir over", lambda c, f=f: os.mkdir(c.rw / f), errno.EEXIST),
-        ]],
+        *[
+            Row(f"reserved {f}: {n}", a, e)
+            for f in (".anthropic-memory-store", ".sync-notices.log")
+            for n, a, e in [
+                ("unlink", lambda c, f=f: os.unlink(c.rw / f), errno.EPERM),
+                ("rename", lambda c, f=f: os.rename(c.rw / f, c.rw / "x"), errno.EPERM),
+                ("rename onto", lambda c, f=f: os.rename(c.rw / "keep.md", c.rw / f), errno.EPERM),
+                ("open for writing", lambda c, f=f: open(c.rw / f, "a").close(), errno.EACCES),
+                ("truncate", lambda c, f=f: os.truncate(c.rw / f, 0), errno.EPERM),
+                ("chmod", lambda c, f=f: os.chmod(c.rw / f, 0o644), errno.EPERM),
+                ("mkdir over", lambda c, f=f: os.mkdir(c.rw / f), errno.EEXIST),
+            ]
+        ],
     ]
     return rows
 
@@ -276,8 +358,10 @@ def test_mount_bad_input_matrix(tmp_path, stats):
             if isinstance(row.errno_, tuple) and got in row.errno_:
                 got = row.errno_
             if got != row.errno_:
-                failures.append(f"{row.name}: got {errno.errorcode.get(got, got)}, "
-                                f"want {errno.errorcode.get(row.errno_, row.errno_)}")
+                failures.append(
+                    f"{row.name}: got {errno.errorcode.get(got, got)}, "
+                    f"want {errno.errorcode.get(row.errno_, row.errno_)}"
+                )
             elif row.errno_ is not None and after != before:
                 failures.append(f"{row.name}: the view changed")
             if row.cleanup:
@@ -315,93 +399,405 @@ def service_rows(ids: dict[str, str]) -> list[tuple]:
         ("no credential", None, "GET", s, None, MB, 401, "authentication_error"),
         ("wrong key", "wrong", "GET", s, None, MB, 401, "authentication_error"),
         ("wrong bearer", "Bearer nope", "GET", s, None, MB, 401, "authentication_error"),
-        ("unknown beta value", "admin", "GET", s, None, {"anthropic-beta": "other-2020-01-01"}, 400,
-         "invalid_request_error"),
-        ("session token, store not attached", "token", "GET", f"/v1/memory_stores/{ids['other']}", None, MB, 404,
-         "not_found_error"),
-        ("session token, counters of a store not attached", "token", "GET",
-         f"/v1/memory_store_counters?ids={ids['rw']},{ids['other']}", None, MB, 404, "not_found_error"),
-        ("session token, write through read_only", "token", "POST", f"{ro}/memories",
-         {"path": "/x.md", "content": "x"}, MB, 403, "permission_error"),
-        ("session token, delete through read_only", "token", "DELETE", f"{ro}/memories/{ids['ro_keep']}", None,
-         MB, 403, "permission_error"),
-        ("session token, another session", "token", "GET", f"/v1/sessions/{ids['other_session']}", None, SB, 404,
-         "not_found_error"),
-        ("unknown store", "admin", "GET", "/v1/memory_stores/memstore_nope", None, MB, 404, "not_found_error"),
+        (
+            "unknown beta value",
+            "admin",
+            "GET",
+            s,
+            None,
+            {"anthropic-beta": "other-2020-01-01"},
+            400,
+            "invalid_request_error",
+        ),
+        (
+            "session token, store not attached",
+            "token",
+            "GET",
+            f"/v1/memory_stores/{ids['other']}",
+            None,
+            MB,
+            404,
+            "not_found_error",
+        ),
+        (
+            "session token, counters of a store not attached",
+            "token",
+            "GET",
+            f"/v1/memory_store_counters?ids={ids['rw']},{ids['other']}",
+            None,
+            MB,
+            404,
+            "not_found_error",
+        ),
+        (
+            "session token, write through read_only",
+            "token",
+            "POST",
+            f"{ro}/memories",
+            {"path": "/x.md", "content": "x"},
+            MB,
+            403,
+            "permission_error",
+        ),
+        (
+            "session token, delete through read_only",
+            "token",
+            "DELETE",
+            f"{ro}/memories/{ids['ro_keep']}",
+            None,
+            MB,
+            403,
+            "permission_error",
+        ),
+        (
+            "session token, another session",
+            "token",
+            "GET",
+            f"/v1/sessions/{ids['other_session']}",
+            None,
+            SB,
+            404,
+            "not_found_error",
+        ),
+        (
+            "unknown store",
+            "admin",
+            "GET",
+            "/v1/memory_stores/memstore_nope",
+            None,
+            MB,
+            404,
+            "not_found_error",
+        ),
         ("unknown memory", "admin", "GET", f"{s}/memories/mem_nope", None, MB, 404, "not_found_error"),
-        ("unknown version", "admin", "GET", f"{s}/memory_versions/memver_nope", None, MB, 404, "not_found_error"),
+        (
+            "unknown version",
+            "admin",
+            "GET",
+            f"{s}/memory_versions/memver_nope",
+            None,
+            MB,
+            404,
+            "not_found_error",
+        ),
     ]
     for label, path in [
-        ("no leading slash", "a.md"), ("over 1,024 bytes", "/" + "/".join(["p" * 200] * 6)),
-        ("21 segments", "/" + "/".join("s" * 21)), ("empty segment", "/a//b.md"), ("trailing slash", "/a/"),
-        ("'.' segment", "/./a.md"), ("control char", "/a\x01.md"), ("format char", "/a\u200b.md"),
-        ("U+2028", "/a\u2028.md"), ("U+2029", "/a\u2029.md"), ("backslash", "/a\\b.md"),
-        ("not NFC", "/cafe\u0301.md"), ("empty", ""), ("root", "/"),
+        ("no leading slash", "a.md"),
+        ("over 1,024 bytes", "/" + "/".join(["p" * 200] * 6)),
+        ("21 segments", "/" + "/".join("s" * 21)),
+        ("empty segment", "/a//b.md"),
+        ("trailing slash", "/a/"),
+        ("'.' segment", "/./a.md"),
+        ("control char", "/a\x01.md"),
+        ("format char", "/a\u200b.md"),
+        ("U+2028", "/a\u2028.md"),
+        ("U+2029", "/a\u2029.md"),
+        ("backslash", "/a\\b.md"),
+        ("not NFC", "/cafe\u0301.md"),
+        ("empty", ""),
+        ("root", "/"),
     ]:
-        rows.append((f"create: path {label}", "admin", "POST", f"{s}/memories", {"path": path, "content": "x"}, MB,
-                     400, "invalid_request_error"))
-        rows.append((f"rename: path {label}", "admin", "POST", m, {"path": path}, MB, 400, "invalid_request_error"))
+        rows.append(
+            (
+                f"create: path {label}",
+                "admin",
+                "POST",
+                f"{s}/memories",
+                {"path": path, "content": "x"},
+                MB,
+                400,
+                "invalid_request_error",
+            )
+        )
+        rows.append(
+            (f"rename: path {label}", "admin", "POST", m, {"path": path}, MB, 400, "invalid_request_error")
+        )
     rows += [
-        ("content over 102,400 bytes", "admin", "POST", f"{s}/memories",
-         {"path": "/big.md", "content": "x" * (LIMIT + 1)}, MB, 400, "invalid_request_error"),
-        ("update content over 102,400 bytes", "admin", "POST", m, {"content": "é" * (LIMIT // 2 + 1)}, MB, 400,
-         "invalid_request_error"),
-        ("create on an occupied path", "admin", "POST", f"{s}/memories", {"path": "/keep.md", "content": "x"}, MB,
-         409, "memory_path_conflict_error"),
-        ("create below a file", "admin", "POST", f"{s}/memories", {"path": "/keep.md/x", "content": "x"}, MB,
-         409, "memory_path_conflict_error"),
-        ("create above a file", "admin", "POST", f"{s}/memories", {"path": "/dir", "content": "x"}, MB, 409,
-         "memory_path_conflict_error"),
-        ("rename onto an occupied path", "admin", "POST", m, {"path": "/edit.md"}, MB, 409,
-         "memory_path_conflict_error"),
-        ("precondition mismatch", "admin", "POST", m,
-         {"content": "new", "precondition": {"type": "content_sha256", "content_sha256": bad}}, MB, 409,
-         "memory_precondition_failed_error"),
-        ("precondition of an unknown type", "admin", "POST", m,
-         {"content": "new", "precondition": {"type": "etag", "content_sha256": bad}}, MB, 400,
-         "invalid_request_error"),
-        ("delete with a wrong expected sha", "admin", "DELETE", f"{m}?expected_content_sha256={bad}", None, MB, 409,
-         "memory_precondition_failed_error"),
+        (
+            "content over 102,400 bytes",
+            "admin",
+            "POST",
+            f"{s}/memories",
+            {"path": "/big.md", "content": "x" * (LIMIT + 1)},
+            MB,
+            400,
+            "invalid_request_error",
+        ),
+        (
+            "update content over 102,400 bytes",
+            "admin",
+            "POST",
+            m,
+            {"content": "é" * (LIMIT // 2 + 1)},
+            MB,
+            400,
+            "invalid_request_error",
+        ),
+        (
+            "create on an occupied path",
+            "admin",
+            "POST",
+            f"{s}/memories",
+            {"path": "/keep.md", "content": "x"},
+            MB,
+            409,
+            "memory_path_conflict_error",
+        ),
+        (
+            "create below a file",
+            "admin",
+            "POST",
+            f"{s}/memories",
+            {"path": "/keep.md/x", "content": "x"},
+            MB,
+            409,
+            "memory_path_conflict_error",
+        ),
+        (
+            "create above a file",
+            "admin",
+            "POST",
+            f"{s}/memories",
+            {"path": "/dir", "content": "x"},
+            MB,
+            409,
+            "memory_path_conflict_error",
+        ),
+        (
+            "rename onto an occupied path",
+            "admin",
+            "POST",
+            m,
+            {"path": "/edit.md"},
+            MB,
+            409,
+            "memory_path_conflict_error",
+        ),
+        (
+            "precondition mismatch",
+            "admin",
+            "POST",
+            m,
+            {"content": "new", "precondition": {"type": "content_sha256", "content_sha256": bad}},
+            MB,
+            409,
+            "memory_precondition_failed_error",
+        ),
+        (
+            "precondition of an unknown type",
+            "admin",
+            "POST",
+            m,
+            {"content": "new", "precondition": {"type": "etag", "content_sha256": bad}},
+            MB,
+            400,
+            "invalid_request_error",
+        ),
+        (
+            "delete with a wrong expected sha",
+            "admin",
+            "DELETE",
+            f"{m}?expected_content_sha256={bad}",
+            None,
+            MB,
+            409,
+            "memory_precondition_failed_error",
+        ),
         ("list: depth 2", "admin", "GET", f"{s}/memories?depth=2", None, MB, 400, "invalid_request_error"),
-        ("list: path_prefix without trailing slash", "admin", "GET", f"{s}/memories?path_prefix=/dir", None, MB,
-         400, "invalid_request_error"),
+        (
+            "list: path_prefix without trailing slash",
+            "admin",
+            "GET",
+            f"{s}/memories?path_prefix=/dir",
+            None,
+            MB,
+            400,
+            "invalid_request_error",
+        ),
         ("list: limit 0", "admin", "GET", f"{s}/memories?limit=0", None, MB, 400, "invalid_request_error"),
-        ("list: limit 101", "admin", "GET", f"{s}/memories?limit=101", None, MB, 400, "invalid_request_error"),
-        ("list: view other", "admin", "GET", f"{s}/memories?view=huge", None, MB, 400, "invalid_request_error"),
-        ("changes since the future", "admin", "GET", f"{s}/changes?since=999999", None, MB, 400,
-         "invalid_request_error"),
+        (
+            "list: limit 101",
+            "admin",
+            "GET",
+            f"{s}/memories?limit=101",
+            None,
+            MB,
+            400,
+            "invalid_request_error",
+        ),
+        (
+            "list: view other",
+            "admin",
+            "GET",
+            f"{s}/memories?view=huge",
+            None,
+            MB,
+            400,
+            "invalid_request_error",
+        ),
+        (
+            "changes since the future",
+            "admin",
+            "GET",
+            f"{s}/changes?since=999999",
+            None,
+            MB,
+            400,
+            "invalid_request_error",
+        ),
         ("changes since -1", "admin", "GET", f"{s}/changes?since=-1", None, MB, 400, "invalid_request_error"),
         ("changes without since", "admin", "GET", f"{s}/changes", None, MB, 400, "invalid_request_error"),
-        ("write to an archived store", "admin", "POST", f"/v1/memory_stores/{ids['archived']}/memories",
-         {"path": "/x.md", "content": "x"}, MB, 400, "invalid_request_error"),
-        ("store name empty", "admin", "POST", "/v1/memory_stores", {"name": ""}, MB, 400, "invalid_request_error"),
-        ("store name 256 chars", "admin", "POST", "/v1/memory_stores", {"name": "n" * 256}, MB, 400,
-         "invalid_request_error"),
-        ("store name control char", "admin", "POST", "/v1/memory_stores", {"name": "a\x07b"}, MB, 400,
-         "invalid_request_error"),
-        ("store description 1,025 chars", "admin", "POST", "/v1/memory_stores", {"name": "n", "description": "d" * 1025},
-         MB, 400, "invalid_request_error"),
-        ("store metadata 17 pairs", "admin", "POST", "/v1/memory_stores",
-         {"name": "n", "metadata": {f"k{i}": "v" for i in range(17)}}, MB, 400, "invalid_request_error"),
-        ("store metadata key 65 chars", "admin", "POST", "/v1/memory_stores", {"name": "n", "metadata": {"k" * 65: "v"}},
-         MB, 400, "invalid_request_error"),
-        ("store metadata value 513 chars", "admin", "POST", "/v1/memory_stores",
-         {"name": "n", "metadata": {"k": "v" * 513}}, MB, 400, "invalid_request_error"),
-        ("list stores: limit 0", "admin", "GET", "/v1/memory_stores?limit=0", None, MB, 400, "invalid_request_error"),
-        ("session: nine stores", "admin", "POST", "/v1/sessions",
-         {"resources": [{"type": "memory_store", "memory_store_id": ids["rw"], "access": "read_only"}] * 9}, SB, 400,
-         "invalid_request_error"),
-        ("session: archived store", "admin", "POST", "/v1/sessions",
-         {"resources": [{"type": "memory_store", "memory_store_id": ids["archived"], "access": "read_write"}]}, SB,
-         400, "invalid_request_error"),
-        ("session: bad access", "admin", "POST", "/v1/sessions",
-         {"resources": [{"type": "memory_store", "memory_store_id": ids["rw"], "access": "admin"}]}, SB, 400,
-         "invalid_request_error"),
-        ("session: unknown store", "admin", "POST", "/v1/sessions",
-         {"resources": [{"type": "memory_store", "memory_store_id": "memstore_nope", "access": "read_write"}]}, SB,
-         404, "not_found_error"),
-        ("session created with a session token", "token", "POST", "/v1/sessions", {"resources": []}, SB, 403,
-         "permission_error"),
+        (
+            "write to an archived store",
+            "admin",
+            "POST",
+            f"/v1/memory_stores/{ids['archived']}/memories",
+            {"path": "/x.md", "content": "x"},
+            MB,
+            400,
+            "invalid_request_error",
+        ),
+        (
+            "store name empty",
+            "admin",
+            "POST",
+            "/v1/memory_stores",
+            {"name": ""},
+            MB,
+            400,
+            "invalid_request_error",
+        ),
+        (
+            "store name 256 chars",
+            "admin",
+            "POST",
+            "/v1/memory_stores",
+            {"name": "n" * 256},
+            MB,
+            400,
+            "invalid_request_error",
+        ),
+        (
+            "store name control char",
+            "admin",
+            "POST",
+            "/v1/memory_stores",
+            {"name": "a\x07b"},
+            MB,
+            400,
+            "invalid_request_error",
+        ),
+        (
+            "store description 1,025 chars",
+            "admin",
+            "POST",
+            "/v1/memory_stores",
+            {"name": "n", "description": "d" * 1025},
+            MB,
+            400,
+            "invalid_request_error",
+        ),
+        (
+            "store metadata 17 pairs",
+            "admin",
+            "POST",
+            "/v1/memory_stores",
+            {"name": "n", "metadata": {f"k{i}": "v" for i in range(17)}},
+            MB,
+            400,
+            "invalid_request_error",
+        ),
+        (
+            "store metadata key 65 chars",
+            "admin",
+            "POST",
+            "/v1/memory_stores",
+            {"name": "n", "metadata": {"k" * 65: "v"}},
+            MB,
+            400,
+            "invalid_request_error",
+        ),
+        (
+            "store metadata value 513 chars",
+            "admin",
+            "POST",
+            "/v1/memory_stores",
+            {"name": "n", "metadata": {"k": "v" * 513}},
+            MB,
+            400,
+            "invalid_request_error",
+        ),
+        (
+            "list stores: limit 0",
+            "admin",
+            "GET",
+            "/v1/memory_stores?limit=0",
+            None,
+            MB,
+            400,
+            "invalid_request_error",
+        ),
+        (
+            "session: nine stores",
+            "admin",
+            "POST",
+            "/v1/sessions",
+            {
+                "resources": [{"type": "memory_store", "memory_store_id": ids["rw"], "access": "read_only"}]
+                * 9
+            },
+            SB,
+            400,
+            "invalid_request_error",
+        ),
+        (
+            "session: archived store",
+            "admin",
+            "POST",
+            "/v1/sessions",
+            {
+                "resources": [
+                    {"type": "memory_store", "memory_store_id": ids["archived"], "access": "read_write"}
+                ]
+            },
+            SB,
+            400,
+            "invalid_request_error",
+        ),
+        (
+            "session: bad access",
+            "admin",
+            "POST",
+            "/v1/sessions",
+            {"resources": [{"type": "memory_store", "memory_store_id": ids["rw"], "access": "admin"}]},
+            SB,
+            400,
+            "invalid_request_error",
+        ),
+        (
+            "session: unknown store",
+            "admin",
+            "POST",
+            "/v1/sessions",
+            {
+                "resources": [
+                    {"type": "memory_store", "memory_store_id": "memstore_nope", "access": "read_write"}
+                ]
+            },
+            SB,
+            404,
+            "not_found_error",
+        ),
+        (
+            "session created with a session token",
+            "token",
+            "POST",
+            "/v1/sessions",
+            {"resources": []},
+            SB,
+            403,
+            "permission_error",
+        ),
     ]
     return rows
 
@@ -415,17 +811,29 @@ def test_service_bad_input_matrix(tmp_path, stats):
         archived = api.create_store("Archived")
         api._ok(api.http.post(f"/v1/memory_stores/{archived}/archive", headers=MB))
         other_session = api.create_session([(other, "read_write")])
-        ids = {"rw": rig.rw, "ro": rig.ro, "other": other, "archived": archived,
-               "other_session": other_session["id"], "keep": api.memories(rig.rw)["/keep.md"]["id"],
-               "ro_keep": api.memories(rig.ro)["/keep.md"]["id"]}
+        ids = {
+            "rw": rig.rw,
+            "ro": rig.ro,
+            "other": other,
+            "archived": archived,
+            "other_session": other_session["id"],
+            "keep": api.memories(rig.rw)["/keep.md"]["id"],
+            "ro_keep": api.memories(rig.ro)["/keep.md"]["id"],
+        }
         token = sessions_token_from_secret(rig.session["work_secret"])
 
         def snapshot():
             out = {}
             for sid in (rig.rw, rig.ro):
-                out[sid] = (api.memories(sid), api._ok(api.http.get(f"/v1/memory_stores/{sid}/counter", headers=MB)))
-            stores = api._ok(api.http.get("/v1/memory_stores", params={"limit": 100, "include_archived": "true"},
-                                          headers=MB))
+                out[sid] = (
+                    api.memories(sid),
+                    api._ok(api.http.get(f"/v1/memory_stores/{sid}/counter", headers=MB)),
+                )
+            stores = api._ok(
+                api.http.get(
+                    "/v1/memory_stores", params={"limit": 100, "include_archived": "true"}, headers=MB
+                )
+            )
             out["stores"] = sorted(s["id"] for s in stores["data"])
             return out
 
@@ -443,10 +851,15 @@ def test_service_bad_input_matrix(tmp_path, stats):
                 elif cred is not None:
                     h["x-api-key"] = cred
                 r = http.request(method, url, json=body, headers=h)
-                got_type = r.json().get("error", {}).get("type") if r.headers.get("content-type", "").startswith(
-                    "application/json") else None
+                got_type = (
+                    r.json().get("error", {}).get("type")
+                    if r.headers.get("content-type", "").startswith("application/json")
+                    else None
+                )
                 if (r.status_code, got_type) != (status, etype):
-                    failures.append(f"{name}: got {r.status_code} {got_type}, want {status} {etype}: {r.text[:200]}")
+                    failures.append(
+                        f"{name}: got {r.status_code} {got_type}, want {status} {etype}: {r.text[:200]}"
+                    )
                 elif r.headers.get("request-id") is None:
                     failures.append(f"{name}: no request-id header")
                 if snapshot() != before:

@@ -106,9 +106,12 @@ def test_sigkill_of_the_daemon_during_bursts_and_ticks(rig, stats):
         if during_tick:
             burst.thread.start()
             burst.thread.join(30)  # a whole burst, then a tick, killed at a random point in it
-            sync_proc = subprocess.Popen([sys.executable, "-m", "memfs", "sync", "--root", str(box.root),
-                                          "--force", "--wait"], env=box.env, stdout=subprocess.DEVNULL,
-                                         stderr=subprocess.DEVNULL)
+            sync_proc = subprocess.Popen(
+                [sys.executable, "-m", "memfs", "sync", "--root", str(box.root), "--force", "--wait"],
+                env=box.env,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
             time.sleep(rng.uniform(0.3, 1.2))  # the command starts in ~0.5 s; the tick follows
         else:
             burst.thread.start()
@@ -146,8 +149,12 @@ def test_sigkill_of_the_service_during_pushes(rig, stats):
             (top / path.lstrip("/")).parent.mkdir(parents=True, exist_ok=True)
             (top / path.lstrip("/")).write_text(f"round {round_} file {i}\n")
             writes[path] = writes.get(path, 0) + 1
-        sync_proc = subprocess.Popen([sys.executable, "-m", "memfs", "sync", "--root", str(box.root), "--force",
-                                      "--wait"], env=box.env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        sync_proc = subprocess.Popen(
+            [sys.executable, "-m", "memfs", "sync", "--root", str(box.root), "--force", "--wait"],
+            env=box.env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         time.sleep(rng.uniform(0.4, 1.0))
         rig.service.kill()
         stats["crashes"] += 1

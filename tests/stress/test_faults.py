@@ -18,8 +18,13 @@ from tests.support.sandbox import is_mounted
 
 pytestmark = pytest.mark.timeout(150)
 
-SEED = {"/keep.md": "keep\n", "/edit.md": "edit me\n", "/move.md": "move me\n", "/gone.md": "delete me\n",
-        "/dir/deep.md": "deep\n"}
+SEED = {
+    "/keep.md": "keep\n",
+    "/edit.md": "edit me\n",
+    "/move.md": "move me\n",
+    "/gone.md": "delete me\n",
+    "/dir/deep.md": "deep\n",
+}
 MEM = r"/memories/mem_[^/]+$"
 # memfs serve has the batch-write extension: a push's creates, updates and deletes go
 # there, so a rule aimed at one kind of push also matches the batch it now travels in
@@ -56,7 +61,9 @@ def assert_converged(rig, box):
 def test_faults_during_the_initial_download(seeded, proxy, stats):
     rig = seeded
     box = rig.sandbox("init", base_url=proxy.url)
-    cases = profile([], [("GET", r"/memory_store_counters$", "reset", 0, "cannot download the memory stores")]) + [
+    cases = profile(
+        [], [("GET", r"/memory_store_counters$", "reset", 0, "cannot download the memory stores")]
+    ) + [
         ("GET", r"/v1/sessions/", "status", 503, "cannot read session"),
         ("GET", r"/snapshot$", "reset_mid_body", 0, "cannot download the memory stores"),
         ("GET", r"/snapshot$", "status", 500, "cannot download the memory stores"),
@@ -80,14 +87,20 @@ def test_faults_during_a_pull(seeded, proxy, stats):
     box = rig.sandbox("pull", base_url=proxy.url)
     box.mount()
     ids = {p: m["id"] for p, m in rig.api.memories(rig.rw).items()}
-    for round_, (method, path, action, code) in enumerate([
-        ("GET", r"/changes$", "status", 500),
-        ("GET", MEM, "reset_mid_body", 0),
-        ("GET", r"/memory_store_counters$", "status", 429),
-    ] + profile([], [
-        ("GET", MEM, "lose_answer", 0),
-        ("GET", r"/changes$", "delay", 0),  # slow, not failed: the tick just takes longer
-    ])):
+    for round_, (method, path, action, code) in enumerate(
+        [
+            ("GET", r"/changes$", "status", 500),
+            ("GET", MEM, "reset_mid_body", 0),
+            ("GET", r"/memory_store_counters$", "status", 429),
+        ]
+        + profile(
+            [],
+            [
+                ("GET", MEM, "lose_answer", 0),
+                ("GET", r"/changes$", "delay", 0),  # slow, not failed: the tick just takes longer
+            ],
+        )
+    ):
         before = walk(box.root / RW)
         text = f"remote edit {round_}\n"
         rig.api.update(rig.rw, ids["/edit.md"], content=text)
@@ -117,15 +130,24 @@ def test_faults_during_pushes_lost_answers_included(seeded, proxy, stats):
     before = rig.api.memories(rig.rw)
     scenarios = [
         # (rules, what they do to each kind of push)
-        [("POST", r"/memories$" + BATCH, "lose_answer"), ("POST", MEM + BATCH, "lose_answer"),
-         ("DELETE", MEM, "lose_answer")],
-        [("POST", r"/memories$" + BATCH, "status", 503), ("DELETE", MEM, "lose_answer"),
-         ("POST", MEM + BATCH, "status", 500)],
+        [
+            ("POST", r"/memories$" + BATCH, "lose_answer"),
+            ("POST", MEM + BATCH, "lose_answer"),
+            ("DELETE", MEM, "lose_answer"),
+        ],
+        [
+            ("POST", r"/memories$" + BATCH, "status", 503),
+            ("DELETE", MEM, "lose_answer"),
+            ("POST", MEM + BATCH, "status", 500),
+        ],
         [("*", r"/memor(ies|y_batch)", "status", 429)],
-    ] + profile([], [
-        [("POST", r"/memories$" + BATCH, "reset"), ("DELETE", MEM, "reset")],
-        [("POST", MEM + BATCH, "reset_mid_body")],
-    ])
+    ] + profile(
+        [],
+        [
+            [("POST", r"/memories$" + BATCH, "reset"), ("DELETE", MEM, "reset")],
+            [("POST", MEM + BATCH, "reset_mid_body")],
+        ],
+    )
     versions_expected: dict[str, int] = {}
     for i, rules in enumerate(scenarios):
         (top / f"created{i}.md").write_text(f"created {i}\n")
@@ -226,11 +248,24 @@ def test_long_random_fault_schedule(seeded, proxy, stats):
     box = rig.sandbox("random", base_url=proxy.url)
     box.mount()
     top = box.root / RW
-    actions = [("status", 503), ("status", 500), ("status", 429), ("reset", 0), ("lose_answer", 0),
-               ("reset_mid_body", 0), ("delay", 0)]
-    targets = [("POST", r"/memories$"), ("POST", r"/memory_batch$"), ("POST", MEM), ("DELETE", MEM), ("GET", MEM),
-               ("GET", r"/changes$"),
-               ("GET", r"/memory_store_counters$")]
+    actions = [
+        ("status", 503),
+        ("status", 500),
+        ("status", 429),
+        ("reset", 0),
+        ("lose_answer", 0),
+        ("reset_mid_body", 0),
+        ("delay", 0),
+    ]
+    targets = [
+        ("POST", r"/memories$"),
+        ("POST", r"/memory_batch$"),
+        ("POST", MEM),
+        ("DELETE", MEM),
+        ("GET", MEM),
+        ("GET", r"/changes$"),
+        ("GET", r"/memory_store_counters$"),
+    ]
     for round_ in range(40):
         for _ in range(rng.randint(1, 4)):
             name = f"f{rng.randint(0, 9)}.md"

@@ -32,8 +32,15 @@ def _counter(api, store: str) -> int:
     return int(resp.json()["data"][0]["counter"])
 
 
-def _writer(box, index: int, seed: int, stop: threading.Event, expected: dict[str, bytes | None],
-            steps: list[int], errors: list[BaseException]) -> None:
+def _writer(
+    box,
+    index: int,
+    seed: int,
+    stop: threading.Event,
+    expected: dict[str, bytes | None],
+    steps: list[int],
+    errors: list[BaseException],
+) -> None:
     """Random changes in /w<index>/ (recorded in `expected`) and now and then a shared file."""
     rng = random.Random(seed)
     top = box.root / RW
@@ -77,8 +84,10 @@ def test_mounts_with_random_writers_converge_to_the_store_without_a_sync(rig, st
     expected: list[dict[str, bytes | None]] = [{} for _ in boxes]
     steps = [0] * MOUNTS
     errors: list[BaseException] = []
-    threads = [threading.Thread(target=_writer, args=(box, i, 1000 + i, stop, expected[i], steps, errors))
-               for i, box in enumerate(boxes)]
+    threads = [
+        threading.Thread(target=_writer, args=(box, i, 1000 + i, stop, expected[i], steps, errors))
+        for i, box in enumerate(boxes)
+    ]
     for t in threads:
         t.start()
     time.sleep(WRITE_SECONDS)

@@ -38,8 +38,11 @@ pytestmark = pytest.mark.timeout(profile(150, 3600))
 LIMIT = 102_400
 BAD = "bad\\name"  # a backslash: a name the store cannot hold (EINVAL)
 NAMES = ["a", "b", "c.md"]
-PATHS = (["/".join(p) for n in (1, 2, 3) for p in itertools.product(NAMES, repeat=n)]
-         + [BAD, f"a/{BAD}", "b/c.md/" + BAD])
+PATHS = ["/".join(p) for n in (1, 2, 3) for p in itertools.product(NAMES, repeat=n)] + [
+    BAD,
+    f"a/{BAD}",
+    "b/c.md/" + BAD,
+]
 paths = st.sampled_from(PATHS)
 # ASCII plus a two-byte character: writes at an offset can cut one in half (-> not UTF-8).
 data = st.text(alphabet="ab\né", min_size=1, max_size=6).map(lambda s: s.encode())
@@ -109,8 +112,12 @@ sys.stdin.read()
 
 
 def _killed_writer(p: Path, flags: int, sizes: list[int]):
-    proc = subprocess.Popen([sys.executable, "-c", KILLED_WRITER, str(p), str(flags), *map(str, sizes)],
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", KILLED_WRITER, str(p), str(flags), *map(str, sizes)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         line = proc.stdout.readline().strip()  # type: ignore[union-attr]
     finally:
@@ -222,7 +229,7 @@ class MountModel(RuleBasedStateMachine):
         if self._kind(rel) == "file":
             old = (self.model / rel).read_bytes()
             grown = old.ljust(off, b"\0")
-            new = grown[:off] + body + grown[off + len(body):]
+            new = grown[:off] + body + grown[off + len(body) :]
             if off + len(body) > LIMIT:
                 new = b"x" * (LIMIT + 1)  # only its size matters
         self._apply_model_then_expect(f"write {rel}@{off}", fn, rel, new)
@@ -292,7 +299,11 @@ class MountModel(RuleBasedStateMachine):
     @rule(src=paths, dst=paths)
     def rename(self, src, dst):
         fn = lambda top: os.rename(top / src, top / dst)  # noqa: E731
-        if self._kind(src) is not None and self._creates_bad_name(dst) and not (dst + "/").startswith(src + "/"):
+        if (
+            self._kind(src) is not None
+            and self._creates_bad_name(dst)
+            and not (dst + "/").startswith(src + "/")
+        ):
             self._both(f"rename {src} {dst}", fn, expected=("err", "EINVAL"))
             return
         self._both(f"rename {src} {dst}", fn)
@@ -345,8 +356,11 @@ class MountModel(RuleBasedStateMachine):
         assert answer.get("ok"), answer
         shown = walk(self.mount)
         prefix = f"/{self.name}/"
-        stored = {p[len(prefix) - 1:]: m["content"].encode() for p, m in c.rig.api.memories(c.rig.rw).items()
-                  if p.startswith(prefix)}
+        stored = {
+            p[len(prefix) - 1 :]: m["content"].encode()
+            for p, m in c.rig.api.memories(c.rig.rw).items()
+            if p.startswith(prefix)
+        }
         valid = {p: b for p, b in shown.items() if _utf8(b)}
         local_only = len(shown) - len(valid)  # not UTF-8: stays local (its memory keeps the last good state)
         if not local_only:

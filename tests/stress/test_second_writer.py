@@ -87,10 +87,15 @@ def test_two_mounts_and_the_api_converge_and_every_override_is_noticed(rig, stat
         def run(name, box, seed, tag, results=results):
             results[name] = _local_round(box.root / RW, random.Random(seed), tag)
 
-        threads = [threading.Thread(target=run, args=(n, box, rng.random(), f"r{round_}{n}"))
-                   for n, box in (("a", a), ("b", b))]
-        threads.append(threading.Thread(target=_api_round,
-                                        args=(rig.api, rig.rw, random.Random(rng.random()), f"r{round_}")))
+        threads = [
+            threading.Thread(target=run, args=(n, box, rng.random(), f"r{round_}{n}"))
+            for n, box in (("a", a), ("b", b))
+        ]
+        threads.append(
+            threading.Thread(
+                target=_api_round, args=(rig.api, rig.rw, random.Random(rng.random()), f"r{round_}")
+            )
+        )
         for t in threads:
             t.start()
         for t in threads:
@@ -99,7 +104,9 @@ def test_two_mounts_and_the_api_converge_and_every_override_is_noticed(rig, stat
             assert box.sync()["ok"]
             missing = _check_overrides(box, lines[name], results[name])
             stats["lost"] += missing
-            assert missing == 0, f"round {round_}: {name} lost {missing} overridden change(s) without a kept copy"
+            assert missing == 0, (
+                f"round {round_}: {name} lost {missing} overridden change(s) without a kept copy"
+            )
         stats["steps"] += sum(len(r) for r in results.values())
     # Final syncs: a, b, a again: both mounts and the store agree.
     for box in (a, b, a):

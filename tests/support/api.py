@@ -24,7 +24,9 @@ class Api:
 
     def _ok(self, resp: httpx.Response) -> Any:
         if resp.status_code >= 400:
-            raise AssertionError(f"{resp.request.method} {resp.request.url} -> {resp.status_code}: {resp.text}")
+            raise AssertionError(
+                f"{resp.request.method} {resp.request.url} -> {resp.status_code}: {resp.text}"
+            )
         return resp.json()
 
     def create_store(self, name: str) -> str:
@@ -35,11 +37,18 @@ class Api:
         return self._ok(self.http.post("/v1/sessions", json={"resources": resources}, headers=SESSION_BETA))
 
     def create(self, store: str, path: str, content: str) -> dict:
-        return self._ok(self.http.post(f"/v1/memory_stores/{store}/memories", json={"path": path, "content": content},
-                                       headers=MEMORY_BETA))
+        return self._ok(
+            self.http.post(
+                f"/v1/memory_stores/{store}/memories",
+                json={"path": path, "content": content},
+                headers=MEMORY_BETA,
+            )
+        )
 
     def update(self, store: str, memory_id: str, **body: Any) -> dict:
-        return self._ok(self.http.post(f"/v1/memory_stores/{store}/memories/{memory_id}", json=body, headers=MEMORY_BETA))
+        return self._ok(
+            self.http.post(f"/v1/memory_stores/{store}/memories/{memory_id}", json=body, headers=MEMORY_BETA)
+        )
 
     def delete(self, store: str, memory_id: str) -> None:
         self._ok(self.http.delete(f"/v1/memory_stores/{store}/memories/{memory_id}", headers=MEMORY_BETA))
@@ -53,7 +62,9 @@ class Api:
         page = None
         while True:
             params = {"view": "full", "limit": 20, **({"page": page} if page else {})}
-            body = self._ok(self.http.get(f"/v1/memory_stores/{store}/memories", params=params, headers=MEMORY_BETA))
+            body = self._ok(
+                self.http.get(f"/v1/memory_stores/{store}/memories", params=params, headers=MEMORY_BETA)
+            )
             out.update({m["path"]: m for m in body["data"] if m["type"] == "memory"})
             page = body.get("next_page")
             if not page:
@@ -63,6 +74,11 @@ class Api:
         return {p: m["content"] for p, m in self.memories(store).items()}
 
     def versions(self, store: str, memory_id: str) -> list[dict]:
-        body = self._ok(self.http.get(f"/v1/memory_stores/{store}/memory_versions",
-                                      params={"memory_id": memory_id, "limit": 100}, headers=MEMORY_BETA))
+        body = self._ok(
+            self.http.get(
+                f"/v1/memory_stores/{store}/memory_versions",
+                params={"memory_id": memory_id, "limit": 100},
+                headers=MEMORY_BETA,
+            )
+        )
         return body["data"]

@@ -96,7 +96,10 @@ class FaultTransport(httpx.AsyncBaseTransport):
             if fault.before is not None:
                 await fault.before(request)
                 break
-            body = {"type": "error", "error": {"type": "injected_error", "message": f"injected {fault.status}"}}
+            body = {
+                "type": "error",
+                "error": {"type": "injected_error", "message": f"injected {fault.status}"},
+            }
             return httpx.Response(fault.status or 500, headers=fault.headers, json=body, request=request)
         return await self.inner.handle_async_request(request)
 
@@ -112,8 +115,9 @@ class InProcessService:
         self.storage = open_storage(Path(workdir) / "store.db")
         self.app = create_app(self.storage, ADMIN_KEY, max_memories, extensions=extensions)
         self.transport = httpx.ASGITransport(app=self.app)
-        self.admin = httpx.AsyncClient(transport=self.transport, base_url=BASE_URL,
-                                       headers={"x-api-key": ADMIN_KEY, **MEMORY_BETA})
+        self.admin = httpx.AsyncClient(
+            transport=self.transport, base_url=BASE_URL, headers={"x-api-key": ADMIN_KEY, **MEMORY_BETA}
+        )
 
     async def aclose(self) -> None:
         await self.admin.aclose()
@@ -121,7 +125,9 @@ class InProcessService:
 
     async def _ok(self, resp: httpx.Response) -> Any:
         if resp.status_code >= 400:
-            raise AssertionError(f"{resp.request.method} {resp.request.url} -> {resp.status_code}: {resp.text}")
+            raise AssertionError(
+                f"{resp.request.method} {resp.request.url} -> {resp.status_code}: {resp.text}"
+            )
         return resp.json() if resp.content else None
 
     async def create_store(self, name: str) -> str:
@@ -132,18 +138,24 @@ class InProcessService:
         from memfs.client import sessions_token_from_secret
 
         resources = [{"type": "memory_store", "memory_store_id": s, "access": a} for s, a in stores]
-        body = await self._ok(await self.admin.post("/v1/sessions", json={"resources": resources},
-                                                    headers=SESSIONS_BETA))
+        body = await self._ok(
+            await self.admin.post("/v1/sessions", json={"resources": resources}, headers=SESSIONS_BETA)
+        )
         token = sessions_token_from_secret(body["work_secret"])
         assert token
         return token, body
 
     async def create(self, store: str, path: str, content: str) -> dict:
-        return await self._ok(await self.admin.post(f"/v1/memory_stores/{store}/memories",
-                                                    json={"path": path, "content": content}))
+        return await self._ok(
+            await self.admin.post(
+                f"/v1/memory_stores/{store}/memories", json={"path": path, "content": content}
+            )
+        )
 
     async def update(self, store: str, memory_id: str, **body: Any) -> dict:
-        return await self._ok(await self.admin.post(f"/v1/memory_stores/{store}/memories/{memory_id}", json=body))
+        return await self._ok(
+            await self.admin.post(f"/v1/memory_stores/{store}/memories/{memory_id}", json=body)
+        )
 
     async def delete(self, store: str, memory_id: str) -> None:
         await self._ok(await self.admin.delete(f"/v1/memory_stores/{store}/memories/{memory_id}"))
@@ -172,9 +184,18 @@ class EngineMount:
     """A State, the kernel-free Filesystem and the real SyncEngine, wired as the daemon wires them.
     Paths are root-relative: "/notes/a.md" is memory /a.md of the store whose slug is "notes"."""
 
-    def __init__(self, state_dir: Path, service: InProcessService, token: str, stores: list[StoreInfo], *,
-                 interval: float = 60.0, deletions: str = "enabled", max_files: int = DEFAULT_MAX_FILES,
-                 max_bytes: int = DEFAULT_MAX_BYTES):
+    def __init__(
+        self,
+        state_dir: Path,
+        service: InProcessService,
+        token: str,
+        stores: list[StoreInfo],
+        *,
+        interval: float = 60.0,
+        deletions: str = "enabled",
+        max_files: int = DEFAULT_MAX_FILES,
+        max_bytes: int = DEFAULT_MAX_BYTES,
+    ):
         self.state_dir = Path(state_dir)
         self.service = service
         self.token = token

@@ -117,8 +117,11 @@ def _scan(w: _Watched) -> list[Finding]:
 
     for i, line in enumerate(lines):
         if tb_start is not None:
-            if line.startswith((" ", "\t", "+", "|")) or not line.strip() or line.startswith(
-                    ("During handling", "The above exception", "Traceback (most recent")):
+            if (
+                line.startswith((" ", "\t", "+", "|"))
+                or not line.strip()
+                or line.startswith(("During handling", "The above exception", "Traceback (most recent"))
+            ):
                 continue
             end_traceback(line)  # the exception line: the traceback's last
             continue
@@ -142,7 +145,8 @@ def _is_error_record(line: str) -> bool:
         except ValueError:
             return False
         return isinstance(record, dict) and (
-            str(record.get("level", "")).lower() in ("error", "critical") or "exception" in record)
+            str(record.get("level", "")).lower() in ("error", "critical") or "exception" in record
+        )
     return False
 
 

@@ -77,7 +77,9 @@ class PostgresCluster:
                 f"-k {self.dir} -c listen_addresses='' -c fsync=off -c full_page_writes=off "
                 "-c max_connections=200 -c shared_buffers=32MB"
             )
-            self._run("pg_ctl", "-D", str(self.data), "-l", str(self.log), "-o", opts, "-w", "-t", "60", "start")
+            self._run(
+                "pg_ctl", "-D", str(self.data), "-l", str(self.log), "-o", opts, "-w", "-t", "60", "start"
+            )
             self.started = True
         except BaseException:
             self.stop()

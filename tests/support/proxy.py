@@ -115,11 +115,27 @@ class _Core:
         self._tasks: set[asyncio.Task] = set()
 
     # -- control (any thread) ---------------------------------------------------------------
-    def add(self, method: str, path: str, action: str, *, times: int | None = None, code: int = 503,
-            seconds: float = 0.0, retry_after: float | str | None = None) -> Rule:
+    def add(
+        self,
+        method: str,
+        path: str,
+        action: str,
+        *,
+        times: int | None = None,
+        code: int = 503,
+        seconds: float = 0.0,
+        retry_after: float | str | None = None,
+    ) -> Rule:
         assert action in ACTIONS, action
-        rule = Rule(method, re.compile(path), action, times, code, seconds,
-                    None if retry_after is None else str(retry_after))
+        rule = Rule(
+            method,
+            re.compile(path),
+            action,
+            times,
+            code,
+            seconds,
+            None if retry_after is None else str(retry_after),
+        )
         with self._lock:
             self.rules.append(rule)
         return rule
@@ -142,8 +158,11 @@ class _Core:
     def count(self, method: str, path_re: str, *, since: float = 0.0) -> int:
         pat = re.compile(path_re)
         with self._lock:
-            return sum(1 for e in self.log if e.at >= since and (method == "*" or e.method == method)
-                       and pat.search(e.path))
+            return sum(
+                1
+                for e in self.log
+                if e.at >= since and (method == "*" or e.method == method) and pat.search(e.path)
+            )
 
     def reset_counts(self) -> None:
         with self._lock:
@@ -387,7 +406,8 @@ class _DelayedWriter:
             if self._reset:
                 with contextlib.suppress(OSError, AttributeError):
                     self._writer.get_extra_info("socket").setsockopt(
-                        socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                        socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0)
+                    )
             self._writer.close()
 
     def stop(self) -> None:
@@ -484,12 +504,18 @@ class _Framing:
 
 def _error_response(code: int, retry_after: str | None) -> bytes:
     kind = {429: "rate_limit_error", 500: "api_error", 503: "overloaded_error"}.get(code, "api_error")
-    body = json.dumps({"type": "error", "error": {"type": kind, "message": f"injected {code}"},
-                       "request_id": "req_proxy"}).encode()
-    reason = {429: "Too Many Requests", 500: "Internal Server Error", 503: "Service Unavailable"}.get(code, "Error")
-    head = (f"HTTP/1.1 {code} {reason}\r\ncontent-type: application/json\r\ncontent-length: {len(body)}\r\n"
-            "request-id: req_proxy\r\n" + (f"retry-after: {retry_after}\r\n" if retry_after is not None else "")
-            + "\r\n")
+    body = json.dumps(
+        {"type": "error", "error": {"type": kind, "message": f"injected {code}"}, "request_id": "req_proxy"}
+    ).encode()
+    reason = {429: "Too Many Requests", 500: "Internal Server Error", 503: "Service Unavailable"}.get(
+        code, "Error"
+    )
+    head = (
+        f"HTTP/1.1 {code} {reason}\r\ncontent-type: application/json\r\ncontent-length: {len(body)}\r\n"
+        "request-id: req_proxy\r\n"
+        + (f"retry-after: {retry_after}\r\n" if retry_after is not None else "")
+        + "\r\n"
+    )
     return head.encode() + body
 
 
@@ -615,7 +641,8 @@ class ProxyProcess:
         self.url = f"http://127.0.0.1:{self.port}"
         self.rtt = rtt
         self.proc = multiprocessing.get_context("fork").Process(
-            target=_process_main, args=(upstream, rtt, sock, ctl), daemon=True)
+            target=_process_main, args=(upstream, rtt, sock, ctl), daemon=True
+        )
         self.proc.start()
         sock.close()
         ctl.close()
@@ -684,9 +711,13 @@ def measure(rtt: float, rounds: int = 200) -> dict[str, float]:
     finally:
         server.close()
     med = lambda xs: xs[len(xs) // 2]  # noqa: E731
-    return {"rtt_ms": rtt * 1000, "direct_median_ms": med(direct) * 1000, "via_median_ms": med(via) * 1000,
-            "added_median_ms": (med(via) - med(direct) - rtt) * 1000,
-            "added_p90_ms": (via[int(len(via) * 0.9)] - med(direct) - rtt) * 1000}
+    return {
+        "rtt_ms": rtt * 1000,
+        "direct_median_ms": med(direct) * 1000,
+        "via_median_ms": med(via) * 1000,
+        "added_median_ms": (med(via) - med(direct) - rtt) * 1000,
+        "added_p90_ms": (via[int(len(via) * 0.9)] - med(direct) - rtt) * 1000,
+    }
 
 
 if __name__ == "__main__":

@@ -47,11 +47,22 @@ class Sandbox:
             timeout=timeout,
         )
         if check and proc.returncode != 0:
-            raise AssertionError(f"memfs {' '.join(args)} exited {proc.returncode}:\n{proc.stdout}\n{proc.stderr}")
+            raise AssertionError(
+                f"memfs {' '.join(args)} exited {proc.returncode}:\n{proc.stdout}\n{proc.stderr}"
+            )
         return proc
 
     def mount(self, *extra: str, check: bool = True, timeout: float = 90) -> subprocess.CompletedProcess:
-        args = ["mount", "--root", str(self.root), "--state-dir", str(self.state_dir), "--sync-interval", "5", *extra]
+        args = [
+            "mount",
+            "--root",
+            str(self.root),
+            "--state-dir",
+            str(self.state_dir),
+            "--sync-interval",
+            "5",
+            *extra,
+        ]
         return self.memfs(*args, check=check, timeout=timeout)
 
     def sync(self, *, force: bool = True, wait: bool = True, check: bool = True) -> dict:

@@ -14,7 +14,9 @@ def make_cert(where: Path) -> tuple[Path, Path, Path]:
     if shutil.which("openssl") is None:
         pytest.skip("openssl is not installed")
     where.mkdir(parents=True, exist_ok=True)
-    ca_key, ca, key, csr, cert = (where / n for n in ("ca.key", "ca.pem", "server.key", "server.csr", "server.pem"))
+    ca_key, ca, key, csr, cert = (
+        where / n for n in ("ca.key", "ca.pem", "server.key", "server.csr", "server.pem")
+    )
     ext = where / "server.ext"
     ext.write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\nbasicConstraints=CA:FALSE\n")
 
@@ -23,7 +25,18 @@ def make_cert(where: Path) -> tuple[Path, Path, Path]:
 
     openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(ca_key), "-out", str(ca),
             "-days", "2", "-subj", "/CN=memfs test CA")  # fmt: skip
-    openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out", str(csr), "-subj", "/CN=127.0.0.1")
+    openssl(
+        "req",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        str(key),
+        "-out",
+        str(csr),
+        "-subj",
+        "/CN=127.0.0.1",
+    )
     openssl("x509", "-req", "-in", str(csr), "-CA", str(ca), "-CAkey", str(ca_key), "-CAcreateserial",
             "-out", str(cert), "-days", "2", "-extfile", str(ext))  # fmt: skip
     return ca, cert, key

@@ -40,16 +40,22 @@ class World:
         self.svc, self.tmp = svc, tmp
         self.mounts: list[EngineMount] = []
 
-    async def setup(self, notes: dict[str, str], handbook: dict[str, str] | None = None, **opts) -> EngineMount:
+    async def setup(
+        self, notes: dict[str, str], handbook: dict[str, str] | None = None, **opts
+    ) -> EngineMount:
         self.notes = await self.svc.create_store("Notes")
         self.handbook = await self.svc.create_store("Handbook")
         self.ids: dict[str, str] = {}
         for store, files in ((self.notes, notes), (self.handbook, handbook or {})):
             for path, text in files.items():
                 self.ids[path] = (await self.svc.create(store, path, text))["id"]
-        self.token, _ = await self.svc.session_token([(self.notes, "read_write"), (self.handbook, "read_only")])
-        self.stores = [StoreInfo(self.notes, "Notes", "notes", "read_write"),
-                       StoreInfo(self.handbook, "Handbook", "handbook", "read_only")]
+        self.token, _ = await self.svc.session_token(
+            [(self.notes, "read_write"), (self.handbook, "read_only")]
+        )
+        self.stores = [
+            StoreInfo(self.notes, "Notes", "notes", "read_write"),
+            StoreInfo(self.handbook, "Handbook", "handbook", "read_only"),
+        ]
         m = self.mount(self.stores, **opts)
         await m.engine.initial()
         return m
@@ -62,7 +68,6 @@ class World:
     async def close(self) -> None:
         for m in self.mounts:
             await m.aclose()
-
 
 
 def single_requests(m: EngineMount) -> None:
@@ -228,7 +233,11 @@ async def test_renames_go_out_in_waves_keeping_memory_ids(world):
     result = await m.sync()
     assert result["ok"]
     after = await world.svc.memories(world.notes)
-    assert {p: x["content"] for p, x in after.items()} == {"/a.md": "beta", "/b.md": "alpha", "/d/c.md": "gamma"}
+    assert {p: x["content"] for p, x in after.items()} == {
+        "/a.md": "beta",
+        "/b.md": "alpha",
+        "/d/c.md": "gamma",
+    }
     assert after["/a.md"]["id"] == world.ids["/b.md"] and after["/b.md"]["id"] == world.ids["/a.md"]
     assert after["/d/c.md"]["id"] == world.ids["/c.md"]
     # Renames only: no delete, no create; the swap goes through a temporary path (one extra hop).
@@ -360,12 +369,16 @@ async def test_changes_staged_before_a_restart_are_pushed_after_it(world):
     assert m2.store_status("notes")["staged"] == 2
     assert not [r for r in m2.transport.requests if r[0] in ("POST", "DELETE")]  # initial() never pushes
     assert (await m2.sync())["pushed"] == 2
-    assert (await world.svc.contents(world.notes)) == {"/a.md": "edited before the crash",
-                                                       "/new.md": "created before the crash"}
+    assert (await world.svc.contents(world.notes)) == {
+        "/a.md": "edited before the crash",
+        "/new.md": "created before the crash",
+    }
 
 
 async def test_without_a_counter_a_memory_missing_from_the_listing_is_asked_by_id(world, tmp_path):
-    world.svc = hosted = InProcessService(tmp_path / "hosted", extensions=False)  # the hosted API (SEMANTICS.md#d-no-counter)
+    world.svc = hosted = InProcessService(
+        tmp_path / "hosted", extensions=False
+    )  # the hosted API (SEMANTICS.md#d-no-counter)
     try:
         m = await world.setup({"/a.md": "alpha", "/d/b.md": "beta"})
         assert m.engine.has_counter is False
@@ -379,7 +392,10 @@ async def test_without_a_counter_a_memory_missing_from_the_listing_is_asked_by_i
         m.transport.clear()
         result = await m.sync()  # idle: it lists (no counter to ask), nothing else
         assert result["ok"] and result["pulled"] == 0 and result["pushed"] == 0
-        assert m.transport.count("GET", MEMORY_BY_ID) == 0 and m.transport.count("GET", "/memory_store_counters") == 0
+        assert (
+            m.transport.count("GET", MEMORY_BY_ID) == 0
+            and m.transport.count("GET", "/memory_store_counters") == 0
+        )
     finally:
         await world.close()
         world.mounts.clear()

@@ -33,13 +33,19 @@ def state(tmp_path):
 
 
 def check(state, local: list[LocalFile], deletions: str = "enabled", store: StoreInfo = STORE):
-    return not_on_store(state, store, {f.path: f for f in local}, deletions=deletions,
-                        max_files=2000, max_bytes=1 << 25)
+    return not_on_store(
+        state, store, {f.path: f for f in local}, deletions=deletions, max_files=2000, max_bytes=1 << 25
+    )
 
 
 def test_nothing_differs_nothing_is_missing(state):
     n = check(state, [LocalFile("/a", "mem_a", A, 1), LocalFile("/b", "mem_b", B, 1)])
-    assert n.count == 0 and n.summary()["paths"] == {"staged": [], "refused": [], "held": [], "deletes_held": []}
+    assert n.count == 0 and n.summary()["paths"] == {
+        "staged": [],
+        "refused": [],
+        "held": [],
+        "deletes_held": [],
+    }
 
 
 def test_a_swap_is_two_staged_changes_not_three(state):
@@ -70,7 +76,9 @@ def test_not_utf8_and_refused_files_are_named_with_reasons(state):
 def test_a_file_where_the_store_has_a_directory_is_held(state):
     # the store holds /d/x, not materialised here (over the limits): a file /d would be a 409
     state.set_skipped(SID, "mem_d", "/d/x", C, 1, "over-limit")
-    n = check(state, [LocalFile("/a", "mem_a", A, 1), LocalFile("/b", "mem_b", B, 1), LocalFile("/d", None, A, 1)])
+    n = check(
+        state, [LocalFile("/a", "mem_a", A, 1), LocalFile("/b", "mem_b", B, 1), LocalFile("/d", None, A, 1)]
+    )
     assert n.held == {"/d": HELD_CLASH} and n.count == 1
 
 
@@ -89,7 +97,10 @@ def test_a_read_only_store_has_nothing_to_push(state):
 
 
 def test_the_named_list_is_bounded_with_a_count_of_the_rest(state):
-    n = check(state, [LocalFile(f"/new{i:02}", None, C, 1) for i in range(25)]
-              + [LocalFile("/a", "mem_a", A, 1), LocalFile("/b", "mem_b", B, 1)])
+    n = check(
+        state,
+        [LocalFile(f"/new{i:02}", None, C, 1) for i in range(25)]
+        + [LocalFile("/a", "mem_a", A, 1), LocalFile("/b", "mem_b", B, 1)],
+    )
     lines = describe_not_on_store({"not_on_store": {SID: n.summary()}, "slugs": {SID: "notes"}}, limit=10)
     assert lines[0] == "notes/new00 (staged)" and len(lines) == 11 and lines[-1] == "and 15 more"

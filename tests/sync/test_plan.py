@@ -147,38 +147,105 @@ RW = {
     (True, "same", "new-at-path"): [rm("/a"), mat(N, "/a", S2), DropBase(M), base(N, "/a", S2)],
     (True, "modified", "absent"): [keep("/a", S1), rm("/a"), DropBase(M), note(DBS, "/a", True)],
     (True, "modified", "same"): [upd(M, "/a", S0, new_sha=S1)],
-    (True, "modified", "modified"): [keep("/a", S1), mat(M, "/a", S2), base(M, "/a", S2), note(SWC, "/a", True)],
+    (True, "modified", "modified"): [
+        keep("/a", S1),
+        mat(M, "/a", S2),
+        base(M, "/a", S2),
+        note(SWC, "/a", True),
+    ],
     (True, "modified", "renamed"): [mv("/a", "/c"), base(M, "/c", S0), upd(M, "/c", S0, new_sha=S1)],
-    (True, "modified", "renamed+modified"): [keep("/a", S1), mv("/a", "/c"), mat(M, "/c", S2), base(M, "/c", S2),
-                                             note(SWC, "/a", True)],
-    (True, "modified", "new-at-path"): [keep("/a", S1), rm("/a"), mat(N, "/a", S2), DropBase(M), base(N, "/a", S2),
-                                        note(DBS, "/a", True)],
+    (True, "modified", "renamed+modified"): [
+        keep("/a", S1),
+        mv("/a", "/c"),
+        mat(M, "/c", S2),
+        base(M, "/c", S2),
+        note(SWC, "/a", True),
+    ],
+    (True, "modified", "new-at-path"): [
+        keep("/a", S1),
+        rm("/a"),
+        mat(N, "/a", S2),
+        DropBase(M),
+        base(N, "/a", S2),
+        note(DBS, "/a", True),
+    ],
     (True, "renamed", "absent"): [keep("/b", S0), rm("/b"), DropBase(M), note(DBS, "/b", True)],
     (True, "renamed", "same"): [upd(M, "/a", S0, new_path="/b")],
     (True, "renamed", "modified"): [mat(M, "/b", S2), base(M, "/a", S2), upd(M, "/a", S2, new_path="/b")],
     (True, "renamed", "renamed"): [mv("/b", "/c"), base(M, "/c", S0), note(SWC, "/b")],
-    (True, "renamed", "renamed+modified"): [mv("/b", "/c"), mat(M, "/c", S2), base(M, "/c", S2), note(SWC, "/b")],
-    (True, "renamed", "new-at-path"): [keep("/b", S0), rm("/b"), mat(N, "/a", S2), DropBase(M), base(N, "/a", S2),
-                                       note(DBS, "/b", True)],
+    (True, "renamed", "renamed+modified"): [
+        mv("/b", "/c"),
+        mat(M, "/c", S2),
+        base(M, "/c", S2),
+        note(SWC, "/b"),
+    ],
+    (True, "renamed", "new-at-path"): [
+        keep("/b", S0),
+        rm("/b"),
+        mat(N, "/a", S2),
+        DropBase(M),
+        base(N, "/a", S2),
+        note(DBS, "/b", True),
+    ],
     (True, "renamed+modified", "absent"): [keep("/b", S1), rm("/b"), DropBase(M), note(DBS, "/b", True)],
     (True, "renamed+modified", "same"): [upd(M, "/a", S0, new_path="/b", new_sha=S1)],
-    (True, "renamed+modified", "modified"): [keep("/b", S1), mat(M, "/b", S2), base(M, "/a", S2),
-                                             note(SWC, "/b", True), upd(M, "/a", S2, new_path="/b")],
-    (True, "renamed+modified", "renamed"): [mv("/b", "/c"), base(M, "/c", S0), note(SWC, "/b"),
-                                            upd(M, "/c", S0, new_sha=S1)],
-    (True, "renamed+modified", "renamed+modified"): [keep("/b", S1), mv("/b", "/c"), mat(M, "/c", S2),
-                                                     base(M, "/c", S2), note(SWC, "/b", True)],
-    (True, "renamed+modified", "new-at-path"): [keep("/b", S1), rm("/b"), mat(N, "/a", S2), DropBase(M),
-                                                base(N, "/a", S2), note(DBS, "/b", True)],
+    (True, "renamed+modified", "modified"): [
+        keep("/b", S1),
+        mat(M, "/b", S2),
+        base(M, "/a", S2),
+        note(SWC, "/b", True),
+        upd(M, "/a", S2, new_path="/b"),
+    ],
+    (True, "renamed+modified", "renamed"): [
+        mv("/b", "/c"),
+        base(M, "/c", S0),
+        note(SWC, "/b"),
+        upd(M, "/c", S0, new_sha=S1),
+    ],
+    (True, "renamed+modified", "renamed+modified"): [
+        keep("/b", S1),
+        mv("/b", "/c"),
+        mat(M, "/c", S2),
+        base(M, "/c", S2),
+        note(SWC, "/b", True),
+    ],
+    (True, "renamed+modified", "new-at-path"): [
+        keep("/b", S1),
+        rm("/b"),
+        mat(N, "/a", S2),
+        DropBase(M),
+        base(N, "/a", S2),
+        note(DBS, "/b", True),
+    ],
     # rm + create at the same path continues M when the store still holds it there
     (True, "new-at-path", "absent"): [DropBase(M), create("/a", S1)],
     (True, "new-at-path", "same"): [lid("/a", M), upd(M, "/a", S0, new_sha=S1)],
-    (True, "new-at-path", "modified"): [keep("/a", S1), mat(M, "/a", S2), base(M, "/a", S2), note(SWC, "/a", True)],
-    (True, "new-at-path", "renamed"): [mat(M, "/c", S0), base(M, "/c", S0), note(SWC, "/a"), create("/a", S1)],
-    (True, "new-at-path", "renamed+modified"): [mat(M, "/c", S2), base(M, "/c", S2), note(SWC, "/a"),
-                                                create("/a", S1)],
-    (True, "new-at-path", "new-at-path"): [keep("/a", S1), rm("/a"), mat(N, "/a", S2), DropBase(M),
-                                           base(N, "/a", S2), note(OBS, "/a", True)],
+    (True, "new-at-path", "modified"): [
+        keep("/a", S1),
+        mat(M, "/a", S2),
+        base(M, "/a", S2),
+        note(SWC, "/a", True),
+    ],
+    (True, "new-at-path", "renamed"): [
+        mat(M, "/c", S0),
+        base(M, "/c", S0),
+        note(SWC, "/a"),
+        create("/a", S1),
+    ],
+    (True, "new-at-path", "renamed+modified"): [
+        mat(M, "/c", S2),
+        base(M, "/c", S2),
+        note(SWC, "/a"),
+        create("/a", S1),
+    ],
+    (True, "new-at-path", "new-at-path"): [
+        keep("/a", S1),
+        rm("/a"),
+        mat(N, "/a", S2),
+        DropBase(M),
+        base(N, "/a", S2),
+        note(OBS, "/a", True),
+    ],
     # -- M not in the base: store memories are new; local files carrying M's id are new files
     (False, "absent", "absent"): [],
     (False, "absent", "same"): [mat(M, "/a", S0), base(M, "/a", S0)],
@@ -188,31 +255,80 @@ RW = {
     (False, "absent", "new-at-path"): [mat(N, "/a", S2), base(N, "/a", S2)],
     (False, "same", "absent"): [lid("/a", None), create("/a", S0)],
     (False, "same", "same"): [base(M, "/a", S0), lid("/a", M)],  # equal content: adopt
-    (False, "same", "modified"): [keep("/a", S0), rm("/a"), mat(M, "/a", S2), base(M, "/a", S2),
-                                  note(OBS, "/a", True)],
+    (False, "same", "modified"): [
+        keep("/a", S0),
+        rm("/a"),
+        mat(M, "/a", S2),
+        base(M, "/a", S2),
+        note(OBS, "/a", True),
+    ],
     (False, "same", "renamed"): [mat(M, "/c", S0), base(M, "/c", S0), lid("/a", None), create("/a", S0)],
-    (False, "same", "renamed+modified"): [mat(M, "/c", S2), base(M, "/c", S2), lid("/a", None), create("/a", S0)],
-    (False, "same", "new-at-path"): [keep("/a", S0), rm("/a"), mat(N, "/a", S2), base(N, "/a", S2),
-                                     note(OBS, "/a", True)],
+    (False, "same", "renamed+modified"): [
+        mat(M, "/c", S2),
+        base(M, "/c", S2),
+        lid("/a", None),
+        create("/a", S0),
+    ],
+    (False, "same", "new-at-path"): [
+        keep("/a", S0),
+        rm("/a"),
+        mat(N, "/a", S2),
+        base(N, "/a", S2),
+        note(OBS, "/a", True),
+    ],
     (False, "modified", "absent"): [lid("/a", None), create("/a", S1)],
-    (False, "modified", "same"): [keep("/a", S1), rm("/a"), mat(M, "/a", S0), base(M, "/a", S0),
-                                  note(OBS, "/a", True)],
-    (False, "modified", "modified"): [keep("/a", S1), rm("/a"), mat(M, "/a", S2), base(M, "/a", S2),
-                                      note(OBS, "/a", True)],
+    (False, "modified", "same"): [
+        keep("/a", S1),
+        rm("/a"),
+        mat(M, "/a", S0),
+        base(M, "/a", S0),
+        note(OBS, "/a", True),
+    ],
+    (False, "modified", "modified"): [
+        keep("/a", S1),
+        rm("/a"),
+        mat(M, "/a", S2),
+        base(M, "/a", S2),
+        note(OBS, "/a", True),
+    ],
     (False, "modified", "renamed"): [mat(M, "/c", S0), base(M, "/c", S0), lid("/a", None), create("/a", S1)],
-    (False, "modified", "renamed+modified"): [mat(M, "/c", S2), base(M, "/c", S2), lid("/a", None),
-                                              create("/a", S1)],
-    (False, "modified", "new-at-path"): [keep("/a", S1), rm("/a"), mat(N, "/a", S2), base(N, "/a", S2),
-                                         note(OBS, "/a", True)],
+    (False, "modified", "renamed+modified"): [
+        mat(M, "/c", S2),
+        base(M, "/c", S2),
+        lid("/a", None),
+        create("/a", S1),
+    ],
+    (False, "modified", "new-at-path"): [
+        keep("/a", S1),
+        rm("/a"),
+        mat(N, "/a", S2),
+        base(N, "/a", S2),
+        note(OBS, "/a", True),
+    ],
     (False, "new-at-path", "absent"): [create("/a", S1)],
-    (False, "new-at-path", "same"): [keep("/a", S1), rm("/a"), mat(M, "/a", S0), base(M, "/a", S0),
-                                     note(OBS, "/a", True)],
-    (False, "new-at-path", "modified"): [keep("/a", S1), rm("/a"), mat(M, "/a", S2), base(M, "/a", S2),
-                                         note(OBS, "/a", True)],
+    (False, "new-at-path", "same"): [
+        keep("/a", S1),
+        rm("/a"),
+        mat(M, "/a", S0),
+        base(M, "/a", S0),
+        note(OBS, "/a", True),
+    ],
+    (False, "new-at-path", "modified"): [
+        keep("/a", S1),
+        rm("/a"),
+        mat(M, "/a", S2),
+        base(M, "/a", S2),
+        note(OBS, "/a", True),
+    ],
     (False, "new-at-path", "renamed"): [mat(M, "/c", S0), base(M, "/c", S0), create("/a", S1)],
     (False, "new-at-path", "renamed+modified"): [mat(M, "/c", S2), base(M, "/c", S2), create("/a", S1)],
-    (False, "new-at-path", "new-at-path"): [keep("/a", S1), rm("/a"), mat(N, "/a", S2), base(N, "/a", S2),
-                                            note(OBS, "/a", True)],
+    (False, "new-at-path", "new-at-path"): [
+        keep("/a", S1),
+        rm("/a"),
+        mat(N, "/a", S2),
+        base(N, "/a", S2),
+        note(OBS, "/a", True),
+    ],
 }
 for _l, _s in (("renamed", S0), ("renamed+modified", S1)):  # a new file at /b (it carries M's stale id)
     RW[(False, _l, "absent")] = [lid("/b", None), create("/b", _s)]
@@ -224,31 +340,71 @@ for _l, _s in (("renamed", S0), ("renamed+modified", S1)):  # a new file at /b (
 RO = {
     (True, "absent", "same"): [mat(M, "/a", S0), note(SWC, "/a")],
     (True, "modified", "same"): [keep("/a", S1), mat(M, "/a", S0), note(SWC, "/a", True)],
-    (True, "modified", "renamed"): [keep("/a", S1), mv("/a", "/c"), mat(M, "/c", S0), base(M, "/c", S0),
-                                    note(SWC, "/a", True)],
+    (True, "modified", "renamed"): [
+        keep("/a", S1),
+        mv("/a", "/c"),
+        mat(M, "/c", S0),
+        base(M, "/c", S0),
+        note(SWC, "/a", True),
+    ],
     (True, "renamed", "same"): [mv("/b", "/a"), note(SWC, "/b")],
     (True, "renamed", "modified"): [mv("/b", "/a"), mat(M, "/a", S2), base(M, "/a", S2), note(SWC, "/b")],
-    (True, "renamed+modified", "same"): [keep("/b", S1), mv("/b", "/a"), mat(M, "/a", S0), note(SWC, "/b", True)],
-    (True, "renamed+modified", "modified"): [keep("/b", S1), mv("/b", "/a"), mat(M, "/a", S2), base(M, "/a", S2),
-                                             note(SWC, "/b", True)],
-    (True, "renamed+modified", "renamed"): [keep("/b", S1), mv("/b", "/c"), mat(M, "/c", S0), base(M, "/c", S0),
-                                            note(SWC, "/b", True)],
+    (True, "renamed+modified", "same"): [
+        keep("/b", S1),
+        mv("/b", "/a"),
+        mat(M, "/a", S0),
+        note(SWC, "/b", True),
+    ],
+    (True, "renamed+modified", "modified"): [
+        keep("/b", S1),
+        mv("/b", "/a"),
+        mat(M, "/a", S2),
+        base(M, "/a", S2),
+        note(SWC, "/b", True),
+    ],
+    (True, "renamed+modified", "renamed"): [
+        keep("/b", S1),
+        mv("/b", "/c"),
+        mat(M, "/c", S0),
+        base(M, "/c", S0),
+        note(SWC, "/b", True),
+    ],
     (True, "new-at-path", "absent"): [keep("/a", S1), rm("/a"), DropBase(M), note(SWC, "/a", True)],
     (True, "new-at-path", "same"): [keep("/a", S1), mat(M, "/a", S0), note(SWC, "/a", True)],
-    (True, "new-at-path", "renamed"): [keep("/a", S1), rm("/a"), mat(M, "/c", S0), base(M, "/c", S0),
-                                       note(SWC, "/a", True), note(SWC, "/a")],
-    (True, "new-at-path", "renamed+modified"): [keep("/a", S1), rm("/a"), mat(M, "/c", S2), base(M, "/c", S2),
-                                                note(SWC, "/a", True), note(SWC, "/a")],
+    (True, "new-at-path", "renamed"): [
+        keep("/a", S1),
+        rm("/a"),
+        mat(M, "/c", S0),
+        base(M, "/c", S0),
+        note(SWC, "/a", True),
+        note(SWC, "/a"),
+    ],
+    (True, "new-at-path", "renamed+modified"): [
+        keep("/a", S1),
+        rm("/a"),
+        mat(M, "/c", S2),
+        base(M, "/c", S2),
+        note(SWC, "/a", True),
+        note(SWC, "/a"),
+    ],
 }
-for (_l, _p, _s) in (("same", "/a", S0), ("modified", "/a", S1), ("new-at-path", "/a", S1),
-                     ("renamed", "/b", S0), ("renamed+modified", "/b", S1)):
+for _l, _p, _s in (
+    ("same", "/a", S0),
+    ("modified", "/a", S1),
+    ("new-at-path", "/a", S1),
+    ("renamed", "/b", S0),
+    ("renamed+modified", "/b", S1),
+):
     # M not in the base: every local file is new and cannot be uploaded; store paths at /a are
     # the store created it, docs/SEMANTICS.md#d-store-created (as in RW), anything else is lost to the read-only store.
     for _r, rem in REMOTE.items():
         if _p == "/a" and _r in ("same", "modified", "new-at-path"):
             continue
-        RO[(False, _l, _r)] = ([keep(_p, _s), rm(_p)] + ([mat(rem[0], rem[1], rem[2]), base(*rem)] if rem else [])
-                               + [note(SWC, _p, True)])
+        RO[(False, _l, _r)] = (
+            [keep(_p, _s), rm(_p)]
+            + ([mat(rem[0], rem[1], rem[2]), base(*rem)] if rem else [])
+            + [note(SWC, _p, True)]
+        )
 
 DELETE_KEY = (True, "absent", "same")
 
@@ -317,7 +473,13 @@ def test_decision_3_twin_of_a_memory_moving_in_is_dropped_quietly():
 
 def test_decision_3_store_rename_onto_a_new_local_file_overwrites_it():
     p = plan(base=[B(M, "/a", S0)], local=[L("/a", M, S0), L("/x", None, S1)], remote=[R(M, "/x", S0)])
-    assert list(p.actions) == [keep("/x", S1), rm("/x"), mv("/a", "/x"), base(M, "/x", S0), note(OBS, "/x", True)]
+    assert list(p.actions) == [
+        keep("/x", S1),
+        rm("/x"),
+        mv("/a", "/x"),
+        base(M, "/x", S0),
+        note(OBS, "/x", True),
+    ]
 
 
 # ---- concurrent renames and edits ----------------------------------------------------------------
@@ -325,8 +487,13 @@ def test_decision_3_store_rename_onto_a_new_local_file_overwrites_it():
 
 def test_local_rename_onto_a_path_the_store_just_created_is_undone():
     p = plan(base=[B(M, "/a", S0)], local=[L("/b", M, S1)], remote=[R(M, "/a", S0), R(N, "/b", S2)])
-    assert list(p.actions) == [mv("/b", "/a"), mat(N, "/b", S2), base(N, "/b", S2), note(SWC, "/b"),
-                               upd(M, "/a", S0, new_sha=S1)]
+    assert list(p.actions) == [
+        mv("/b", "/a"),
+        mat(N, "/b", S2),
+        base(N, "/b", S2),
+        note(SWC, "/b"),
+        upd(M, "/a", S0, new_sha=S1),
+    ]
 
 
 def test_local_rename_beside_a_store_file_is_undone():
@@ -336,14 +503,20 @@ def test_local_rename_beside_a_store_file_is_undone():
 
 
 def test_local_rename_onto_a_path_freed_by_a_local_delete_goes_after_the_delete():
-    p = plan(base=[B(M, "/a", S0), B(N, "/b", S2)], local=[L("/b", M, S0)], remote=[R(M, "/a", S0), R(N, "/b", S2)])
+    p = plan(
+        base=[B(M, "/a", S0), B(N, "/b", S2)], local=[L("/b", M, S0)], remote=[R(M, "/a", S0), R(N, "/b", S2)]
+    )
     assert p.push_stages == ((PushDelete(N, "/b", S2),), (upd(M, "/a", S0, new_path="/b"),))
 
 
 def test_local_rename_onto_a_held_delete_is_undone():
     # log_only: the store keeps N at /b, so M cannot go there.
-    p = plan(base=[B(M, "/a", S0), B(N, "/b", S2)], local=[L("/b", M, S0)], remote=[R(M, "/a", S0), R(N, "/b", S2)],
-             deletions="log_only")
+    p = plan(
+        base=[B(M, "/a", S0), B(N, "/b", S2)],
+        local=[L("/b", M, S0)],
+        remote=[R(M, "/a", S0), R(N, "/b", S2)],
+        deletions="log_only",
+    )
     assert list(p.actions) == [mv("/b", "/a"), note(SWC, "/b"), HoldDelete(N, "/b", "log_only")]
 
 
@@ -368,8 +541,10 @@ def test_limits_count_bytes_and_stop_at_the_first_that_does_not_fit():
     p = plan(remote=rs, max_bytes=30)
     assert [a.path for a in p.view] == ["/a", "/b"]  # 24 + 10 > 30
     assert {n.path for n in p.notices} == {"/c"}
-    p = plan(remote=[R("mem_0", "/a", S2), R("mem_1", "/b", S2), R("mem_2", "/c", S0), R("mem_3", "/d", "x")],
-             max_bytes=30)
+    p = plan(
+        remote=[R("mem_0", "/a", S2), R("mem_1", "/b", S2), R("mem_2", "/c", S0), R("mem_3", "/d", "x")],
+        max_bytes=30,
+    )
     assert {n.path for n in p.notices} == {"/c", "/d"}  # /d (1 byte) would fit, but it comes after the cut
 
 
@@ -385,7 +560,9 @@ def test_over_limit_notice_once_and_room_appearing_later():
     changed = [*rs[:2], R("mem_2", "/f2", S1)]
     again = plan(base=synced, local=local, remote=changed, max_files=2, skipped=skipped)
     assert again.notices == (Notice("over-limit", "/f2"),)
-    assert [a for a in again.bookkeeping if isinstance(a, Skip)] == [Skip("mem_2", "/f2", S1, 11, skip.reason)]
+    assert [a for a in again.bookkeeping if isinstance(a, Skip)] == [
+        Skip("mem_2", "/f2", S1, 11, skip.reason)
+    ]
     # room appears: materialised, the skip forgotten
     roomy = plan(base=synced[:1], local=local[:1], remote=[rs[0], rs[2]], max_files=2, skipped=skipped)
     assert list(roomy.actions) == [mat("mem_2", "/f2", S0), base("mem_2", "/f2", S0), Unskip("mem_2")]
@@ -420,7 +597,9 @@ def test_new_local_file_at_the_path_of_an_over_limit_memory():
 # ---- paths that cannot exist here -----------------------------------------------------------------
 
 
-@pytest.mark.parametrize("path", ["/" + "x" * 256, "/d/" + "é" * 128, "/.anthropic-memory-store", "/.sync-notices.log"])
+@pytest.mark.parametrize(
+    "path", ["/" + "x" * 256, "/d/" + "é" * 128, "/.anthropic-memory-store", "/.sync-notices.log"]
+)
 def test_unmaterialisable_paths_are_skipped_once(path):
     p = plan(remote=[R(N, path, S2)])
     assert p.view == () and p.notices == (Notice("not-materialised", path),)
@@ -436,7 +615,9 @@ def test_store_file_where_local_new_files_make_a_directory():
     p = plan(local=[L("/d/x", None, S1)], remote=[R(N, "/d", S2)])
     assert p.view == () and p.push == ()  # the local file stays, unsent (it would be a 409)
     assert p.notices == (Notice("not-materialised", "/d"),)
-    assert plan(local=[L("/d/x", None, S1)], remote=[R(N, "/d", S2)], skipped={N: SkippedEntry("/d", S2)}).empty
+    assert plan(
+        local=[L("/d/x", None, S1)], remote=[R(N, "/d", S2)], skipped={N: SkippedEntry("/d", S2)}
+    ).empty
     # once the store moves it away, both sides go ahead
     p = plan(local=[L("/d/x", None, S1)], remote=[R(N, "/e", S2)], skipped={N: SkippedEntry("/d", S2)})
     assert list(p.actions) == [mat(N, "/e", S2), base(N, "/e", S2), Unskip(N), create("/d/x", S1)]
@@ -459,16 +640,28 @@ def test_skip_forgotten_when_the_memory_is_gone():
 
 def test_refused_upload_is_not_retried_until_the_content_changes():
     assert plan(local=[L("/big", None, S1)], refused={"/big": RefusedEntry(S1)}).empty
-    assert list(plan(local=[L("/big", None, S2)], refused={"/big": RefusedEntry(S1)}).actions) == [ClearRefused("/big"),
-                                                                                     create("/big", S2)]
+    assert list(plan(local=[L("/big", None, S2)], refused={"/big": RefusedEntry(S1)}).actions) == [
+        ClearRefused("/big"),
+        create("/big", S2),
+    ]
     synced = [B(M, "/a", S0)]
-    assert plan(base=synced, local=[L("/a", M, S1)], remote=[R(M, "/a", S0)], refused={"/a": RefusedEntry(S1)}).empty
-    assert list(plan(base=synced, local=[L("/a", M, S0)], remote=[R(M, "/a", S0)], refused={"/a": RefusedEntry(S1)}).actions) == [
-        ClearRefused("/a")]
+    assert plan(
+        base=synced, local=[L("/a", M, S1)], remote=[R(M, "/a", S0)], refused={"/a": RefusedEntry(S1)}
+    ).empty
+    assert list(
+        plan(
+            base=synced, local=[L("/a", M, S0)], remote=[R(M, "/a", S0)], refused={"/a": RefusedEntry(S1)}
+        ).actions
+    ) == [ClearRefused("/a")]
 
 
 def test_refused_file_overridden_by_the_store_forgets_the_refusal():
-    p = plan(base=[B(M, "/a", S0)], local=[L("/a", M, S1)], remote=[R(M, "/a", S2)], refused={"/a": RefusedEntry(S1)})
+    p = plan(
+        base=[B(M, "/a", S0)],
+        local=[L("/a", M, S1)],
+        remote=[R(M, "/a", S2)],
+        refused={"/a": RefusedEntry(S1)},
+    )
     assert ClearRefused("/a") in p.bookkeeping and keep("/a", S1) in p.view
 
 
@@ -505,8 +698,13 @@ def test_interrupted_swap_on_the_store_is_not_a_remote_rename():
 
 def test_read_only_never_pushes():
     p = plan(base=[B(M, "/a", S0)], local=[L("/x", None, S1)], remote=[R(M, "/a", S0)], access="read_only")
-    assert p.push == () and list(p.actions) == [keep("/x", S1), rm("/x"), mat(M, "/a", S0), note(SWC, "/a"),
-                                                note(SWC, "/x", True)]
+    assert p.push == () and list(p.actions) == [
+        keep("/x", S1),
+        rm("/x"),
+        mat(M, "/a", S0),
+        note(SWC, "/a"),
+        note(SWC, "/x", True),
+    ]
 
 
 # ---- ordering: pushes and view moves ----------------------------------------------------------------
@@ -523,15 +721,21 @@ def _renamed(pairs, sha=S0):
 def test_push_chain_goes_from_the_free_end():
     # /a -> /b, /b -> /c, /c -> /d: the last link first
     p = plan(*_renamed([("/a", "/b"), ("/b", "/c"), ("/c", "/d")]))
-    assert p.push_stages == ((upd("mem_2", "/c", S0, new_path="/d"),), (upd("mem_1", "/b", S0, new_path="/c"),),
-                             (upd("mem_0", "/a", S0, new_path="/b"),))
+    assert p.push_stages == (
+        (upd("mem_2", "/c", S0, new_path="/d"),),
+        (upd("mem_1", "/b", S0, new_path="/c"),),
+        (upd("mem_0", "/a", S0, new_path="/b"),),
+    )
 
 
 def test_push_swap_goes_through_a_temporary_path():
     p = plan(*_renamed([("/a", "/b"), ("/b", "/a")]))
     tmp = temp_path("mem_0")
-    assert p.push == (upd("mem_0", "/a", S0, new_path=tmp), upd("mem_1", "/b", S0, new_path="/a"),
-                      upd("mem_0", tmp, S0, new_path="/b"))
+    assert p.push == (
+        upd("mem_0", "/a", S0, new_path=tmp),
+        upd("mem_1", "/b", S0, new_path="/a"),
+        upd("mem_0", tmp, S0, new_path="/b"),
+    )
 
 
 def test_push_rename_into_its_own_subtree_goes_through_a_temporary_path():
@@ -546,8 +750,11 @@ def test_push_order_deletes_then_renames_then_creates():
     remote = [R("mem_0", "/x", S0), R("mem_1", "/d", S0)]
     local = [L("/x/y", "mem_1", S1), L("/d/e", None, S2)]
     p = plan(base_, local, remote)
-    assert p.push_stages == ((PushDelete("mem_0", "/x", S0),), (upd("mem_1", "/d", S0, "/x/y", S1),),
-                             (create("/d/e", S2),))
+    assert p.push_stages == (
+        (PushDelete("mem_0", "/x", S0),),
+        (upd("mem_1", "/d", S0, "/x/y", S1),),
+        (create("/d/e", S2),),
+    )
 
 
 def test_content_updates_go_with_the_first_rename_wave():
@@ -585,7 +792,9 @@ def test_duplicate_local_ids_first_path_wins_the_rest_are_new_files():
 
 
 def test_held_delete_restored_when_the_store_changes_it():
-    p = plan(base=[B(M, "/a", S0)], remote=[R(M, "/a", S2)], deletions="log_only", deletes_held=frozenset({M}))
+    p = plan(
+        base=[B(M, "/a", S0)], remote=[R(M, "/a", S2)], deletions="log_only", deletes_held=frozenset({M})
+    )
     assert list(p.actions) == [mat(M, "/a", S2), base(M, "/a", S2), ClearHeld(M), note(SWC, "/a")]
 
 
@@ -600,7 +809,9 @@ def test_stale_holds_are_cleared():
 
 def test_a_baseline_keyed_by_path_is_accepted():
     # state.baseline() keys its entries by path; the planner re-keys them by memory id
-    p = plan_store(Inputs(base={"/a": B(M, "/a", S0)}, local={"/a": L("/a", M, S0)}, remote={M: R(M, "/a", S0)}))
+    p = plan_store(
+        Inputs(base={"/a": B(M, "/a", S0)}, local={"/a": L("/a", M, S0)}, remote={M: R(M, "/a", S0)})
+    )
     assert p.empty
 
 
@@ -698,14 +909,19 @@ def apply_plan(inp: Inputs, p: Plan, counter=itertools.count(), refuse=frozenset
             assert remote[a.memory_id].sha == a.expected_sha
             del remote[a.memory_id]
             del base_[a.memory_id]
-        elif isinstance(a, (PushUpdate, PushCreate)) and (a.new_sha if isinstance(a, PushUpdate) else a.sha) in refuse:
+        elif (
+            isinstance(a, (PushUpdate, PushCreate))
+            and (a.new_sha if isinstance(a, PushUpdate) else a.sha) in refuse
+        ):
             path = a.local_path if isinstance(a, PushUpdate) else a.path
             refused[path] = RefusedEntry(local[path].sha)
             failed = True
         elif isinstance(a, PushUpdate):
             r = remote[a.memory_id]
             path = a.new_path or r.path
-            ok = (r.path, r.sha) == (a.path, a.expected_sha) and (not a.new_path or _fits(others | {r.path}, path))
+            ok = (r.path, r.sha) == (a.path, a.expected_sha) and (
+                not a.new_path or _fits(others | {r.path}, path)
+            )
             assert ok or failed, a  # strict: a memory's own old path is in the way too
             if ok:
                 sha = a.new_sha or r.sha
@@ -719,8 +935,16 @@ def apply_plan(inp: Inputs, p: Plan, counter=itertools.count(), refuse=frozenset
                 base_[m] = BaseEntry(m, a.path, a.sha, a.size)
                 local[a.path] = replace(local[a.path], memory_id=m)
     order = tuple(sorted(remote, key=lambda m: remote[m].path))
-    return replace(inp, base=base_, local=local, remote=remote, remote_order=order, skipped=skipped,
-                   deletes_held=frozenset(held), refused=refused)
+    return replace(
+        inp,
+        base=base_,
+        local=local,
+        remote=remote,
+        remote_order=order,
+        skipped=skipped,
+        deletes_held=frozenset(held),
+        refused=refused,
+    )
 
 
 def _check_fixed_point(inp: Inputs):
@@ -739,15 +963,27 @@ def _check_fixed_point(inp: Inputs):
     for m in base_:
         assert m in ids or m in inp.deletes_held
     for m, r in remote.items():
-        assert m in base_ or (m in inp.skipped and (inp.skipped[m].path, inp.skipped[m].sha) == (r.path, r.sha))
+        assert m in base_ or (
+            m in inp.skipped and (inp.skipped[m].path, inp.skipped[m].sha) == (r.path, r.sha)
+        )
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(worlds(), st.sampled_from(["read_write", "read_only"]), st.sampled_from(["enabled", "log_only", "disabled"]))
+@given(
+    worlds(),
+    st.sampled_from(["read_write", "read_only"]),
+    st.sampled_from(["enabled", "log_only", "disabled"]),
+)
 def test_property_one_plan_reaches_the_fixed_point(world, access, deletions):
     base_, local, remote = world
-    inp = Inputs(base=base_, local=local, remote=remote, remote_order=tuple(sorted(remote, key=lambda m: remote[m].path)),
-                 access=access, deletions=deletions)
+    inp = Inputs(
+        base=base_,
+        local=local,
+        remote=remote,
+        remote_order=tuple(sorted(remote, key=lambda m: remote[m].path)),
+        access=access,
+        deletions=deletions,
+    )
     after = apply_plan(inp, plan_store(inp))
     _check_fixed_point(after)
     assert plan_store(after).empty
@@ -757,8 +993,15 @@ def test_property_one_plan_reaches_the_fixed_point(world, access, deletions):
 @given(worlds(), st.integers(1, 4), st.integers(1, 9), st.sampled_from(["read_write", "read_only"]))
 def test_property_limits_converge_and_notices_are_not_repeated(world, max_files, max_bytes, access):
     base_, local, remote = world
-    inp = Inputs(base=base_, local=local, remote=remote, remote_order=tuple(sorted(remote, key=lambda m: remote[m].path)),
-                 access=access, max_files=max_files, max_bytes=max_bytes)
+    inp = Inputs(
+        base=base_,
+        local=local,
+        remote=remote,
+        remote_order=tuple(sorted(remote, key=lambda m: remote[m].path)),
+        access=access,
+        max_files=max_files,
+        max_bytes=max_bytes,
+    )
     skipped_ids = []
     for _ in range(4):
         p = plan_store(inp)
@@ -787,9 +1030,16 @@ def test_property_refused_bad_utf8_holds_and_skips_reach_a_fixed_point(world, da
     skipped = {m: SkippedEntry(remote[m].path, remote[m].sha) for m in pick(remote)}
     held = frozenset(pick(base_))
     refuse = frozenset(pick(SHAS))
-    inp = Inputs(base=base_, local=local, remote=remote, remote_order=tuple(sorted(remote, key=lambda m: remote[m].path)),
-                 refused=refused, skipped=skipped, deletes_held=held,
-                 deletions=data.draw(st.sampled_from(["enabled", "log_only"])))
+    inp = Inputs(
+        base=base_,
+        local=local,
+        remote=remote,
+        remote_order=tuple(sorted(remote, key=lambda m: remote[m].path)),
+        refused=refused,
+        skipped=skipped,
+        deletes_held=held,
+        deletions=data.draw(st.sampled_from(["enabled", "log_only"])),
+    )
     for _ in range(4):
         p = plan_store(inp)
         if p.empty:
@@ -800,5 +1050,8 @@ def test_property_refused_bad_utf8_holds_and_skips_reach_a_fixed_point(world, da
     for f in inp.local.values():  # what was not sent is exactly what may not be sent
         b = inp.base.get(f.memory_id) if f.memory_id else None
         if b is None or (b.path, b.sha) != (f.path, f.sha):
-            assert f.bad_utf8 or (f.path in inp.refused and inp.refused[f.path].sha == f.sha) or not _fits(
-                {r.path for r in inp.remote.values()}, f.path)
+            assert (
+                f.bad_utf8
+                or (f.path in inp.refused and inp.refused[f.path].sha == f.sha)
+                or not _fits({r.path for r in inp.remote.values()}, f.path)
+            )

@@ -59,8 +59,13 @@ class WorkerWorld:
             api.create(self.ro, path, content)
         self.session = api.create_session([(self.rw, "read_write"), (self.ro, "read_only")])
         self.token = sessions_token(self.session["work_secret"])
-        self.box = Sandbox(tmp_path, "sandbox", base_url=service.base_url, session_id=self.session["id"],
-                           work_secret=self.session["work_secret"])
+        self.box = Sandbox(
+            tmp_path,
+            "sandbox",
+            base_url=service.base_url,
+            session_id=self.session["id"],
+            work_secret=self.session["work_secret"],
+        )
         monkeypatch.setenv("MEMFS_RUNTIME_DIR", self.box.env["MEMFS_RUNTIME_DIR"])
         self.workdir = tmp_path / "workdir"
         self.workdir.mkdir()
@@ -79,14 +84,21 @@ class WorkerWorld:
 
     def item(self, script: list[Step], **kw) -> Work:
         resources = self.session["resources"]
-        return self.server.call(lambda: self.platform.add_session(
-            session_id=self.session["id"], resources=resources, script=script, token=self.token, **kw))
+        return self.server.call(
+            lambda: self.platform.add_session(
+                session_id=self.session["id"], resources=resources, script=script, token=self.token, **kw
+            )
+        )
 
     def client(self):
         from anthropic import AsyncAnthropic
 
-        return AsyncAnthropic(base_url=self.server.base_url, api_key="platform-key-unused", max_retries=0,
-                              _strict_response_validation=True)
+        return AsyncAnthropic(
+            base_url=self.server.base_url,
+            api_key="platform-key-unused",
+            max_retries=0,
+            _strict_response_validation=True,
+        )
 
     def run_item(self, script: list[Step], *, tools=None, timeout: float = 60, **kw) -> ItemRun:
         """The unchanged EnvironmentWorker.handle_item() for one scripted session."""
@@ -100,11 +112,22 @@ class WorkerWorld:
             # Closed in this loop: a client left to the garbage collector closes its pool on a
             # closed loop, and asyncio logs "Task exception was never retrieved" in a later test.
             async with self.client() as client:
-                worker = EnvironmentWorker(client, memory_sync_interval=None, workdir=self.workdir, max_idle=2,
-                                           tools=tools if tools is not None else memfs_tools(root=self.root))
-                with_timeout = asyncio.wait_for(worker.handle_item(
-                    work_id=work.id, environment_id=work.environment_id, session_id=self.session["id"],
-                    work_secret=work.secret), timeout)
+                worker = EnvironmentWorker(
+                    client,
+                    memory_sync_interval=None,
+                    workdir=self.workdir,
+                    max_idle=2,
+                    tools=tools if tools is not None else memfs_tools(root=self.root),
+                )
+                with_timeout = asyncio.wait_for(
+                    worker.handle_item(
+                        work_id=work.id,
+                        environment_id=work.environment_id,
+                        session_id=self.session["id"],
+                        work_secret=work.secret,
+                    ),
+                    timeout,
+                )
                 await with_timeout
 
         asyncio.run(main())

@@ -61,7 +61,9 @@ def new_id(prefix: str) -> str:
 
 def work_secret(sessions_token: str) -> str:
     """A work secret as the platform issues it: url-safe base64 of JSON carrying sessions_token."""
-    return base64.urlsafe_b64encode(json.dumps({"sessions_token": sessions_token}).encode()).decode().rstrip("=")
+    return (
+        base64.urlsafe_b64encode(json.dumps({"sessions_token": sessions_token}).encode()).decode().rstrip("=")
+    )
 
 
 @dataclass
@@ -86,9 +88,17 @@ class Work:
     stop_requests: list[dict[str, Any]] = field(default_factory=list)
 
     def body(self) -> dict[str, Any]:
-        d = {"type": "work", "id": self.id, "environment_id": self.environment_id, "created_at": now(),
-             "data": {"type": "session", "id": self.session_id}, "metadata": {}, "state": self.state,
-             "secret": self.secret, "latest_heartbeat_at": self.last_heartbeat or None}
+        d = {
+            "type": "work",
+            "id": self.id,
+            "environment_id": self.environment_id,
+            "created_at": now(),
+            "data": {"type": "session", "id": self.session_id},
+            "metadata": {},
+            "state": self.state,
+            "secret": self.secret,
+            "latest_heartbeat_at": self.last_heartbeat or None,
+        }
         return BetaSelfHostedWork.model_validate(d).model_dump(mode="json")
 
 
@@ -107,16 +117,39 @@ class Session:
     step: int = 0
 
     def body(self) -> dict[str, Any]:
-        status = "terminated" if self.events and self.events[-1]["type"] == "session.status_terminated" else "idle"
+        status = (
+            "terminated" if self.events and self.events[-1]["type"] == "session.status_terminated" else "idle"
+        )
         d = {
-            "id": self.id, "type": "session", "environment_id": self.environment_id, "status": status,
-            "agent": {"id": "agent_scripted", "type": "agent", "name": "scripted agent", "version": 1,
-                      "mcp_servers": [], "skills": [], "tools": [{"type": "agent_toolset_20260401", "configs": [],
-                                                 "default_config": {"enabled": True,
-                                                                    "permission_policy": {"type": "always_allow"}}}],
-                      "model": {"id": "claude-sonnet-4-5"}, "execution_identity": {"type": "service_account"}},
-            "created_at": now(), "updated_at": now(), "metadata": {}, "outcome_evaluations": [],
-            "resources": self.resources, "stats": {}, "usage": {}, "vault_ids": [],
+            "id": self.id,
+            "type": "session",
+            "environment_id": self.environment_id,
+            "status": status,
+            "agent": {
+                "id": "agent_scripted",
+                "type": "agent",
+                "name": "scripted agent",
+                "version": 1,
+                "mcp_servers": [],
+                "skills": [],
+                "tools": [
+                    {
+                        "type": "agent_toolset_20260401",
+                        "configs": [],
+                        "default_config": {"enabled": True, "permission_policy": {"type": "always_allow"}},
+                    }
+                ],
+                "model": {"id": "claude-sonnet-4-5"},
+                "execution_identity": {"type": "service_account"},
+            },
+            "created_at": now(),
+            "updated_at": now(),
+            "metadata": {},
+            "outcome_evaluations": [],
+            "resources": self.resources,
+            "stats": {},
+            "usage": {},
+            "vault_ids": [],
         }
         return BetaManagedAgentsSession.model_validate(d).model_dump(mode="json", exclude_none=True)
 
@@ -136,22 +169,33 @@ class FakePlatform:
         # Runs (in a thread) when a stop request arrives, before it is answered: what the store
         # holds at that moment is what the worker saved before it stopped the item.
         self.on_stop: Callable[[Work], None] | None = None
-        self.app = Starlette(routes=[
-            Route("/v1/environments/{env}/work/poll", self.poll, methods=["GET"]),
-            Route("/v1/environments/{env}/work/{work}/ack", self.ack, methods=["POST"]),
-            Route("/v1/environments/{env}/work/{work}/heartbeat", self.heartbeat, methods=["POST"]),
-            Route("/v1/environments/{env}/work/{work}/stop", self.stop, methods=["POST"]),
-            Route("/v1/sessions/{sid}", self.retrieve_session, methods=["GET"]),
-            Route("/v1/sessions/{sid}/events", self.list_events, methods=["GET"]),
-            Route("/v1/sessions/{sid}/events", self.send_events, methods=["POST"]),
-            Route("/v1/sessions/{sid}/events/stream", self.stream_events, methods=["GET"]),
-        ])
+        self.app = Starlette(
+            routes=[
+                Route("/v1/environments/{env}/work/poll", self.poll, methods=["GET"]),
+                Route("/v1/environments/{env}/work/{work}/ack", self.ack, methods=["POST"]),
+                Route("/v1/environments/{env}/work/{work}/heartbeat", self.heartbeat, methods=["POST"]),
+                Route("/v1/environments/{env}/work/{work}/stop", self.stop, methods=["POST"]),
+                Route("/v1/sessions/{sid}", self.retrieve_session, methods=["GET"]),
+                Route("/v1/sessions/{sid}/events", self.list_events, methods=["GET"]),
+                Route("/v1/sessions/{sid}/events", self.send_events, methods=["POST"]),
+                Route("/v1/sessions/{sid}/events/stream", self.stream_events, methods=["GET"]),
+            ]
+        )
 
     # -- setup (called from the test thread before the worker starts) ---------------------------
-    def add_session(self, *, session_id: str, resources: list[dict[str, Any]], script: list[Step], token: str,
-                    environment_id: str = "env_fake", terminate_at_end: bool = True) -> Work:
-        self.sessions[session_id] = Session(session_id, environment_id, resources, list(script), token,
-                                            terminate_at_end=terminate_at_end)
+    def add_session(
+        self,
+        *,
+        session_id: str,
+        resources: list[dict[str, Any]],
+        script: list[Step],
+        token: str,
+        environment_id: str = "env_fake",
+        terminate_at_end: bool = True,
+    ) -> Work:
+        self.sessions[session_id] = Session(
+            session_id, environment_id, resources, list(script), token, terminate_at_end=terminate_at_end
+        )
         work = Work(new_id("work"), environment_id, session_id, work_secret(token))
         self.works[work.id] = work
         self.queue.append(work.id)
@@ -171,7 +215,9 @@ class FakePlatform:
 
     @staticmethod
     def _error(status: int, kind: str, message: str, **extra: Any) -> JSONResponse:
-        return JSONResponse({"type": "error", "error": {"type": kind, "message": message, **extra}}, status_code=status)
+        return JSONResponse(
+            {"type": "error", "error": {"type": kind, "message": message, **extra}}, status_code=status
+        )
 
     def _log(self, request: Request, response: Response) -> Response:
         self.requests.append((request.method, request.url.path, response.status_code))
@@ -197,10 +243,23 @@ class FakePlatform:
         if session.step < len(session.script):
             step = session.script[session.step]
             call_id = new_id("toolu")
-            self._emit(session, {"type": "agent.tool_use", "id": call_id, "name": step.name, "input": step.input,
-                                 "evaluated_permission": "allow"})
-            self._emit(session, {"type": "session.status_idle",
-                                 "stop_reason": {"type": "requires_action", "event_ids": [call_id]}})
+            self._emit(
+                session,
+                {
+                    "type": "agent.tool_use",
+                    "id": call_id,
+                    "name": step.name,
+                    "input": step.input,
+                    "evaluated_permission": "allow",
+                },
+            )
+            self._emit(
+                session,
+                {
+                    "type": "session.status_idle",
+                    "stop_reason": {"type": "requires_action", "event_ids": [call_id]},
+                },
+            )
         else:
             self._emit(session, {"type": "session.status_idle", "stop_reason": {"type": "end_turn"}})
             if session.terminate_at_end:
@@ -241,17 +300,33 @@ class FakePlatform:
         stale = expected != (work.last_heartbeat or "NO_HEARTBEAT")
         if work.lost or (stale and work.state not in ("stopping", "stopped")):
             # Another worker's heartbeat moved the lease on: this one's precondition fails.
-            held = {"last_heartbeat": now(), "lease_extended": False, "state": "active", "ttl_seconds": self.ttl_seconds}
+            held = {
+                "last_heartbeat": now(),
+                "lease_extended": False,
+                "state": "active",
+                "ttl_seconds": self.ttl_seconds,
+            }
             details = {"error_code": "heartbeat_precondition_failed", "current_state": held}
             BetaHeartbeatPreconditionFailedErrorDetails.model_validate(details)
-            return self._log(request, self._error(412, "invalid_request_error",
-                                                  "expected_last_heartbeat does not match", details=details))
+            return self._log(
+                request,
+                self._error(
+                    412, "invalid_request_error", "expected_last_heartbeat does not match", details=details
+                ),
+            )
         work.last_heartbeat = now()
         if work.state in ("queued", "starting"):
             work.state = "active"
-        body = {"type": "work_heartbeat", "last_heartbeat": work.last_heartbeat, "state": work.state,
-                "lease_extended": work.state == "active", "ttl_seconds": self.ttl_seconds}
-        return self._log(request, JSONResponse(BetaSelfHostedWorkHeartbeatResponse.model_validate(body).model_dump()))
+        body = {
+            "type": "work_heartbeat",
+            "last_heartbeat": work.last_heartbeat,
+            "state": work.state,
+            "lease_extended": work.state == "active",
+            "ttl_seconds": self.ttl_seconds,
+        }
+        return self._log(
+            request, JSONResponse(BetaSelfHostedWorkHeartbeatResponse.model_validate(body).model_dump())
+        )
 
     async def stop(self, request: Request) -> Response:
         work = self._work(request)
@@ -288,7 +363,7 @@ class FakePlatform:
             return self._log(request, denied)
         limit = int(request.query_params.get("limit") or 20)
         start = int(request.query_params.get("page") or 0)
-        page = session.events[start:start + limit]
+        page = session.events[start : start + limit]
         nxt = str(start + limit) if start + limit < len(session.events) else None
         return self._log(request, JSONResponse({"data": page, "next_page": nxt}))
 
@@ -373,8 +448,10 @@ class PlatformServer:
     def call(self, fn: Callable[[], Any]) -> Any:
         """Run fn on the fake's loop (its state is not shared across threads)."""
         assert self._loop is not None
+
         async def run():
             return fn()
+
         return asyncio.run_coroutine_threadsafe(run(), self._loop).result(10)
 
     def _run(self) -> None:

@@ -34,8 +34,11 @@ def main() -> int:
     args = p.parse_args()
     secret = args.work_secret
     token = json.loads(base64.urlsafe_b64decode(secret + "=" * (-len(secret) % 4)))["sessions_token"]
-    session = httpx.get(f"{args.store_url}/v1/sessions/{args.session_id}", timeout=30,
-                        headers={"authorization": f"Bearer {token}", "anthropic-beta": "managed-agents-2026-04-01"})
+    session = httpx.get(
+        f"{args.store_url}/v1/sessions/{args.session_id}",
+        timeout=30,
+        headers={"authorization": f"Bearer {token}", "anthropic-beta": "managed-agents-2026-04-01"},
+    )
     session.raise_for_status()
     steps = [Step(s["name"], s["input"]) for s in json.load(open(args.script))]
     platform = FakePlatform(ttl_seconds=10)
@@ -46,30 +49,42 @@ def main() -> int:
     def on_stop(_work) -> None:
         # What the store holds when the worker stops the item: its final sync came before.
         for r in resources:
-            page = httpx.get(f"{args.store_url}/v1/memory_stores/{r['memory_store_id']}/memories",
-                             params={"view": "full", "limit": 100}, timeout=30,
-                             headers={"authorization": f"Bearer {token}", "anthropic-beta": "agent-memory-2026-07-22"})
-            at_stop[r["memory_store_id"]] = {m["path"]: m.get("content") for m in page.json().get("data", [])
-                                             if m.get("type") == "memory"}
+            page = httpx.get(
+                f"{args.store_url}/v1/memory_stores/{r['memory_store_id']}/memories",
+                params={"view": "full", "limit": 100},
+                timeout=30,
+                headers={"authorization": f"Bearer {token}", "anthropic-beta": "agent-memory-2026-07-22"},
+            )
+            at_stop[r["memory_store_id"]] = {
+                m["path"]: m.get("content") for m in page.json().get("data", []) if m.get("type") == "memory"
+            }
         stopped.set()
 
     platform.on_stop = on_stop
     with PlatformServer(platform) as server:
-        work = server.call(lambda: platform.add_session(session_id=args.session_id,
-                                                        resources=resources, script=steps,
-                                                        token=token))
-        item = {"id": work.id, "environment_id": work.environment_id, "secret": work.secret,
-                "data": {"type": "session", "id": work.session_id}}
+        work = server.call(
+            lambda: platform.add_session(
+                session_id=args.session_id, resources=resources, script=steps, token=token
+            )
+        )
+        item = {
+            "id": work.id,
+            "environment_id": work.environment_id,
+            "secret": work.secret,
+            "data": {"type": "session", "id": work.session_id},
+        }
         print("READY", server.base_url, json.dumps(item), flush=True)
         ok = stopped.wait(args.timeout)
         time.sleep(0.5)  # the stop's answer goes out
-        state = server.call(lambda: {
-            "stopped": ok,
-            "stop_requests": work.stop_requests,
-            "results": platform.sessions[args.session_id].results,
-            "errors": platform.errors,
-            "at_stop": at_stop,
-        })
+        state = server.call(
+            lambda: {
+                "stopped": ok,
+                "stop_requests": work.stop_requests,
+                "results": platform.sessions[args.session_id].results,
+                "errors": platform.errors,
+                "at_stop": at_stop,
+            }
+        )
     json.dump(state, open(args.out, "w"), indent=1)
     return 0 if ok else 1
 

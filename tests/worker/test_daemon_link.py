@@ -57,7 +57,9 @@ def test_many_calls_share_one_connection_and_a_restart_is_reconnected(wworld, vi
     asyncio.run(main())
 
 
-@pytest.mark.expected_log(r"ERROR memfs.worker: session \S+: final sync failed: the memfs daemon .* did not answer")
+@pytest.mark.expected_log(
+    r"ERROR memfs.worker: session \S+: final sync failed: the memfs daemon .* did not answer"
+)
 def test_a_stopped_daemon_makes_the_pre_call_sync_give_up_and_the_tool_still_runs(wworld, via, caplog):
     plain = wworld.workdir / "plain.txt"
     plain.write_text("outside the memory\n")
@@ -66,11 +68,17 @@ def test_a_stopped_daemon_makes_the_pre_call_sync_give_up_and_the_tool_still_run
     try:
         # Without the ping's short deadline the pre-call sync would wait its whole 20 s and the
         # final sync its 35 s: more than this item's 30 s.
-        run = wworld.run_item([
-            Step("read", {"file_path": wworld.memory(RW, "profile.md")},
-                 after=lambda _r: os.kill(pid, signal.SIGSTOP)),
-            Step("read", {"file_path": str(plain)}),
-        ], timeout=30)
+        run = wworld.run_item(
+            [
+                Step(
+                    "read",
+                    {"file_path": wworld.memory(RW, "profile.md")},
+                    after=lambda _r: os.kill(pid, signal.SIGSTOP),
+                ),
+                Step("read", {"file_path": str(plain)}),
+            ],
+            timeout=30,
+        )
     finally:
         os.kill(pid, signal.SIGCONT)
     results, texts = run.results(), run.texts()

@@ -17,8 +17,13 @@ def answer(work_id: str, status: int, body: dict | None = None, path: str | None
         return content
 
     url = SimpleNamespace(path=path or f"/v1/environments/env_1/work/{work_id}/heartbeat")
-    return SimpleNamespace(request=SimpleNamespace(url=url), status_code=status, is_success=200 <= status < 300,
-                           content=content, aread=aread)
+    return SimpleNamespace(
+        request=SimpleNamespace(url=url),
+        status_code=status,
+        is_success=200 <= status < 300,
+        content=content,
+        aread=aread,
+    )
 
 
 def feed(watch: lease.LeaseWatch, *responses) -> None:
@@ -31,8 +36,12 @@ def feed(watch: lease.LeaseWatch, *responses) -> None:
 
 def test_a_412_means_lost_and_other_items_and_paths_do_not_count():
     w = lease.LeaseWatch()
-    feed(w, answer("work_a", 200, {"ttl_seconds": 30}), answer("work_b", 412),
-         answer("work_a", 412, path="/v1/sessions/sesn_1/events"))
+    feed(
+        w,
+        answer("work_a", 200, {"ttl_seconds": 30}),
+        answer("work_b", 412),
+        answer("work_a", 412, path="/v1/sessions/sesn_1/events"),
+    )
     assert not w.lost("work_a") and w.lost("work_b")
     assert w.lost() is True  # the item seen last
     assert not lease.LeaseWatch().lost()  # nothing seen: not lost

@@ -15,14 +15,18 @@ def test_the_pinned_sdk_range_is_the_one_installed():
     import anthropic
 
     major, minor = (int(x) for x in anthropic.__version__.split(".")[:2])
-    assert (major, minor) == (2, 10), f"memfs[worker] is tested with anthropic 2.10.x, found {anthropic.__version__}"
+    assert (major, minor) == (2, 10), (
+        f"memfs[worker] is tested with anthropic 2.10.x, found {anthropic.__version__}"
+    )
 
 
 def test_environment_worker_takes_a_tools_factory_and_no_memory():
     from anthropic.lib.environments import EnvironmentWorker
 
     params = inspect.signature(EnvironmentWorker.__init__).parameters
-    assert "tools" in params and "memory_sync_interval" in params, "EnvironmentWorker lost tools=/memory_sync_interval="
+    assert "tools" in params and "memory_sync_interval" in params, (
+        "EnvironmentWorker lost tools=/memory_sync_interval="
+    )
     handle = inspect.signature(EnvironmentWorker.handle_item).parameters
     assert {"work_id", "environment_id", "session_id", "work_secret"} <= set(handle)
 

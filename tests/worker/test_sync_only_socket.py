@@ -64,7 +64,11 @@ def test_the_worker_syncs_through_it(wworld, sync_socket, monkeypatch):
     from tests.worker.fake_platform import Step
 
     monkeypatch.setenv("MEMFS_SYNC_SOCKET", str(sync_socket))
-    monkeypatch.setenv("MEMFS_RUNTIME_DIR", str(wworld.tmp / "no-registry"))  # the full socket is out of reach
-    run = wworld.run_item([Step("write", {"file_path": wworld.memory(RW, "w.md"), "content": "via the worker\n"})])
+    monkeypatch.setenv(
+        "MEMFS_RUNTIME_DIR", str(wworld.tmp / "no-registry")
+    )  # the full socket is out of reach
+    run = wworld.run_item(
+        [Step("write", {"file_path": wworld.memory(RW, "w.md"), "content": "via the worker\n"})]
+    )
     assert [r["is_error"] for r in run.results()] == [False], run.texts()
     assert wworld.api.contents(wworld.rw)["/w.md"] == "via the worker\n"

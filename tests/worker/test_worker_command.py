@@ -19,18 +19,33 @@ pytestmark = pytest.mark.timeout(120)
 
 def start_worker(wworld, work, *args: str) -> subprocess.Popen:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "MEMFS_"))}
-    env.update({
-        "ANTHROPIC_BASE_URL": wworld.server.base_url,  # the platform: not the store service
-        "ANTHROPIC_WORK_ID": work.id,
-        "ANTHROPIC_ENVIRONMENT_ID": work.environment_id,
-        "ANTHROPIC_SESSION_ID": work.session_id,
-        "ANTHROPIC_WORK_SECRET": work.secret,
-        "MEMFS_RUNTIME_DIR": wworld.box.env["MEMFS_RUNTIME_DIR"],
-    })
+    env.update(
+        {
+            "ANTHROPIC_BASE_URL": wworld.server.base_url,  # the platform: not the store service
+            "ANTHROPIC_WORK_ID": work.id,
+            "ANTHROPIC_ENVIRONMENT_ID": work.environment_id,
+            "ANTHROPIC_SESSION_ID": work.session_id,
+            "ANTHROPIC_WORK_SECRET": work.secret,
+            "MEMFS_RUNTIME_DIR": wworld.box.env["MEMFS_RUNTIME_DIR"],
+        }
+    )
     log = open(wworld.tmp / "worker.log", "wb")
-    proc = subprocess.Popen([sys.executable, "-m", "memfs", "worker", "--root", str(wworld.root),
-                             "--workdir", str(wworld.workdir), *args],
-                            env=env, stdout=log, stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "memfs",
+            "worker",
+            "--root",
+            str(wworld.root),
+            "--workdir",
+            str(wworld.workdir),
+            *args,
+        ],
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
     log.close()
     return proc
 
@@ -41,10 +56,21 @@ def worker_log(wworld) -> str:
 
 def test_memfs_worker_mounts_from_its_own_store_url_runs_the_item_and_unmounts(wworld):
     m = wworld.memory
-    work = wworld.item([Step("write", {"file_path": m(RW, "from-cli.md"), "content": "via memfs worker\n"}),
-                        Step("read", {"file_path": m(RW, "notes/todo.md")})])
-    proc = start_worker(wworld, work, "--mount", "--store-url", wworld.service.base_url,
-                        "--state-dir", str(wworld.box.state_dir))
+    work = wworld.item(
+        [
+            Step("write", {"file_path": m(RW, "from-cli.md"), "content": "via memfs worker\n"}),
+            Step("read", {"file_path": m(RW, "notes/todo.md")}),
+        ]
+    )
+    proc = start_worker(
+        wworld,
+        work,
+        "--mount",
+        "--store-url",
+        wworld.service.base_url,
+        "--state-dir",
+        str(wworld.box.state_dir),
+    )
     try:
         assert proc.wait(90) == 0, worker_log(wworld)
     finally:
@@ -60,8 +86,10 @@ def test_memfs_worker_mounts_from_its_own_store_url_runs_the_item_and_unmounts(w
 def test_sigterm_cancels_the_item_cleanly_with_the_final_sync_and_the_stop(wworld):
     wworld.mount()
     m = wworld.memory
-    work = wworld.item([Step("write", {"file_path": m(RW, "before-sigterm.md"), "content": "kept\n"})],
-                       terminate_at_end=False)  # the session stays open: only SIGTERM ends the item
+    work = wworld.item(
+        [Step("write", {"file_path": m(RW, "before-sigterm.md"), "content": "kept\n"})],
+        terminate_at_end=False,
+    )  # the session stays open: only SIGTERM ends the item
     proc = start_worker(wworld, work)
     try:
         session = wworld.platform.sessions[work.session_id]

@@ -18,14 +18,21 @@ def test_every_tool_lands_in_the_store_before_the_item_stops(wworld):
     m = wworld.memory
     at_stop: dict = {}
     wworld.platform.on_stop = lambda work: at_stop.update(wworld.api.contents(wworld.rw))
-    run = wworld.run_item([
-        Step("bash", {"command": f"echo 'from bash' > {m(RW, 'bash.md')} && cat {m(RW, 'notes/todo.md')}"}),
-        Step("read", {"file_path": m(RW, "notes/todo.md")}),
-        Step("write", {"file_path": m(RW, "new/written.md"), "content": "written by the write tool\n"}),
-        Step("edit", {"file_path": m(RW, "profile.md"), "old_string": "likes: grep", "new_string": "likes: memfs"}),
-        Step("glob", {"pattern": "**/*.md", "path": m(RW, "")}),
-        Step("grep", {"pattern": "buy milk", "path": m(RW, "")}),
-    ])
+    run = wworld.run_item(
+        [
+            Step(
+                "bash", {"command": f"echo 'from bash' > {m(RW, 'bash.md')} && cat {m(RW, 'notes/todo.md')}"}
+            ),
+            Step("read", {"file_path": m(RW, "notes/todo.md")}),
+            Step("write", {"file_path": m(RW, "new/written.md"), "content": "written by the write tool\n"}),
+            Step(
+                "edit",
+                {"file_path": m(RW, "profile.md"), "old_string": "likes: grep", "new_string": "likes: memfs"},
+            ),
+            Step("glob", {"pattern": "**/*.md", "path": m(RW, "")}),
+            Step("grep", {"pattern": "buy milk", "path": m(RW, "")}),
+        ]
+    )
     results = run.results()
     assert [r["is_error"] for r in results] == [False] * 6, run.texts()
     texts = run.texts()
@@ -42,11 +49,13 @@ def test_every_tool_lands_in_the_store_before_the_item_stops(wworld):
 def test_each_call_syncs_first_and_the_end_syncs_forced_and_waits(wworld, spy):
     wworld.mount()
     m = wworld.memory
-    run = wworld.run_item([
-        Step("read", {"file_path": m(RW, "profile.md")}),
-        Step("bash", {"command": "true"}),
-        Step("glob", {"pattern": "*.md", "path": m(RW, "")}),
-    ])
+    run = wworld.run_item(
+        [
+            Step("read", {"file_path": m(RW, "profile.md")}),
+            Step("bash", {"command": "true"}),
+            Step("glob", {"pattern": "*.md", "path": m(RW, "")}),
+        ]
+    )
     assert [r["is_error"] for r in run.results()] == [False] * 3, run.texts()
     # One non-forced, non-waiting sync before each of the three calls, then the final one.
     assert spy.syncs() == [(False, False)] * 3 + [(True, True)]
@@ -57,14 +66,16 @@ def test_a_read_only_store_refuses_writes_through_every_tool(wworld):
     wworld.mount()
     m = wworld.memory
     style = m(RO, "handbook/style.md")
-    run = wworld.run_item([
-        Step("write", {"file_path": style, "content": "overwritten\n"}),
-        Step("write", {"file_path": m(RO, "handbook/new.md"), "content": "new\n"}),
-        Step("edit", {"file_path": style, "old_string": "short", "new_string": "long"}),
-        Step("bash", {"command": f"echo more >> {style}"}),
-        Step("bash", {"command": f"rm {style}"}),
-        Step("read", {"file_path": style}),
-    ])
+    run = wworld.run_item(
+        [
+            Step("write", {"file_path": style, "content": "overwritten\n"}),
+            Step("write", {"file_path": m(RO, "handbook/new.md"), "content": "new\n"}),
+            Step("edit", {"file_path": style, "old_string": "short", "new_string": "long"}),
+            Step("bash", {"command": f"echo more >> {style}"}),
+            Step("bash", {"command": f"rm {style}"}),
+            Step("read", {"file_path": style}),
+        ]
+    )
     results, texts = run.results(), run.texts()
     assert [r["is_error"] for r in results] == [True] * 5 + [False], texts
     for text in texts[:3]:
@@ -80,16 +91,22 @@ def test_an_oversized_write_or_edit_is_refused_and_the_memory_keeps_its_content(
     m = wworld.memory
     profile = m(RW, "profile.md")
     big = "x" * 102_401
-    run = wworld.run_item([
-        Step("write", {"file_path": profile, "content": big}),
-        Step("read", {"file_path": profile}),
-        Step("edit", {"file_path": profile, "old_string": "grep", "new_string": "y" * 102_400}),
-        Step("read", {"file_path": profile}),
-        Step("write", {"file_path": m(RW, "fits.md"), "content": "é" * 51_200}),  # exactly 102,400 bytes
-    ])
+    run = wworld.run_item(
+        [
+            Step("write", {"file_path": profile, "content": big}),
+            Step("read", {"file_path": profile}),
+            Step("edit", {"file_path": profile, "old_string": "grep", "new_string": "y" * 102_400}),
+            Step("read", {"file_path": profile}),
+            Step("write", {"file_path": m(RW, "fits.md"), "content": "é" * 51_200}),  # exactly 102,400 bytes
+        ]
+    )
     results, texts = run.results(), run.texts()
     assert [r["is_error"] for r in results] == [True, False, True, False, False], texts
-    assert "102,401 bytes" in texts[0] and "at most 102,400 bytes" in texts[0] and "Nothing was written" in texts[0]
+    assert (
+        "102,401 bytes" in texts[0]
+        and "at most 102,400 bytes" in texts[0]
+        and "Nothing was written" in texts[0]
+    )
     assert "the edited file would be" in texts[2]
     assert texts[1] == texts[3] == "name: agent\nlikes: grep\n"
     contents = wworld.api.contents(wworld.rw)
@@ -108,10 +125,12 @@ def test_a_remote_edit_between_two_calls_is_seen_by_the_later_read(wworld):
         # change is pulled by the first sync once the interval has passed: docs/SEMANTICS.md#d-when).
         time.sleep(wworld.box.status()["next_tick_in"] + 0.2)
 
-    run = wworld.run_item([
-        Step("read", {"file_path": m(RW, "profile.md")}, after=edit_remotely),
-        Step("read", {"file_path": m(RW, "profile.md")}),
-    ])
+    run = wworld.run_item(
+        [
+            Step("read", {"file_path": m(RW, "profile.md")}, after=edit_remotely),
+            Step("read", {"file_path": m(RW, "profile.md")}),
+        ]
+    )
     assert run.texts() == ["name: agent\nlikes: grep\n", "name: agent\nlikes: remote edits\n"]
 
 
@@ -126,8 +145,11 @@ def test_a_lost_lease_stops_the_item_without_a_final_push(wworld, spy, caplog):
         time.sleep(3)  # heartbeats come every second (TTL 2 s): the worker meets the 412 meanwhile
 
     script = [
-        Step("write", {"file_path": m(RW, "mine.md"), "content": "written before the lease was lost\n"},
-             after=another_worker_claims_it),
+        Step(
+            "write",
+            {"file_path": m(RW, "mine.md"), "content": "written before the lease was lost\n"},
+            after=another_worker_claims_it,
+        ),
         Step("write", {"file_path": m(RW, "late.md"), "content": "must not run\n"}),
     ]
     original = wworld.item
@@ -159,14 +181,18 @@ def test_a_mount_of_other_stores_fails_the_item_clearly(wworld, service, api):
     assert wworld.platform.sessions[wworld.session["id"]].results == []
 
 
-@pytest.mark.expected_log(r"ERROR memfs.worker: session \S+: final sync failed: the memfs daemon .* did not answer")
+@pytest.mark.expected_log(
+    r"ERROR memfs.worker: session \S+: final sync failed: the memfs daemon .* did not answer"
+)
 def test_a_dead_daemon_is_logged_and_the_tool_fails_on_its_own_io(wworld, caplog):
     wworld.mount()
     m = wworld.memory
-    run = wworld.run_item([
-        Step("read", {"file_path": m(RW, "profile.md")}, after=lambda _r: wworld.box.kill9()),
-        Step("read", {"file_path": m(RW, "profile.md")}),
-    ])
+    run = wworld.run_item(
+        [
+            Step("read", {"file_path": m(RW, "profile.md")}, after=lambda _r: wworld.box.kill9()),
+            Step("read", {"file_path": m(RW, "profile.md")}),
+        ]
+    )
     results, texts = run.results(), run.texts()
     assert [r["is_error"] for r in results] == [False, True], texts
     assert "transport endpoint is not connected" in texts[1].lower(), texts[1]
@@ -191,13 +217,21 @@ def test_the_polling_worker_run_serves_a_claimed_item_the_same_way(wworld):
     from memfs.worker import memfs_tools
 
     wworld.mount()
-    work = wworld.item([Step("write", {"file_path": wworld.memory(RW, "polled.md"), "content": "via run()\n"})])
+    work = wworld.item(
+        [Step("write", {"file_path": wworld.memory(RW, "polled.md"), "content": "via run()\n"})]
+    )
 
     async def main():
         async with wworld.client() as client:  # closed in this loop (see WorkerWorld.run_item)
-            worker = EnvironmentWorker(client, environment_id=work.environment_id,
-                                       environment_key=wworld.platform.environment_key, memory_sync_interval=None,
-                                       workdir=wworld.workdir, max_idle=2, tools=memfs_tools(root=wworld.root))
+            worker = EnvironmentWorker(
+                client,
+                environment_id=work.environment_id,
+                environment_key=wworld.platform.environment_key,
+                memory_sync_interval=None,
+                workdir=wworld.workdir,
+                max_idle=2,
+                tools=memfs_tools(root=wworld.root),
+            )
             task = asyncio.ensure_future(worker.run())
             deadline = time.monotonic() + 60
             while not work.stop_requests and time.monotonic() < deadline and not task.done():

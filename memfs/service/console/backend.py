@@ -105,7 +105,9 @@ class ConsoleBackend:
         )
         return self._page(listing, p)
 
-    async def search_stores(self, query: str, *, include_archived: bool, limit: int = 100) -> tuple[list, bool]:
+    async def search_stores(
+        self, query: str, *, include_archived: bool, limit: int = 100
+    ) -> tuple[list, bool]:
         """Stores whose name contains `query` (case-insensitive), newest first; (matches, more)."""
         return await self._call(self._search_stores, query.casefold(), include_archived, limit)
 
@@ -114,7 +116,11 @@ class ConsoleBackend:
         after: int | None = None
         for _ in range(_STORE_SCAN_MAX_PAGES):
             p = self._storage.list_stores(
-                limit=LIST_PAGE, after=after, include_archived=include_archived, created_gte=None, created_lte=None
+                limit=LIST_PAGE,
+                after=after,
+                include_archived=include_archived,
+                created_gte=None,
+                created_lte=None,
             )
             for s in p.items:
                 if needle in s.name.casefold():
@@ -158,7 +164,13 @@ class ConsoleBackend:
 
     async def is_empty(self, store_id: str) -> bool:
         p = await self._call(
-            self._storage.list_memories, store_id, path_prefix="/", depth=0, limit=1, after=None, with_content=False
+            self._storage.list_memories,
+            store_id,
+            path_prefix="/",
+            depth=0,
+            limit=1,
+            after=None,
+            with_content=False,
         )
         return not p.items
 

@@ -26,7 +26,9 @@ def line_diff(old: str, new: str, context: int = CONTEXT) -> list[Row]:
             rows.append(Row("gap", None, None, "…"))
         for tag, i1, i2, j1, j2 in group:
             if tag == "equal":
-                rows += [Row("same", i + 1, j + 1, a[i]) for i, j in zip(range(i1, i2), range(j1, j2), strict=True)]
+                rows += [
+                    Row("same", i + 1, j + 1, a[i]) for i, j in zip(range(i1, i2), range(j1, j2), strict=True)
+                ]
                 continue
             rows += [Row("del", i + 1, None, a[i]) for i in range(i1, i2)]
             rows += [Row("add", None, j + 1, b[j]) for j in range(j1, j2)]

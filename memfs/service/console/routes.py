@@ -116,7 +116,9 @@ class Console:
         name = request.path_params["name"]
         if name not in self._static:
             raise HTTPException(404)
-        return Response(self._static[name], media_type=_STATIC_TYPES[name], headers={"cache-control": "max-age=3600"})
+        return Response(
+            self._static[name], media_type=_STATIC_TYPES[name], headers={"cache-control": "max-age=3600"}
+        )
 
     # --- plumbing: who is signed in, forms, rendering ------------------------------------------
 
@@ -271,7 +273,9 @@ class Console:
         sid = request.path_params["store_id"]
         form = await self.form(request)
         try:
-            await self.backend.update_store(sid, str(form.get("name", "")), _lf(str(form.get("description", ""))))
+            await self.backend.update_store(
+                sid, str(form.get("name", "")), _lf(str(form.get("description", "")))
+            )
         except ApiError as e:
             if e.status == 404:
                 raise
@@ -299,7 +303,9 @@ class Console:
         await self.backend.archive_store(sid)
         return _see_other(f"/stores/{sid}", msg="store_archived")
 
-    async def delete_store_confirm(self, request: Request, *, error: str | None = None, status: int = 200) -> Response:
+    async def delete_store_confirm(
+        self, request: Request, *, error: str | None = None, status: int = 200
+    ) -> Response:
         sid = request.path_params["store_id"]
         store = await self.backend.get_store(sid)
         stats = await self.backend.store_stats(sid)
@@ -345,7 +351,9 @@ class Console:
                 count = 0
                 while batch := await self.backend.read_snapshot(reader, 100):
                     count += len(batch)
-                    yield b"".join(transfer.memory_line(m.path, m.content or "", m.content_sha256) for m in batch)
+                    yield b"".join(
+                        transfer.memory_line(m.path, m.content or "", m.content_sha256) for m in batch
+                    )
                 yield transfer.end_line(count)
             finally:
                 reader.close()
@@ -354,7 +362,10 @@ class Console:
         return StreamingResponse(
             body(),
             media_type="application/x-ndjson",
-            headers={"content-disposition": f'attachment; filename="{filename}"', "cache-control": "no-store"},
+            headers={
+                "content-disposition": f'attachment; filename="{filename}"',
+                "cache-control": "no-store",
+            },
         )
 
     async def import_form(self, request: Request) -> Response:
@@ -388,7 +399,10 @@ class Console:
             return again(["Nothing was imported. The file has these problems:", *plan.errors], 400)
         if target is not None:
             if not await self.backend.is_empty(target.id):
-                return again([f"Nothing was imported: {target.name} is not empty (import only into an empty store)."], 409)
+                return again(
+                    [f"Nothing was imported: {target.name} is not empty (import only into an empty store)."],
+                    409,
+                )
         try:
             if target is None:
                 target = await self.backend.create_store(name or plan.store_name or "imported store",
@@ -404,9 +418,13 @@ class Console:
             return transfer.memories(iter(f))
 
         try:
-            count = await self.backend.import_memories(target.id, items(), drop_store_on_failure=created_store)
+            count = await self.backend.import_memories(
+                target.id, items(), drop_store_on_failure=created_store
+            )
         except ApiError as e:
-            return again([f"Nothing was imported: {e.message} (what had been written was removed again)"], e.status)
+            return again(
+                [f"Nothing was imported: {e.message} (what had been written was removed again)"], e.status
+            )
         log.info("console: imported %d memories into %s", count, target.id)
         return _see_other(f"/stores/{target.id}", msg="imported")
 
@@ -475,7 +493,9 @@ class Console:
         store = await self.backend.get_store(sid)
         try:
             before = base_sha
-            mem = await self.backend.update_memory(sid, mid, content=content, path=None, expected_sha256=base_sha)
+            mem = await self.backend.update_memory(
+                sid, mid, content=content, path=None, expected_sha256=base_sha
+            )
         except ApiError as e:
             if e.type in ("memory_precondition_failed_error", "not_found_error"):
                 return await self._conflict(request, store, mid, content, form.get("newlines"))
@@ -526,7 +546,9 @@ class Console:
                                           conflict_id=_text(e.extra.get("conflicting_memory_id")))  # fmt: skip
         return _see_other(f"/stores/{sid}/memories/{mid}", msg="renamed")
 
-    async def delete_confirm(self, request: Request, *, error: str | None = None, status: int = 200) -> Response:
+    async def delete_confirm(
+        self, request: Request, *, error: str | None = None, status: int = 200
+    ) -> Response:
         sid, mid = request.path_params["store_id"], request.path_params["memory_id"]
         store = await self.backend.get_store(sid)
         mem = await self.backend.get_memory(sid, mid)
@@ -659,7 +681,10 @@ class Console:
             (v + "/redact", "GET", self.redact_confirm, True),
             (v + "/redact", "POST", self.redact, False),
         ]
-        return [Route(path, self._guard(fn) if guard else fn, methods=[method]) for path, method, fn, guard in table]
+        return [
+            Route(path, self._guard(fn) if guard else fn, methods=[method])
+            for path, method, fn, guard in table
+        ]
 
     def _guard(self, fn):
         async def guarded(request: Request) -> Response:
@@ -697,7 +722,9 @@ class Console:
         )  # fmt: skip
 
     async def _on_too_large(self, request: Request, exc: Exception) -> Response:
-        return self._error(request, 413, "Too large", "The form or file sent is larger than the console accepts.")
+        return self._error(
+            request, 413, "Too large", "The form or file sent is larger than the console accepts."
+        )
 
     async def _on_http_exception(self, request: Request, exc: Exception) -> Response:
         assert isinstance(exc, HTTPException)
@@ -709,9 +736,10 @@ class Console:
 
     async def _on_unexpected(self, request: Request, exc: Exception) -> Response:
         log.exception("console: unhandled error in %s %s", request.method, request.url.path)
-        return self._error(request, 500, "Internal error", "Something went wrong in the console; see the service log.")
+        return self._error(
+            request, 500, "Internal error", "Something went wrong in the console; see the service log."
+        )
 
 
 def _newlines(content: str | None) -> str:
     return "crlf" if content and "\r\n" in content else "lf"
-

@@ -27,7 +27,13 @@ MAX_REPORTED_ERRORS = 20
 
 def header_line(store: dict, counter: int, exported_at: str) -> bytes:
     return _line(
-        {"type": HEADER_TYPE, "format": FORMAT, "memory_store": store, "counter": counter, "exported_at": exported_at}
+        {
+            "type": HEADER_TYPE,
+            "format": FORMAT,
+            "memory_store": store,
+            "counter": counter,
+            "exported_at": exported_at,
+        }
     )
 
 
@@ -88,7 +94,9 @@ def validate(lines: Iterable[bytes], *, check_path, check_content, max_memories:
             ended_at = lineno
             count = obj.get("memory_count")
             if count != len(plan.memories) and not plan.problems:
-                plan.error(lineno, f"the file says it holds {count!r} memories but {len(plan.memories)} were read")
+                plan.error(
+                    lineno, f"the file says it holds {count!r} memories but {len(plan.memories)} were read"
+                )
             continue
         if kind != MEMORY_TYPE:
             plan.error(lineno, f"type must be {MEMORY_TYPE!r} (got {kind!r})")
@@ -142,7 +150,9 @@ def _check_header(obj: dict, plan: ImportPlan) -> None:
         plan.error(1, f"the first line must be the {HEADER_TYPE} header of a memfs export")
         return
     if obj.get("format") != FORMAT:
-        plan.error(1, f"export format {obj.get('format')!r} is not supported (this memfs reads format {FORMAT})")
+        plan.error(
+            1, f"export format {obj.get('format')!r} is not supported (this memfs reads format {FORMAT})"
+        )
         return
     store = obj.get("memory_store")
     if isinstance(store, dict):
@@ -159,7 +169,9 @@ def _check_overlaps(seen: dict[str, int], plan: ImportPlan) -> None:
         for i in range(1, len(parts)):
             above = "/" + "/".join(parts[:i])
             if above in seen:
-                plan.error(lineno, f"{path} is below the memory {above} (line {seen[above]}): a path cannot be both")
+                plan.error(
+                    lineno, f"{path} is below the memory {above} (line {seen[above]}): a path cannot be both"
+                )
                 break
 
 

@@ -60,12 +60,23 @@ def test_every_kind_in_one_batch_each_its_own_version_and_counter_step(storage):
     assert renamed.id == old.id and renamed.path == "/dir/renamed" and deleted is None
     assert res.counter == counter(storage, sid) == 6
     ops = sorted((v.operation, v.path) for v in versions(storage, sid))
-    assert ops == sorted([("created", "/old"), ("created", "/gone"), ("created", "/new"),
-                          ("modified", "/old"), ("modified", "/dir/renamed"), ("deleted", "/gone")])
+    assert ops == sorted(
+        [
+            ("created", "/old"),
+            ("created", "/gone"),
+            ("created", "/new"),
+            ("modified", "/old"),
+            ("modified", "/dir/renamed"),
+            ("deleted", "/gone"),
+        ]
+    )
     # the changes feed sees every step of the batch
     ch = storage.changes_since(sid, 2)
-    assert {(c.operation, c.path) for c in ch.changes} == {("upserted", "/new"), ("upserted", "/dir/renamed"),
-                                                           ("deleted", "/gone")}
+    assert {(c.operation, c.path) for c in ch.changes} == {
+        ("upserted", "/new"),
+        ("upserted", "/dir/renamed"),
+        ("deleted", "/gone"),
+    }
 
 
 def test_a_failing_item_changes_nothing_for_the_others(storage):
@@ -110,7 +121,9 @@ def test_a_no_op_update_is_no_step_and_a_landed_retry_is_200(storage):
     sid = new_store(storage)
     m = storage.create_memory(sid, "/m", "same", A, max_memories=100)
     res = storage.write_batch(
-        sid, [BatchUpdate(m.id, "same", None, None), BatchUpdate(m.id, "same", None, sha256_hex("other"))], A,
+        sid,
+        [BatchUpdate(m.id, "same", None, None), BatchUpdate(m.id, "same", None, sha256_hex("other"))],
+        A,
         max_memories=100,
     )
     assert [o.error for o in res.outcomes] == [None, None]
@@ -131,7 +144,9 @@ def test_an_archived_store_refuses_creates_and_updates_not_deletes(storage):
     n = storage.create_memory(sid, "/n", "n", A, max_memories=100)
     storage.archive_store(sid)
     res = storage.write_batch(
-        sid, [BatchCreate("/x", "x"), BatchUpdate(m.id, "m2", None, None), BatchDelete(n.id, None)], A,
+        sid,
+        [BatchCreate("/x", "x"), BatchUpdate(m.id, "m2", None, None), BatchDelete(n.id, None)],
+        A,
         max_memories=100,
     )
     errs = [type(o.error) if o.error else None for o in res.outcomes]

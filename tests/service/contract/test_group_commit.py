@@ -153,8 +153,9 @@ def test_rules_through_a_group_each_request_its_own_answer(storage, backend):
     calls = {
         "A": hold_then_create,
         "B": lambda: storage.create_memory(sid, "/x", "1", actor, max_memories=100),
-        "C": lambda: storage.update_memory(sid, m.id, content="new", path=None,
-                                           expected_sha256=sha256_hex("not this"), actor=actor),
+        "C": lambda: storage.update_memory(
+            sid, m.id, content="new", path=None, expected_sha256=sha256_hex("not this"), actor=actor
+        ),
         "D": lambda: storage.create_memory(sid, "/y", "2", actor, max_memories=100),
     }
     threads = {n: threading.Thread(target=run, args=(n, f)) for n, f in calls.items()}
@@ -164,8 +165,9 @@ def test_rules_through_a_group_each_request_its_own_answer(storage, backend):
         threads[n].start()
     _wait_queued(backend, 3)
     # one more create at /x, queued after B: whichever of the two runs first wins, the other is a 409
-    t_e = threading.Thread(target=run, args=("E", lambda: storage.create_memory(sid, "/x", "3", actor,
-                                                                                 max_memories=100)))
+    t_e = threading.Thread(
+        target=run, args=("E", lambda: storage.create_memory(sid, "/x", "3", actor, max_memories=100))
+    )
     t_e.start()
     _wait_queued(backend, 4)
     release_a.set()
@@ -210,6 +212,7 @@ def test_a_failed_group_commit_fails_every_member_and_keeps_nothing(storage, bac
     real = backend._writer
     backend._writer = _FailingCommit(real)
     try:
+
         def bump(tx):
             return tx.bump(sid)
 

@@ -75,7 +75,9 @@ def test_a_version_1_database_is_upgraded_in_place(db_url, tmp_path, monkeypatch
         db = _Db(db_url, tmp_path / "contract.db")
         if db.db_url:
             assert rows(db, "SELECT version FROM memfs_schema") == [(2,)]
-            names = rows(db, "SELECT indexname FROM pg_indexes WHERE tablename IN ('memories', 'session_resources')")
+            names = rows(
+                db, "SELECT indexname FROM pg_indexes WHERE tablename IN ('memories', 'session_resources')"
+            )
         else:
             assert rows(db, "PRAGMA user_version") == [(2,)]
             names = rows(db, "SELECT name FROM sqlite_master WHERE type = 'index'")

@@ -57,7 +57,11 @@ def test_old_history_goes_current_versions_stay_and_the_floor_rises(storage, bac
     # v1, v2 of /b (v3 says where it was at the horizon 6, so it stays); /d's two versions and its
     # tombstone
     assert job.run_once() == 2 + 2 + 1
-    assert set(version_ids(storage, sid)) == {b3.memory_version_id, e6.memory_version_id, b7.memory_version_id}
+    assert set(version_ids(storage, sid)) == {
+        b3.memory_version_id,
+        e6.memory_version_id,
+        b7.memory_version_id,
+    }
     with backend.read() as tx:
         assert tx.history_floor(sid) == 6
     assert storage.changes_since(sid, 5).too_old

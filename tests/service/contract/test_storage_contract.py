@@ -46,7 +46,9 @@ def counter(storage, sid: str) -> int:
 def all_versions(storage, sid: str, **filters) -> list:
     out, after = [], None
     while True:
-        page = storage.list_versions(sid, filters=VersionFilter(**filters), limit=7, after=after, with_content=True)
+        page = storage.list_versions(
+            sid, filters=VersionFilter(**filters), limit=7, after=after, with_content=True
+        )
         out += page.items
         if page.next_after is None:
             return out
@@ -305,9 +307,16 @@ def test_versions_newest_first_with_filters_and_positions(storage):
         (m.id, "deleted", None), (n.id, "created", "b"), (m.id, "modified", "2"), (m.id, "created", "1")
     ]  # fmt: skip
     assert vs[0].path == "/a" and vs[0].content_sha256 is None
-    assert [v.operation for v in all_versions(storage, sid, memory_id=m.id)] == ["deleted", "modified", "created"]
+    assert [v.operation for v in all_versions(storage, sid, memory_id=m.id)] == [
+        "deleted",
+        "modified",
+        "created",
+    ]
     assert [v.memory_id for v in all_versions(storage, sid, session_id="sesn_test")] == [n.id, m.id]
-    assert [v.operation for v in all_versions(storage, sid, api_key_id="apikey_test")] == ["deleted", "created"]
+    assert [v.operation for v in all_versions(storage, sid, api_key_id="apikey_test")] == [
+        "deleted",
+        "created",
+    ]
     assert [v.operation for v in all_versions(storage, sid, operation="modified")] == ["modified"]
     first = storage.list_versions(sid, filters=VersionFilter(), limit=1, after=None, with_content=False)
     assert first.items[0].content is None and first.next_after is not None
@@ -337,7 +346,9 @@ def test_store_rules(storage):
     u = storage.update_store(s.id, name=None, description=None, metadata_patch={"b": None, "c": "3"})
     assert u.metadata == {"a": "2", "c": "3"}
     with pytest.raises(Invalid, match="at most 16"):
-        storage.update_store(s.id, name=None, description=None, metadata_patch={f"k{i}": "v" for i in range(15)})
+        storage.update_store(
+            s.id, name=None, description=None, metadata_patch={f"k{i}": "v" for i in range(15)}
+        )
     m = create(storage, s.id, "/a")
     storage.archive_store(s.id)
     with pytest.raises(StoreArchived):
@@ -346,7 +357,9 @@ def test_store_rules(storage):
         storage.update_memory(s.id, m.id, content="y", path=None, expected_sha256=None, actor=A)
     storage.delete_memory(s.id, m.id, expected_sha256=None, actor=A)  # archived: still deletable
     ids = [storage.create_store(f"s{i}", "", {}).id for i in range(5)]
-    page = storage.list_stores(limit=2, after=None, include_archived=False, created_gte=None, created_lte=None)
+    page = storage.list_stores(
+        limit=2, after=None, include_archived=False, created_gte=None, created_lte=None
+    )
     assert [x.id for x in page.items] == ids[::-1][:2]
     page2 = storage.list_stores(limit=10, after=page.next_after, include_archived=True, created_gte=None,
                                 created_lte=None)  # fmt: skip
@@ -365,7 +378,11 @@ def test_sessions_mount_paths_tokens_and_archive(storage):
     a = storage.create_store("Work Notes", "notes", {}).id
     b = storage.create_store("work  notes!", "", {}).id
     c = storage.create_store("Ünïcode", "", {}).id
-    specs = [ResourceSpec(a, "read_write", None), ResourceSpec(b, "read_only", "be nice"), ResourceSpec(c, "read_write", None)]
+    specs = [
+        ResourceSpec(a, "read_write", None),
+        ResourceSpec(b, "read_only", "be nice"),
+        ResourceSpec(c, "read_write", None),
+    ]
     s = storage.create_session(specs, token_hash="h1", title="t", metadata={"k": "v"})
     assert [r.mount_path for r in s.resources] == ["/mnt/memory/work-notes", "/mnt/memory/work-notes-2",
                                                    "/mnt/memory/n-code"]  # fmt: skip
@@ -381,13 +398,14 @@ def test_sessions_mount_paths_tokens_and_archive(storage):
     assert storage.archive_session(s.id).archived_at == archived.archived_at
     storage.archive_store(c)
     with pytest.raises(StoreArchived):
-        storage.create_session([ResourceSpec(c, "read_write", None)], token_hash="h2", title=None, metadata={})
+        storage.create_session(
+            [ResourceSpec(c, "read_write", None)], token_hash="h2", title=None, metadata={}
+        )
     with pytest.raises(NotFound):
         storage.create_session([ResourceSpec("memstore_x", "read_write", None)], token_hash="h3", title=None,
                                metadata={})  # fmt: skip
     with pytest.raises(NotFound):
         storage.get_session("sesn_missing")
-
 
 
 def test_store_totals_count_live_memories_and_their_bytes_at_one_counter(storage):
@@ -404,7 +422,11 @@ def test_store_totals_count_live_memories_and_their_bytes_at_one_counter(storage
     first_b = all_versions(storage, sid, memory_id=b.id)[-1]
     storage.redact_version(sid, first_b.id, A)  # history only: the memory keeps its size
     t = storage.store_totals(sid)
-    assert (t.counter, t.memories, t.bytes) == (6, 2, 8) == (counter(storage, sid), len(listing(storage, sid)), 8)
+    assert (
+        (t.counter, t.memories, t.bytes)
+        == (6, 2, 8)
+        == (counter(storage, sid), len(listing(storage, sid)), 8)
+    )
     storage.archive_store(sid)  # an archived store still has an overview
     assert storage.store_totals(sid).memories == 2
     with pytest.raises(NotFound):
@@ -447,6 +469,7 @@ def test_sessions_for_store_lists_every_attaching_session_newest_first(storage):
     storage.delete_store(b)
     with pytest.raises(NotFound):
         storage.sessions_for_store(b)
+
 
 # --- writers on different stores ------------------------------------------------------------------
 
