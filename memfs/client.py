@@ -39,12 +39,15 @@ BATCH_MAX_BYTES = 1024 * 1024 - 4096
 class ApiError(Exception):
     """The service answered with an error status."""
 
-    def __init__(self, status: int, type_: str, message: str, body: Any = None):
+    def __init__(
+        self, status: int, type_: str, message: str, body: Any = None, retry_after: float | None = None
+    ):
         super().__init__(f"{status} {type_}: {message}")
         self.status = status
         self.type = type_
         self.message = message
         self.body = body
+        self.retry_after = retry_after  # seconds the service asked us to wait (429/5xx), if it said
 
     @property
     def retryable(self) -> bool:
@@ -522,6 +525,7 @@ def _api_error(resp: httpx.Response) -> ApiError:
     try:
         body = resp.json()
         err = body.get("error", {}) if isinstance(body, dict) else {}
-        return ApiError(resp.status_code, str(err.get("type", "error")), str(err.get("message", "")), body)
+        type_, message = str(err.get("type", "error")), str(err.get("message", ""))
     except ValueError:
-        return ApiError(resp.status_code, "error", resp.text[:200])
+        body, type_, message = None, "error", resp.text[:200]
+    return ApiError(resp.status_code, type_, message, body, retry_after(resp))

@@ -44,6 +44,7 @@ BATCH_CONCURRENCY = 4
 QUIET_SECONDS = 1.0
 TIMER_STEP = 0.1  # seconds between the timer's looks (a watch's answer wakes it at once)
 PUSH_DEBOUNCE = 0.3  # live mode: a change is pushed once nothing changed for this long (SEMANTICS.md#d-when)
+RETRY_AFTER_CAP = 600.0  # seconds: the longest retry-after a failed tick honours (a broken header must not stop sync for a day)
 WATCH_WAIT = 55.0  # seconds a watch is held by the service: renewed about once a minute (≤ 60)
 GC_INTERVAL = 600.0  # seconds between sweeps of content no file or baseline refers to
 CHECKPOINT_INTERVAL = 5.0  # seconds between copies of state.db's WAL into the database file
@@ -220,12 +221,27 @@ class SyncEngine:
         self._handled: dict[str, int] = {}  # store id -> generation a live push wave has settled
         self._unsettled: set[str] = set()  # live stores whose last pull or push failed: polled
         self._live_retry_at = -math.inf  # trio time before which no live tick runs (after a failure)
+        self._not_before = -math.inf  # trio time the service's retry-after asked us to wait for
 
     # -- when (SEMANTICS.md#d-when) ------------------------------------------------------------------
     def due_in(self) -> float:
+        now = trio.current_time()
         if self.last_attempt is None:
-            return 0.0
-        return max(0.0, self.last_attempt + self.interval - trio.current_time())
+            return max(0.0, self._not_before - now)
+        return max(0.0, self.last_attempt + self.interval - now, self._not_before - now)
+
+    def _asked_to_wait(self, exc: Exception) -> None:
+        """A refusal that said how long to wait (429 or 5xx with retry-after, longer than a tick
+        retries itself): no tick of ours, timed or live, comes before it (SEMANTICS.md#d-unreachable).
+        Only a forced `memfs sync` goes earlier: the user asked for it."""
+        wait = exc.retry_after if isinstance(exc, ApiError) and exc.retryable else None
+        if wait:
+            until = trio.current_time() + min(wait, RETRY_AFTER_CAP)
+            if until > self._not_before:
+                self._not_before = until
+                log.info(
+                    "the service asked to wait %.0fs before the next request", min(wait, RETRY_AFTER_CAP)
+                )
 
     @property
     def mode(self) -> str:
@@ -288,7 +304,7 @@ class SyncEngine:
         """The stores a live tick would handle now: the moved ones when the mount is quiet (or
         between commands: `memfs sync`), and those with changes not yet pushed once the debounce
         has passed. A moved store waits for its pull: pushing it first would only meet 409s."""
-        if not self.watching or trio.current_time() < self._live_retry_at:
+        if not self.watching or trio.current_time() < max(self._live_retry_at, self._not_before):
             return []
         settling = debounce and time.monotonic() - self._changed_at < PUSH_DEBOUNCE
         out = []
@@ -504,7 +520,12 @@ class SyncEngine:
         except (ApiError, Unreachable) as exc:
             report.ok = False
             report.error = str(exc)
-            log.warning("sync tick failed: %s (next attempt in %.0fs)", exc, self.interval)
+            self._asked_to_wait(exc)
+            log.warning(
+                "sync tick failed: %s (next attempt in %.0fs)",
+                exc,
+                max(self.interval, self._not_before - trio.current_time()),
+            )
             for store in stores:
                 self._record(store, "failed", str(exc))
         report.requests = self.client.requests_sent - self.watch_requests - before
@@ -805,6 +826,7 @@ class SyncEngine:
                 self._record(store, "push failed", str(exc))
                 log.warning("push to %s failed: %s; changes stay staged", store.slug, exc)
                 self.last_attempt = trio.current_time()  # as for a failed pull (SEMANTICS.md#d-unreachable)
+                self._asked_to_wait(exc)
                 self._store_push_failed(sid)
             except Exception as exc:  # a bug must not take the mount down; the changes stay staged
                 report.ok = False

@@ -331,6 +331,34 @@ async def test_a_short_retry_after_is_retried_inside_the_tick(world):
     assert m.read("/notes/a.md") == b"alpha 2"
 
 
+async def test_a_long_retry_after_is_honoured_by_the_next_tick(world):
+    m = await world.setup({"/a.md": "alpha"}, interval=30)
+    # Longer than a tick retries itself, longer than the interval: the next tick waits for it.
+    m.transport.add("GET", "/memory_store_counters", status=429, headers={"retry-after": "120"})
+    result = await m.sync()
+    assert not result["ok"] and "429" in result["error"] and m.client.retried == 0
+    assert 115 < m.engine.due_in() <= 120
+    assert (await m.sync(force=False, wait=False))["ran"] is False
+    sent = len(m.transport.requests)
+    assert (await m.sync())["ok"]  # --force goes earlier: the user asked for it
+    assert len(m.transport.requests) > sent
+    assert 115 < m.engine.due_in() <= 120  # and the wait the service asked for still holds
+
+
+async def test_a_push_refused_with_a_long_retry_after_waits_for_it(world):
+    m = await world.setup({"/a.md": "alpha"}, interval=30)
+    single_requests(m)
+    m.write("/notes/a.md", b"alpha 2")
+    m.transport.add("POST", MEMORY_BY_ID, status=503, headers={"retry-after": "90"})
+    result = await m.sync(wait=True)
+    assert not result["ok"]
+    assert 85 < m.engine.due_in() <= 90
+    assert (await world.svc.contents(world.notes))["/a.md"] == "alpha"  # still staged, not lost
+    assert (await m.sync(force=False, wait=False))["ran"] is False
+    assert (await m.sync(wait=True))["ok"]
+    assert (await world.svc.contents(world.notes))["/a.md"] == "alpha 2"
+
+
 async def test_a_dropped_connection_fails_the_tick_and_changes_nothing(world):
     m = await world.setup({"/a.md": "alpha", "/b.md": "beta"})
     counter = m.store_status("notes")["counter"]
