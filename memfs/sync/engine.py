@@ -45,6 +45,10 @@ QUIET_SECONDS = 1.0
 TIMER_STEP = 0.1  # seconds between the timer's looks (a watch's answer wakes it at once)
 PUSH_DEBOUNCE = 0.3  # live mode: a change is pushed once nothing changed for this long (SEMANTICS.md#d-when)
 WATCH_WAIT = 55.0  # seconds a watch is held by the service: renewed about once a minute (≤ 60)
+# A pull that lacks the content of at least this many memories, worth at least 1/SNAPSHOT_SHARE
+# of the store's bytes, takes one snapshot instead of a GET each (SyncEngine._worth_a_snapshot).
+SNAPSHOT_FETCHES = 16
+SNAPSHOT_SHARE = 4
 GC_INTERVAL = 600.0  # seconds between sweeps of content no file or baseline refers to
 CHECKPOINT_INTERVAL = 5.0  # seconds between copies of state.db's WAL into the database file
 
@@ -596,6 +600,7 @@ class SyncEngine:
         # Fetch what the plan needs, then plan again on the view as it is *now*, and apply with no
         # await in between: an edit made while we fetched is never overwritten unseen.
         plan: P.Plan | None = None
+        snapped = False
         for _round in range(3):
             plan = self._plan(store, base, remote, order, moved)
             missing = {
@@ -605,6 +610,12 @@ class SyncEngine:
             }
             if not missing:
                 break
+            if moved and not snapped and self._worth_a_snapshot(missing, remote):
+                snapped = True
+                snap = await self._snapshot_state(store, contents)
+                if snap is not None:  # the store as it is now, content included: plan again on it
+                    remote, order, new_counter = snap
+                    continue
             changed = await self._fetch(store, missing, contents)
             for m in changed:  # the memory moved on since it was listed: use what we fetched
                 remote[m["id"]] = P.RemoteEntry(
@@ -627,6 +638,32 @@ class SyncEngine:
 
     def _remote_from_base(self, sid: str, base) -> tuple[dict, list]:
         return _remote_from_base(self.state, sid, base)
+
+    @staticmethod
+    def _worth_a_snapshot(missing: dict[str, str], remote: dict) -> bool:
+        """Whether one snapshot (every memory with content, one request) beats a GET per missing
+        memory: many of them, and a good part of the store's bytes anyway. That is a mount that
+        was busy while others wrote (a live mount pulls only when quiet: after a minute of
+        writers it lacks most of the store), where a request each took seconds on the service."""
+        if len(missing) < SNAPSHOT_FETCHES:
+            return False
+        total = sum(r.size for r in remote.values()) or 1
+        wanted = sum(remote[mid].size for mid in missing.values() if mid in remote)
+        return wanted * SNAPSHOT_SHARE >= total
+
+    async def _snapshot_state(self, store, contents: dict[str, bytes]):
+        """The store's memories and their content at one counter (the snapshot extension), or
+        None without it (the hosted API): then the caller fetches one by one."""
+        snap = await self.client.snapshot(store.store_id)
+        if snap is None:
+            return None
+        counter, memories = snap
+        remote = {}
+        for m in memories:
+            contents[m["content_sha256"]] = (m.get("content") or "").encode("utf-8")
+            self._note_mtime(m["id"], m.get("updated_at"))
+            remote[m["id"]] = P.RemoteEntry(m["id"], m["path"], m["content_sha256"], m["content_size_bytes"])
+        return remote, sorted(remote, key=lambda mid: remote[mid].path), counter
 
     async def _remote_state(self, store, applied: int | None, base, contents: dict[str, bytes]):
         """The store's current memories: via the changes feed, a snapshot (first download) or a listing."""

@@ -122,3 +122,23 @@ async def test_a_store_that_moved_again_during_its_pull_is_pulled_at_the_next_sy
         assert s["counter"] == await store_counter(world) and not s["pull_pending"], s
         world.svc.app.watch_hub.close()
         nursery.cancel_scope.cancel()
+
+
+async def test_a_pull_that_lacks_most_of_the_store_takes_one_snapshot_instead_of_a_get_each(world):
+    """After a busy minute a live mount lacks most of what the others wrote: one snapshot (one
+    request, content included) instead of a GET per memory. A few changes still cost a GET each."""
+    m = await world.setup({f"/d/f{i:02}.md": f"memory {i}" for i in range(40)})
+    for i in range(30):
+        await world.svc.update(world.notes, world.ids[f"/d/f{i:02}.md"], content=f"memory {i}, again")
+    m.transport.clear()
+    result = await m.sync()
+    assert result["ok"] and result["pulled"] == 30, result
+    assert m.transport.count("GET", "/snapshot$") == 1 and m.transport.count("GET", r"/memories/mem_") == 0
+    assert all(m.read(f"/notes/d/f{i:02}.md") == f"memory {i}, again".encode() for i in range(30))
+    assert m.read("/notes/d/f39.md") == b"memory 39"
+    assert m.store_status("notes")["counter"] == await store_counter(world)
+    for i in range(3):
+        await world.svc.update(world.notes, world.ids[f"/d/f{i:02}.md"], content=f"memory {i}, third")
+    m.transport.clear()
+    assert (await m.sync())["pulled"] == 3
+    assert m.transport.count("GET", "/snapshot$") == 0 and m.transport.count("GET", r"/memories/mem_") == 3
