@@ -46,6 +46,10 @@ TIMER_STEP = 0.1  # seconds between the timer's looks (a watch's answer wakes it
 PUSH_DEBOUNCE = 0.3  # live mode: a change is pushed once nothing changed for this long (SEMANTICS.md#d-when)
 RETRY_AFTER_CAP = 600.0  # seconds: the longest retry-after a failed tick honours (a broken header must not stop sync for a day)
 WATCH_WAIT = 55.0  # seconds a watch is held by the service: renewed about once a minute (≤ 60)
+# A pull that lacks the content of at least this many memories, worth at least 1/SNAPSHOT_SHARE
+# of the store's bytes, takes one snapshot instead of a GET each (SyncEngine._worth_a_snapshot).
+SNAPSHOT_FETCHES = 16
+SNAPSHOT_SHARE = 4
 GC_INTERVAL = 600.0  # seconds between sweeps of content no file or baseline refers to
 CHECKPOINT_INTERVAL = 5.0  # seconds between copies of state.db's WAL into the database file
 
@@ -284,7 +288,7 @@ class SyncEngine:
                     live = self._live_stores(quiet=quiet, debounce=True)
                     if live:
                         async with self.tick_lock:
-                            await self._tick(live, counters=self._live_counters(), wait=False)
+                            await self._tick(live, counters=self._live_counters(quiet=quiet), wait=False)
                     elif self.due_in() == 0 and quiet and (not self.watching or self._unsettled):
                         await self.sync_now(force=False)
                 except Exception:  # a bug in a tick must never take the mount down
@@ -303,17 +307,21 @@ class SyncEngine:
     def _live_stores(self, *, quiet: bool, debounce: bool) -> list[StoreInfo]:
         """The stores a live tick would handle now: the moved ones when the mount is quiet (or
         between commands: `memfs sync`), and those with changes not yet pushed once the debounce
-        has passed. A moved store waits for its pull: pushing it first would only meet 409s."""
+        has passed. A moved store of a busy mount is pushed without its pull (see
+        `_live_counters`): waiting for the pull would hold every push of a mount that is never
+        quiet for a second (its own first push moves the counter too) until it stops; only what
+        someone else changed meets a 409, and waits for the pull."""
         if not self.watching or trio.current_time() < max(self._live_retry_at, self._not_before):
             return []
         settling = debounce and time.monotonic() - self._changed_at < PUSH_DEBOUNCE
         out = []
         for s in self.stores:
             sid = s.store_id
-            if sid in self._moved:
-                if quiet:
-                    out.append(s)
+            if sid in self._moved and quiet:
+                out.append(s)
                 continue
+            if sid in self._moved and self.state.store_counter(sid) is None:
+                continue  # nothing applied yet: no baseline a push could stand on
             g = self.state.generation(sid)
             if (
                 not settling
@@ -324,12 +332,18 @@ class SyncEngine:
                 out.append(s)
         return out
 
-    def _live_counters(self) -> dict[str, int]:
+    def _live_counters(self, *, quiet: bool = True) -> dict[str, int]:
         """Each store's newest known counter: the watch's, or the applied one when a pull went
-        further (the changes feed answers up to the counter of its own read)."""
+        further (the changes feed answers up to the counter of its own read). A busy mount
+        (`quiet` False) pulls nothing: its stores get the applied counter, so the tick plans
+        their pushes against the baseline and the view stays as it is (never a pull in the
+        middle of a command); the move stays pending for the pull."""
         out = {}
         for s in self.stores:
             applied = self.state.store_counter(s.store_id)
+            if not quiet and applied is not None:
+                out[s.store_id] = applied
+                continue
             seen = self._seen.get(s.store_id)
             known = [c for c in (applied, seen) if c is not None]
             if known:
@@ -358,15 +372,29 @@ class SyncEngine:
         """One tick over `stores` (the caller holds tick_lock). `counters`: what the watch
         reported (live mode), so no counters request; None: ask them (a polling tick)."""
         await self.push_done.wait()  # one tick at a time, pushes included
+        log.debug(
+            "tick: %s, counters %s, quiet %.2fs",
+            [s.store_id for s in stores],
+            "polled" if counters is None else "from the watch",
+            time.monotonic() - self.fs.last_activity,
+        )
         self.last_attempt = (
             trio.current_time()
         )  # a failed tick counts as an attempt (SEMANTICS.md#d-unreachable)
+        applied_before = {s.store_id: self.state.store_counter(s.store_id) for s in stores}
         report, pushes = await self._pull_all(stores=stores, counters=counters)
         if not report.ok:  # the interval runs from the failure: a hung service must not make
             self.last_attempt = (
                 trio.current_time()
             )  # every call wait out a timeout (SEMANTICS.md#d-unreachable)
-        self._after_pull(stores, report, pushes, polled=counters is None)
+        log.debug(
+            "pulled: ok %s, %d applied, counters %s, %d push stage(s)",
+            report.ok,
+            report.pulled,
+            {s.store_id: self.state.store_counter(s.store_id) for s in stores},
+            sum(len(a) for _s, a in pushes),
+        )
+        self._after_pull(stores, report, pushes, counters=counters, applied_before=applied_before)
         await self.fs.wait_invalidated()  # "visible" means the kernel dropped what it cached
         if pushes and report.ok:
             self.push_done = trio.Event()
@@ -388,18 +416,30 @@ class SyncEngine:
         }
 
     def _after_pull(
-        self, stores: list[StoreInfo], report: TickReport, pushes: list[tuple[Any, list]], *, polled: bool
+        self,
+        stores: list[StoreInfo],
+        report: TickReport,
+        pushes: list[tuple[Any, list]],
+        *,
+        counters: dict[str, int] | None,
+        applied_before: dict[str, int | None],
     ) -> None:
         """Live-mode bookkeeping after a tick's pull: which moves are applied, which stores are
-        settled, and whether the watch may start again after a failure."""
+        settled, and whether the watch may start again after a failure. A store the watch saw
+        move again while it was pulled stays moved and is pulled again at once (the mount is
+        quiet, or `memfs sync` is between commands): only a pull that applied nothing (deferred:
+        a file open with unflushed writes) waits a second before the next look."""
+        polled = counters is None
         pushing = {store.store_id for store, _ in pushes}
         behind = False
         for s in stores:
             sid = s.store_id
             applied = self.state.store_counter(sid)
+            before = applied_before.get(sid)
+            pulled = counters is None or counters.get(sid) != before  # a push-only wave asks no pull
             if sid in self._moved and applied is not None and applied >= self._seen.get(sid, applied):
                 self._moved.discard(sid)
-            elif sid in self._moved:
+            elif sid in self._moved and pulled and applied == before:
                 behind = True  # deferred (a file open with unflushed writes) or failed
             if sid not in pushing:
                 self._handled[sid] = self.state.generation(sid)
@@ -409,8 +449,10 @@ class SyncEngine:
                 self._unsettled.add(sid)
         if not report.ok:
             self._live_retry_at = trio.current_time() + self.interval  # SEMANTICS.md#d-unreachable
+            log.debug("live retry in %.1fs: the tick failed", self.interval)
         elif behind:
             self._live_retry_at = trio.current_time() + QUIET_SECONDS  # not a look every 0.1 s
+            log.debug("live retry in %.1fs: still behind %s", QUIET_SECONDS, self._seen)
         if report.ok and polled:
             self._watch_again.set()
 
@@ -441,6 +483,11 @@ class SyncEngine:
                 log.info("the service has no watch; polling every %gs", self.interval)
                 return
             _changed, counters = result
+            log.debug(
+                "watch answered: %s (applied %s)",
+                counters,
+                {sid: self.state.store_counter(sid) for sid in counters},
+            )
             if not self.watching:
                 self.watching = True
                 self._live_retry_at = -math.inf
@@ -574,6 +621,7 @@ class SyncEngine:
         # Fetch what the plan needs, then plan again on the view as it is *now*, and apply with no
         # await in between: an edit made while we fetched is never overwritten unseen.
         plan: P.Plan | None = None
+        snapped = False
         for _round in range(3):
             plan = self._plan(store, base, remote, order, moved)
             missing = {
@@ -583,6 +631,12 @@ class SyncEngine:
             }
             if not missing:
                 break
+            if moved and not snapped and self._worth_a_snapshot(missing, remote):
+                snapped = True
+                snap = await self._snapshot_state(store, contents)
+                if snap is not None:  # the store as it is now, content included: plan again on it
+                    remote, order, new_counter = snap
+                    continue
             changed = await self._fetch(store, missing, contents)
             for m in changed:  # the memory moved on since it was listed: use what we fetched
                 remote[m["id"]] = P.RemoteEntry(
@@ -605,6 +659,32 @@ class SyncEngine:
 
     def _remote_from_base(self, sid: str, base) -> tuple[dict, list]:
         return _remote_from_base(self.state, sid, base)
+
+    @staticmethod
+    def _worth_a_snapshot(missing: dict[str, str], remote: dict) -> bool:
+        """Whether one snapshot (every memory with content, one request) beats a GET per missing
+        memory: many of them, and a good part of the store's bytes anyway. That is a mount that
+        was busy while others wrote (a live mount pulls only when quiet: after a minute of
+        writers it lacks most of the store), where a request each took seconds on the service."""
+        if len(missing) < SNAPSHOT_FETCHES:
+            return False
+        total = sum(r.size for r in remote.values()) or 1
+        wanted = sum(remote[mid].size for mid in missing.values() if mid in remote)
+        return wanted * SNAPSHOT_SHARE >= total
+
+    async def _snapshot_state(self, store, contents: dict[str, bytes]):
+        """The store's memories and their content at one counter (the snapshot extension), or
+        None without it (the hosted API): then the caller fetches one by one."""
+        snap = await self.client.snapshot(store.store_id)
+        if snap is None:
+            return None
+        counter, memories = snap
+        remote = {}
+        for m in memories:
+            contents[m["content_sha256"]] = (m.get("content") or "").encode("utf-8")
+            self._note_mtime(m["id"], m.get("updated_at"))
+            remote[m["id"]] = P.RemoteEntry(m["id"], m["path"], m["content_sha256"], m["content_size_bytes"])
+        return remote, sorted(remote, key=lambda mid: remote[mid].path), counter
 
     async def _remote_state(self, store, applied: int | None, base, contents: dict[str, bytes]):
         """The store's current memories: via the changes feed, a snapshot (first download) or a listing."""
@@ -818,6 +898,7 @@ class SyncEngine:
         async def push(store: StoreInfo, actions: list) -> None:
             sid = store.store_id
             before = self.sync[sid].pushed
+            log.debug("push %s: %d action(s)", sid, sum(len(stage) for stage in actions))
             try:
                 await self._push_store(store, actions, report)
             except (ApiError, Unreachable) as exc:
@@ -833,6 +914,7 @@ class SyncEngine:
                 report.error = f"{type(exc).__name__}: {exc}"
                 log.exception("push to %s crashed; changes stay staged", store.slug)
                 self._store_push_failed(sid)
+            log.debug("push %s done: %d landed", sid, self.sync[sid].pushed - before)
             if self.sync[sid].pushed == before:
                 # Nothing landed (409s wait for the pull the watch will ask for; refusals are not
                 # retried): no further live wave for this state. After progress one more wave
@@ -849,6 +931,7 @@ class SyncEngine:
 
     def _store_push_failed(self, sid: str) -> None:
         """A store's push wave failed: no further live wave for this state; a poll retries it."""
+        log.debug("push %s failed: retry in %.1fs", sid, self.interval)
         self._handled[sid] = self.state.generation(sid)
         if self.watching:  # retried by a poll an interval later (SEMANTICS.md#d-unreachable)
             self._unsettled.add(sid)

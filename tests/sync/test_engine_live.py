@@ -1,0 +1,144 @@
+"""Live mode's rules of *when* (SEMANTICS.md#d-when), in process (tests/support/inprocess.py).
+
+The engine's own timer runs in the test's nursery, with its held watch against the real service
+app; the mount is kept "busy" (a filesystem request just now, for ever) so that the timer never
+pulls by itself: what the tests see is what the watch, the debounce and `memfs sync` do. Nothing
+is timed: every wait polls with a generous deadline.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import AsyncIterator, Awaitable, Callable
+
+import pytest
+import trio
+
+from tests.support.inprocess import EngineMount, InProcessService
+from tests.sync.test_engine_rules import World
+
+pytestmark = [pytest.mark.trio, pytest.mark.timeout(30)]
+
+
+@pytest.fixture
+async def world(tmp_path) -> AsyncIterator[World]:
+    svc = InProcessService(tmp_path / "service")
+    w = World(svc, tmp_path)
+    try:
+        yield w
+    finally:
+        await w.close()
+        await svc.aclose()
+
+
+def busy(m: EngineMount) -> None:
+    """A mount in the middle of a command, for ever: never quiet, so never pulled by the timer."""
+    m.fs.last_activity = math.inf
+
+
+async def until(pred: Callable[[], bool | Awaitable[bool]], timeout: float = 10.0) -> bool:
+    with trio.move_on_after(timeout):
+        while True:
+            value = pred()
+            if not isinstance(value, bool):
+                value = await value
+            if value:
+                return True
+            await trio.sleep(0.02)
+    return False
+
+
+async def store_counter(world: World) -> int:
+    resp = await world.svc.admin.get("/v1/memory_store_counters", params={"ids": world.notes})
+    return int(resp.json()["data"][0]["counter"])
+
+
+async def live_mount(world: World, nursery: trio.Nursery, files: dict[str, str]) -> EngineMount:
+    # The watch's change source: a served app runs it for its lifespan, which the in-memory
+    # transport does not start.
+    nursery.start_soon(world.svc.app.watch_hub.run)
+    m = await world.setup(files, interval=300.0)
+    busy(m)
+    nursery.start_soon(m.engine.timer)
+    assert await until(lambda: m.engine.status()["mode"] == "live"), m.engine.status()
+    return m
+
+
+async def test_a_busy_mount_pushes_after_the_debounce_though_its_store_moved(world):
+    """A moved store is pulled only between commands, but what the agent closed still goes out
+    after the debounce: waiting for the pull would hold every push of a busy mount (its own
+    first push moves the counter too) until it is quiet. The remote change stays unapplied."""
+    async with trio.open_nursery() as nursery:
+        m = await live_mount(world, nursery, {"/a.md": "alpha", "/b.md": "beta"})
+        applied = m.store_status("notes")["counter"]
+        await world.svc.update(world.notes, world.ids["/a.md"], content="alpha from elsewhere")
+        moved = await store_counter(world)
+        assert await until(lambda: m.store_status("notes")["counter_seen"] == moved)
+        m.write("/notes/new.md", b"written while busy")
+        m.write("/notes/b.md", b"beta, edited while busy")
+        assert await until(
+            lambda: _has(world, {"/new.md": "written while busy", "/b.md": "beta, edited while busy"})
+        ), await world.svc.contents(world.notes)
+        assert await until(lambda: m.store_status("notes")["staged"] == 0), m.store_status("notes")
+        s = m.store_status("notes")
+        # never pulled in the middle of a command: the remote edit waits for `memfs sync`
+        assert s["counter"] == applied and s["pull_pending"], s
+        assert m.read("/notes/a.md") == b"alpha"
+        result = await m.sync(force=False)
+        assert result["ran"] and m.read("/notes/a.md") == b"alpha from elsewhere"
+        assert m.store_status("notes")["counter"] == await store_counter(world)
+        world.svc.app.watch_hub.close()
+        nursery.cancel_scope.cancel()
+
+
+async def _has(world: World, want: dict[str, str]) -> bool:
+    have = await world.svc.contents(world.notes)
+    return all(have.get(p) == c for p, c in want.items())
+
+
+async def test_a_store_that_moved_again_during_its_pull_is_pulled_at_the_next_sync(world):
+    """A pull that applied something but ended behind the watch (another writer committed while
+    it fetched) leaves the store moved: the next `memfs sync` pulls it, with no back-off. Only a
+    pull that could not apply (a file open with unflushed writes) waits a second."""
+    async with trio.open_nursery() as nursery:
+        m = await live_mount(world, nursery, {"/a.md": "alpha", "/b.md": "beta"})
+        await world.svc.update(world.notes, world.ids["/a.md"], content="alpha 2")
+        first = await store_counter(world)
+        assert await until(lambda: m.store_status("notes")["counter_seen"] == first)
+
+        async def second_writer(_request) -> None:  # commits while the pull fetches /a.md
+            await world.svc.update(world.notes, world.ids["/b.md"], content="beta 2")
+            second = await store_counter(world)
+            assert await until(lambda: m.store_status("notes")["counter_seen"] == second)
+
+        m.transport.add("GET", "/memories/" + world.ids["/a.md"] + "$", before=second_writer)
+        result = await m.sync(force=False)
+        assert result["ran"] and m.read("/notes/a.md") == b"alpha 2"
+        assert m.store_status("notes")["pull_pending"], m.store_status("notes")
+        result = await m.sync(force=False)  # the next tool call
+        assert result["ran"], result
+        assert m.read("/notes/b.md") == b"beta 2"
+        s = m.store_status("notes")
+        assert s["counter"] == await store_counter(world) and not s["pull_pending"], s
+        world.svc.app.watch_hub.close()
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_pull_that_lacks_most_of_the_store_takes_one_snapshot_instead_of_a_get_each(world):
+    """After a busy minute a live mount lacks most of what the others wrote: one snapshot (one
+    request, content included) instead of a GET per memory. A few changes still cost a GET each."""
+    m = await world.setup({f"/d/f{i:02}.md": f"memory {i}" for i in range(40)})
+    for i in range(30):
+        await world.svc.update(world.notes, world.ids[f"/d/f{i:02}.md"], content=f"memory {i}, again")
+    m.transport.clear()
+    result = await m.sync()
+    assert result["ok"] and result["pulled"] == 30, result
+    assert m.transport.count("GET", "/snapshot$") == 1 and m.transport.count("GET", r"/memories/mem_") == 0
+    assert all(m.read(f"/notes/d/f{i:02}.md") == f"memory {i}, again".encode() for i in range(30))
+    assert m.read("/notes/d/f39.md") == b"memory 39"
+    assert m.store_status("notes")["counter"] == await store_counter(world)
+    for i in range(3):
+        await world.svc.update(world.notes, world.ids[f"/d/f{i:02}.md"], content=f"memory {i}, third")
+    m.transport.clear()
+    assert (await m.sync())["pulled"] == 3
+    assert m.transport.count("GET", "/snapshot$") == 0 and m.transport.count("GET", r"/memories/mem_") == 3
