@@ -59,13 +59,28 @@ class WatchHub:
 
     # --- the held request ------------------------------------------------------------------------
 
-    async def wait(self, known: dict[str, int], wait_s: float) -> tuple[bool, dict[str, int]]:
+    async def wait(
+        self,
+        known: dict[str, int],
+        wait_s: float,
+        first_read: Callable[[], Awaitable[dict[str, int] | None]] | None = None,
+    ) -> tuple[bool, dict[str, int]] | None:
         """(changed, current counters of `known`'s stores): at once when any differs, else when
-        one moves, else after `wait_s` (or at shutdown) with changed False."""
+        one moves, else after `wait_s` (or at shutdown) with changed False.
+
+        `first_read` (the counter fast path's watch, counter_path.py): the read made after
+        registering, which also checks the caller's credential; when it answers None the caller
+        is not sure of the request and None is returned at once (nothing held)."""
         waiter = _Waiter(known)
         self._add(waiter)
         try:
-            counters = await self._read(list(known))
+            if first_read is not None:
+                first = await first_read()
+                if first is None:
+                    return None
+                counters = first
+            else:
+                counters = await self._read(list(known))
             if counters != known or self._closed:
                 return counters != known, counters
             with anyio.move_on_after(min(wait_s, MAX_WAIT_S)):
