@@ -1,4 +1,5 @@
-"""The counter fast path: `GET …/{id}/counter` and `GET /v1/memory_store_counters` without the router.
+"""The counter fast path: `GET …/{id}/counter`, `GET /v1/memory_store_counters` and the watch
+(`GET /v1/memory_store_watch`, held by watch.py) without the router.
 
 Why: every mount asks for its counters every tick, so these two routes are most of a busy service's
 requests, and their cost was the per-request stack, not the database (docs/PERFORMANCE.md, service
@@ -14,8 +15,12 @@ HEAD, unexpected query parameters' shapes — returns False and the request goes
 path (app.py), which gives the exact error envelope. So both paths cannot disagree about an error:
 only one of them ever produces errors.
 
-Every answer is read from the database (no cached counters): a counter read on one replica right
-after a write acknowledged by another shows that write, and counters never go back between replicas.
+Every answer is read from the database (no cached counters, no cached credentials): a counter
+read on one replica right after a write acknowledged by another shows that write, counters never
+go back between replicas, and an archived session's token is refused by the next request. Reads
+that are not on the loop (PostgreSQL, a worker thread) are gathered per event-loop step into one
+statement (`_batched`): after a write to an org-wide store hundreds of re-armed watches arrive at
+once. A watch is held only once its first read, which checks its credential, succeeded.
 The outer frame (app.py `_RequestFrame`) still adds the request id, the access-log line and metrics.
 """
 
