@@ -261,7 +261,7 @@ class CounterPath:
         return True
 
     async def _watch(self, scope, send) -> bool:
-        """`GET /v1/memory_store_watch` (SPEC §2.5) held here when sure of it: the credential is
+        """`GET /v1/memory_store_watch` (docs/API.md) held here when sure of it: the credential is
         checked by the first read itself (one statement, batched), not by the full path's session
         lookup (a worker thread and a four-statement transaction per re-armed watch, which queued
         hundreds of them behind each other after every write to an org-wide store). The hub
