@@ -417,7 +417,9 @@ class _Service:
             p.require_store(sid)
         try:
             with self.metrics.watches_held.track_inprogress():
-                changed, counters = await self.watch_hub.wait(known, wait_s)
+                answer = await self.watch_hub.wait(known, wait_s)
+            assert answer is not None  # None only with a first_read
+            changed, counters = answer
         except StorageError as e:
             raise from_storage(e) from None
         self.metrics.counter_reads(len(known))
@@ -750,7 +752,7 @@ def create_app(
     service.extensions = extensions
     # The counter fast path answers before the router, so before the rate limiter too: with a
     # limit configured every request takes the full path (a runaway ticker is limited like any other).
-    fast = CounterPath(storage, admin_key, metrics) if extensions and rate_limiter is None else None
+    fast = CounterPath(storage, admin_key, metrics, hub) if extensions and rate_limiter is None else None
     if fast is not None and hub.fast_read is None:
         hub.fast_read = fast.watched_counters
 

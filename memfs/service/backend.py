@@ -87,6 +87,12 @@ class Tx(Protocol):
         """Counters of `store_ids` in one statement (sql_tx.counters_query); None when a store is
         missing or, with a token hash, not attached to that token's live session."""
 
+    def counters_batch(
+        self, token_hashes: Sequence[str], store_ids: Sequence[str]
+    ) -> tuple[dict[str, int], dict[str, set[str]]]:
+        """Many `counters_for` in one statement (sql_tx.counters_batch_query): the counters of the
+        stores that exist, and which of them each token's live session attaches."""
+
     def raise_history_floor(self, store_id: str, floor: int) -> None:
         """history_floor = max(history_floor, floor)."""
 

@@ -339,6 +339,21 @@ class AsyncCounterReader:
             await self._put(conn, ok)
         return counters_from_rows(rows, store_ids)
 
+    async def counters_batch(self, token_hashes, store_ids) -> tuple[dict[str, int], dict[str, set[str]]]:
+        from memfs.service.sql_tx import counters_batch_from_rows, counters_batch_query
+
+        sql, args = counters_batch_query(token_hashes, store_ids)
+        conn = await self._get()
+        ok = False
+        try:
+            # not prepared: the statement's shape changes with the batch's size
+            cur = await conn.execute(sql.replace("?", "%s"), args)
+            rows = await cur.fetchall()
+            ok = True
+        finally:
+            await self._put(conn, ok)
+        return counters_batch_from_rows(rows)
+
     async def aclose(self) -> None:
         idle, self._idle = self._idle, []
         for conn in idle:

@@ -106,6 +106,40 @@ def counters_from_rows(rows, store_ids: Sequence[str]) -> dict[str, int] | None:
     return found if len(found) == len(set(store_ids)) else None
 
 
+def counters_batch_query(token_hashes: Sequence[str], store_ids: Sequence[str]) -> tuple[str, list]:
+    """One statement for many fast-path requests at once (counter_path.py gathers the requests of
+    one event-loop step): the counter of each of `store_ids` that exists (`token_hash` NULL), and
+    which of them each live session holding one of `token_hashes` attaches (`counter` 0). One
+    statement is one snapshot, as `counters_query`; `counters_batch_from_rows` reads it."""
+    marks = ",".join("?" * len(store_ids))
+    sql = (
+        "SELECT s.id AS id, COALESCE((SELECT kv.value FROM store_kv kv WHERE kv.store_id = s.id "
+        f"AND kv.key = ?), 0) AS counter, CAST(NULL AS TEXT) AS token_hash FROM stores s WHERE s.id IN ({marks})"
+    )
+    args: list = [COUNTER_KEY, *store_ids]
+    if token_hashes:
+        tokens = ",".join("?" * len(token_hashes))
+        sql += (
+            " UNION ALL SELECT r.memory_store_id AS id, 0 AS counter, se.token_hash AS token_hash "
+            "FROM session_resources r JOIN sessions se ON se.id = r.session_id "
+            f"WHERE se.token_hash IN ({tokens}) AND se.archived_at IS NULL AND r.memory_store_id IN ({marks})"
+        )
+        args += [*token_hashes, *store_ids]
+    return sql, args
+
+
+def counters_batch_from_rows(rows) -> tuple[dict[str, int], dict[str, set[str]]]:
+    """(counter of each existing store, the stores each token's live session attaches)."""
+    counters: dict[str, int] = {}
+    attached: dict[str, set[str]] = {}
+    for r in rows:
+        if r["token_hash"] is None:
+            counters[r["id"]] = int(r["counter"])
+        else:
+            attached.setdefault(r["token_hash"], set()).add(r["id"])
+    return counters, attached
+
+
 class SqlTx:
     """The queries of `backend.Tx` on one DB-API connection inside one transaction.
 
@@ -238,6 +272,12 @@ class SqlTx:
     def counters_for(self, token_hash: str | None, store_ids: Sequence[str]) -> dict[str, int] | None:
         sql, args = counters_query(token_hash, store_ids)
         return counters_from_rows(self._x(sql, args).fetchall(), store_ids)
+
+    def counters_batch(
+        self, token_hashes: Sequence[str], store_ids: Sequence[str]
+    ) -> tuple[dict[str, int], dict[str, set[str]]]:
+        sql, args = counters_batch_query(token_hashes, store_ids)
+        return counters_batch_from_rows(self._x(sql, args).fetchall())
 
     def raise_history_floor(self, store_id: str, floor: int) -> None:
         self._x(

@@ -14,7 +14,11 @@ process, whatever the number of waiters:
   the watched stores are read in one transaction.
 
 A waiter registers first and reads its stores' counters second, so no commit falls between the
-two unnoticed. `close()` (shutdown) answers every held request at once and new ones immediately.
+two unnoticed. Once held, a waiter is answered from the counters the source reports (committed
+ones, newer than those it read): a wake-up costs no database read, whatever the number of waiters
+one commit wakes. Only a report that needs a read (a store deleted, a reconnect, shutdown) or the
+end of the wait reads again. `close()` (shutdown) answers every held request at once and new ones
+immediately.
 The hub runs under any anyio event loop (trio under Hypercorn today).
 """
 
@@ -39,11 +43,13 @@ SQLITE_POLL_S = 0.025
 
 
 class _Waiter:
-    __slots__ = ("known", "event")
+    __slots__ = ("known", "event", "moved", "recheck")
 
     def __init__(self, known: dict[str, int]):
         self.known = known
         self.event = anyio.Event()
+        self.moved: dict[str, int] = {}  # store -> the newest counter the change source reported
+        self.recheck = False  # something moved that only a read can tell (deleted, reconnected, shutdown)
 
 
 class WatchHub:
@@ -59,17 +65,39 @@ class WatchHub:
 
     # --- the held request ------------------------------------------------------------------------
 
-    async def wait(self, known: dict[str, int], wait_s: float) -> tuple[bool, dict[str, int]]:
+    async def wait(
+        self,
+        known: dict[str, int],
+        wait_s: float,
+        first_read: Callable[[], Awaitable[dict[str, int] | None]] | None = None,
+    ) -> tuple[bool, dict[str, int]] | None:
         """(changed, current counters of `known`'s stores): at once when any differs, else when
-        one moves, else after `wait_s` (or at shutdown) with changed False."""
+        one moves, else after `wait_s` (or at shutdown) with changed False.
+
+        `first_read` (the counter fast path's watch, counter_path.py): the read made after
+        registering, which also checks the caller's credential; when it answers None the caller
+        is not sure of the request and None is returned at once (nothing held)."""
         waiter = _Waiter(known)
         self._add(waiter)
         try:
-            counters = await self._read(list(known))
+            if first_read is not None:
+                first = await first_read()
+                if first is None:
+                    return None
+                counters = first
+            else:
+                counters = await self._read(list(known))
             if counters != known or self._closed:
                 return counters != known, counters
             with anyio.move_on_after(min(wait_s, MAX_WAIT_S)):
                 await waiter.event.wait()
+            if waiter.moved and not waiter.recheck:
+                # Answered from what the change source reported, with no read: a write to a store
+                # watched by hundreds wakes them all at once, and a read each (even one batched)
+                # put the database's queue into every wake-up. Each reported counter is committed
+                # and newer than the one read at registering; the other stores had not moved then
+                # and no commit of theirs was reported since (one that is, wakes the re-armed watch).
+                return True, {**known, **waiter.moved}
             counters = await self._read(list(known))
             return counters != known, counters
         finally:
@@ -100,14 +128,23 @@ class WatchHub:
     # --- what the sources call, on the event loop ----------------------------------------------------
 
     def publish(self, store_id: str, counter: int | None) -> None:
-        """Store `store_id` is at `counter` now (None: unknown, e.g. deleted): wake who knew otherwise."""
+        """Store `store_id` is at `counter` now (None: unknown, e.g. deleted): wake who knew less.
+
+        A held watch knows the counter it read after registering, so a report of that counter or
+        an older one (a notification of an earlier commit, delivered after that read) is not news."""
         for w in list(self._by_store.get(store_id, ())):
-            if counter is None or w.known.get(store_id) != counter:
+            if counter is None:
+                w.recheck = True
+                w.event.set()
+            elif counter > w.moved.get(store_id, w.known[store_id]):
+                w.moved[store_id] = counter
                 w.event.set()
 
     def publish_all(self) -> None:
+        """Anything may have moved (a reconnect, shutdown): every held watch reads again."""
         for waiters in list(self._by_store.values()):
             for w in waiters:
+                w.recheck = True
                 w.event.set()
 
     def watched(self) -> list[str]:

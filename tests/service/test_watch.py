@@ -263,3 +263,33 @@ def test_no_watch_on_a_hosted_api_service(tmp_path):
         assert trio.run(main) is None
     finally:
         svc.stop()
+
+
+def test_a_watch_checks_the_token_as_it_is_now(service):
+    """Watches are held by the counter fast path (counter_path.py), whose first read checks the
+    token in the database: an archived session's token is refused at once, with the full path's
+    envelope, and a watch with the token still works before that."""
+    a = service.create_store("a")["id"]
+    session = service.create_session([(a, "read_only")])
+    token = json.loads(base64.urlsafe_b64decode(session["work_secret"]))["sessions_token"]
+    headers = {"authorization": f"Bearer {token}", "anthropic-beta": "agent-memory-2026-07-22"}
+    with httpx.Client(base_url=service.base_url, headers=headers) as s:
+        r = watch(s, {a: 0}, 0)
+        assert r.status_code == 200 and r.headers["content-type"] == "application/json"
+        assert r.headers["request-id"].startswith("req_")
+        assert r.json() == {
+            "type": "memory_store_watch",
+            "status": "unchanged",
+            "data": [{"type": "memory_store_counter", "memory_store_id": a, "counter": 0}],
+        }
+        with service.admin_client() as c:
+            assert (
+                c.post(f"/v1/memory_stores/{a}/memories", json={"path": "/x", "content": "1"}).status_code
+                == 200
+            )
+        assert watch(s, {a: 0}, 5).json()["data"][0]["counter"] == 1  # changed: answered at once
+        with service.admin_client("managed-agents-2026-04-01") as admin:
+            assert admin.post(f"/v1/sessions/{session['id']}/archive").status_code == 200
+        r = watch(s, {a: 1}, 5)
+        assert r.status_code == 401 and r.json()["error"]["type"] == "authentication_error"
+        assert r.json()["request_id"] == r.headers["request-id"]

@@ -1,0 +1,174 @@
+"""The watch's fan-out and the counter fast path's batch, in-process on SQLite and PostgreSQL.
+
+What a write to a store watched by hundreds needs (scripts/loadtest, docs/PERFORMANCE.md's
+service section): the fast-path reads of one event-loop step answered by one statement, each
+request still checked for its own credential (`storage.counters_batch`, `CounterPath._batched`),
+and a held watch answered from the counter its change source reported, with no read
+(`WatchHub.publish`). Real storage underneath; no timing is asserted.
+"""
+
+from __future__ import annotations
+
+import anyio
+import pytest
+
+from memfs.service.auth import hash_token
+from memfs.service.counter_path import CounterPath
+from memfs.service.metrics import Metrics
+from memfs.service.storage import Actor, NotFound, ResourceSpec
+from memfs.service.watch import WatchHub
+
+pytestmark = pytest.mark.timeout(60)
+A = Actor("api_actor", "apikey_test")
+
+
+def _world(storage):
+    """Stores a, b, c (a written twice); token t1's session attaches a and b, t2's only c, t3's
+    session (attaching a) is archived."""
+    a, b, c = (storage.create_store(n, "", {}).id for n in "abc")
+    for i in range(2):
+        storage.create_memory(a, f"/m{i}", "x", A, max_memories=100)
+    sessions = {}
+    for token, stores in (("t1", [a, b]), ("t2", [c]), ("t3", [a])):
+        specs = [ResourceSpec(s, "read_write", None) for s in stores]
+        sessions[token] = storage.create_session(specs, token_hash=hash_token(token), title=None, metadata={})
+    storage.archive_session(sessions["t3"].id)
+    return a, b, c
+
+
+def test_counters_batch_reads_every_store_and_every_tokens_attachments(storage):
+    a, b, c = _world(storage)
+    tokens = [hash_token(t) for t in ("t1", "t2", "t3", "nobody")]
+    counters, attached = storage.counters_batch(tokens, [a, b, c, "memstore_missing"])
+    assert counters == {a: 2, b: 0, c: 0}  # a missing store is simply absent
+    assert attached == {hash_token("t1"): {a, b}, hash_token("t2"): {c}}  # archived, unknown: nothing
+    assert storage.counters_batch([], [b]) == ({b: 0}, {})
+
+
+class _CountingStorage:
+    """The real storage, counting the batched reads that reach it."""
+
+    def __init__(self, storage):
+        self._storage = storage
+        self.batches: list[tuple[list[str], list[str]]] = []
+
+    def __getattr__(self, name):
+        return getattr(self._storage, name)
+
+    def counters_batch(self, tokens, ids, **kw):
+        self.batches.append((list(tokens), list(ids)))
+        return self._storage.counters_batch(tokens, ids, **kw)
+
+
+def _batching_path(storage) -> tuple[CounterPath, _CountingStorage]:
+    counting = _CountingStorage(storage)
+    path = CounterPath(counting, "admin-key", Metrics())
+    # No read on the loop, no async connections: every read goes through the batch on a worker
+    # thread, as PostgreSQL's under Hypercorn does.
+    path.inline_read = None
+    path.async_reader = None
+    return path, counting
+
+
+def test_reads_of_one_loop_step_are_one_statement_each_checked_for_its_own_credential(storage):
+    a, b, c = _world(storage)
+    path, counting = _batching_path(storage)
+    asks = {
+        "admin": (None, [a, b]),
+        "t1": (hash_token("t1"), [a]),
+        "t1 not attached": (hash_token("t1"), [a, c]),
+        "t2": (hash_token("t2"), [c]),
+        "archived": (hash_token("t3"), [a]),
+        "unknown": (hash_token("nobody"), [c]),
+        "missing store": (None, [a, "memstore_missing"]),
+    }
+    answers: dict[str, dict[str, int] | None] = {}
+
+    async def main() -> None:
+        async def ask(name: str) -> None:
+            answers[name] = await path._read(*asks[name])
+
+        async with anyio.create_task_group() as tg:
+            for name in asks:
+                tg.start_soon(ask, name)
+
+    anyio.run(main)
+    assert answers == {
+        "admin": {a: 2, b: 0},
+        "t1": {a: 2},
+        "t1 not attached": None,
+        "t2": {c: 0},
+        "archived": None,
+        "unknown": None,
+        "missing store": None,  # None: the full path answers these, with its error
+    }
+    assert len(counting.batches) == 1  # one statement for all seven
+    # and a read after that batch is a new statement: it sees what was committed since
+    storage.create_memory(c, "/later", "x", A, max_memories=100)
+    assert anyio.run(path._read, hash_token("t2"), [c]) == {c: 1}
+    assert len(counting.batches) == 2
+
+
+def test_a_held_watch_is_answered_from_the_reported_counter_without_a_read(storage):
+    a, b, _ = _world(storage)
+    hub = WatchHub(storage)
+    reads: list[list[str]] = []
+
+    async def counting_read(ids):
+        reads.append(list(ids))
+        return storage.get_counters(ids)
+
+    hub.fast_read = counting_read
+    answers = []
+
+    async def main() -> None:
+        async def hold() -> None:
+            answers.append(await hub.wait({a: 2, b: 0}, 30))
+
+        async with anyio.create_task_group() as tg:
+            for _ in range(3):
+                tg.start_soon(hold)
+            while len(hub._by_store.get(a, ())) < 3:  # all three registered and read
+                await anyio.sleep(0.01)
+            await anyio.sleep(0.05)
+            hub.publish(a, 2)  # what they read already (a late notification): not news
+            hub.publish(a, 1)  # an older commit's: not news either
+            assert not answers and len(reads) == 3
+            hub.publish(b, 5)
+
+    anyio.run(main)
+    assert answers == [(True, {a: 2, b: 5})] * 3
+    assert len(reads) == 3  # the three first reads; the wake-up read nothing
+
+
+def test_a_report_only_a_read_can_tell_reads_again(storage):
+    """A deleted store (a report without a counter) and a reconnect (publish_all) are re-read:
+    the deleted store's watch then raises what the route answers (404)."""
+    a, b, _ = _world(storage)
+    hub = WatchHub(storage)
+    outcome: list[object] = []
+
+    async def main() -> None:
+        async def hold(known) -> None:
+            try:
+                outcome.append(await hub.wait(known, 30))
+            except NotFound as e:
+                outcome.append(e)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(hold, {b: 0})
+            while not hub._by_store.get(b):
+                await anyio.sleep(0.01)
+            await anyio.sleep(0.05)
+            hub.publish_all()  # nothing moved: re-read, "unchanged"
+        assert outcome == [(False, {b: 0})]
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(hold, {a: 2})
+            while not hub._by_store.get(a):
+                await anyio.sleep(0.01)
+            await anyio.sleep(0.05)
+            storage.delete_store(a)
+            hub.publish(a, None)
+
+    anyio.run(main)
+    assert isinstance(outcome[1], NotFound)
