@@ -117,6 +117,26 @@ class SyncFacing:
         neither read back nor hashed again. The store's content is UTF-8 (the API's is a string)."""
         self._place_remote(store_id, path, memory_id, sha, size, False, mtime_ns)
 
+    def apply_stored_many(
+        self, store_id: str, items: list[tuple[str, str | None, str, int, int | None]]
+    ) -> None:
+        """apply_stored for many files at once, (path, memory_id, sha, size, mtime_ns) each: a
+        first download's store. The same changes, their rows written with one statement per table
+        in one transaction (a row each was a third of the download's main-thread time)."""
+        self._rows = ([], [])
+        try:
+            with self.state.transaction():
+                for path, memory_id, sha, size, mtime_ns in items:
+                    self._place_remote(store_id, path, memory_id, sha, size, False, mtime_ns)
+                files, dirs = self._rows
+                self.state.upsert_dirs(store_id, dirs)
+                self.state.upsert_files(store_id, files)
+        finally:
+            self._rows = None
+
+    # While apply_stored_many runs: the rows _place_remote would write, (files, dirs), written after.
+    _rows: tuple[list[tuple], list[tuple]] | None = None
+
     def _place_remote(
         self,
         store_id: str,
@@ -137,12 +157,15 @@ class SyncFacing:
             node = parent.children.get(name)
             if node is not None and not isinstance(node, FileNode):
                 raise FsError(errno.EISDIR, f"{path} is a directory here")
-            for d in created:
-                self.state.upsert_dir(store_id, d.path, d.mtime_ns, d.mode)
             mode = node.mode if node is not None else 0o644
-            self.state.upsert_file(
-                store_id, path, memory_id, sha, size, mtime_ns, mode, FLAG_BAD_UTF8 if bad else 0
-            )
+            flags = FLAG_BAD_UTF8 if bad else 0
+            if self._rows is not None:  # apply_stored_many writes them, all at once
+                self._rows[1].extend((d.path, d.mtime_ns, d.mode) for d in created)
+                self._rows[0].append((path, memory_id, sha, size, mtime_ns, mode, flags))
+            else:
+                for d in created:
+                    self.state.upsert_dir(store_id, d.path, d.mtime_ns, d.mode)
+                self.state.upsert_file(store_id, path, memory_id, sha, size, mtime_ns, mode, flags)
         if created:
             self.inval.entry(Tree.parent_of(created[0]), created[0].name)
         if node is None:

@@ -777,7 +777,24 @@ class SyncEngine:
                 self.fs.remove_path(sid, path)
                 dirs.discard(path)
 
+        # A run of streamed content (a first download's whole store) is placed in one go.
+        placing: list[tuple[str, str | None, str, int, int | None]] = []
+
+        def place() -> None:
+            if placing:
+                self.fs.apply_stored_many(sid, list(placing))
+                placing.clear()
+
         for a in plan.view:
+            if (
+                isinstance(a, P.Materialise)
+                and a.sha in streamed
+                and a.sha not in contents
+                and a.path not in dirs
+            ):
+                placing.append((a.path, a.memory_id, a.sha, a.size, self._mtimes.pop(a.memory_id, None)))
+                continue
+            place()  # in order: what follows may depend on it
             if isinstance(a, P.KeepLocal):
                 kept[a.path] = str(self.state.keep_copy(sid, a.path, self.state.get_blob(a.sha)))
             elif isinstance(a, P.Materialise):
@@ -797,8 +814,19 @@ class SyncEngine:
                 self.fs.move_path(sid, a.old_path, a.new_path)
             elif isinstance(a, P.RemoveLocal):
                 self.fs.remove_path(sid, a.path)
+        place()
+        bases: list[tuple[str, str, str, int]] = []  # a run of SetBase: one statement
         for book in plan.bookkeeping:
+            if isinstance(book, P.SetBase):
+                b = book.entry
+                bases.append((b.memory_id, b.path, b.sha, b.size))
+                continue
+            if bases:
+                self.state.set_baselines(sid, bases)
+                bases = []
             self._book(sid, book)
+        if bases:
+            self.state.set_baselines(sid, bases)
         for n in summarise_notices(plan.notices):
             details = n.details
             if n.kept and n.path in kept:
