@@ -17,7 +17,7 @@ import json
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import httpx
 import orjson
@@ -103,6 +103,112 @@ class Changes:
     counter: int
     too_old: bool
     changes: list[Change]
+
+
+# A first download's snapshot is received in chunks of about this size and parsed, hashed and
+# stored from a worker thread while the next chunks arrive; at most this many wait in between.
+SNAPSHOT_CHUNK_BYTES = 1024 * 1024
+SNAPSHOT_CHUNKS_AHEAD = 2
+
+
+class SnapshotSink(Protocol):
+    """Where a snapshot's memories go as they arrive (StoreClient.snapshot)."""
+
+    def put(self, memories: list[dict[str, Any]]) -> None:
+        """Take one chunk's memories (each the API's memory object, content included). Called
+        from a worker thread, one chunk at a time, in the stream's order."""
+
+
+class _SnapshotParser:
+    """Turns a snapshot's JSON lines, arriving in arbitrary byte chunks, into memories for a sink.
+    Called from one worker thread at a time (the chunks are handed over one after the other)."""
+
+    def __init__(self, url: str, sink: SnapshotSink):
+        self.url = url
+        self.sink = sink
+        self.rest = b""  # an incomplete last line, completed by the next chunk
+        self.counter: int | None = None  # from the header line
+        self.seen = 0
+        self.ended = False
+
+    def feed(self, data: bytes) -> None:
+        lines = (self.rest + data).split(b"\n") if self.rest else data.split(b"\n")
+        self.rest = lines.pop()
+        memories: list[dict[str, Any]] = []
+        for line in lines:
+            item = self._parse(line)
+            if item is None:
+                continue
+            kind = item.get("type")
+            if kind == "memory":
+                if self.counter is None or self.ended:
+                    raise Unreachable(f"GET {self.url}: a memory outside the snapshot's header and end")
+                memories.append(item)
+            elif kind == "memory_store_snapshot":
+                self.counter = int(item["counter"])
+            elif kind == "snapshot_end":
+                self.ended = int(item.get("count", -1)) == self.seen + len(memories)
+        self.seen += len(memories)
+        if memories:
+            self.sink.put(memories)
+
+    def finish(self) -> int:
+        """The snapshot's counter, once the stream ended where the service said it would."""
+        self.feed(b"\n")  # the last line may lack its newline
+        if self.counter is None or not self.ended:
+            raise Unreachable(f"GET {self.url}: snapshot stream was truncated")
+        return self.counter
+
+    def _parse(self, line: bytes) -> dict[str, Any] | None:
+        if not line.strip():
+            return None
+        try:
+            item = orjson.loads(line)  # a first download's hot loop: see the service's snapshot
+        except ValueError as exc:
+            raise Unreachable(f"GET {self.url}: malformed snapshot line") from exc
+        if not isinstance(item, dict):
+            raise Unreachable(f"GET {self.url}: malformed snapshot line")
+        return item
+
+
+async def _stream_snapshot(url: str, resp: httpx.Response, sink: SnapshotSink) -> int:
+    """Receive on this task, parse and hand over on a worker thread, a bounded queue between."""
+    parser = _SnapshotParser(url, sink)
+    send, receive = trio.open_memory_channel[bytes](SNAPSHOT_CHUNKS_AHEAD)
+    failure: list[BaseException] = []
+
+    async def receive_body(cancel: trio.CancelScope) -> None:
+        try:
+            async with send:
+                parts: list[bytes] = []
+                size = 0
+                async for chunk in resp.aiter_bytes():
+                    parts.append(chunk)
+                    size += len(chunk)
+                    if size >= SNAPSHOT_CHUNK_BYTES:
+                        await send.send(b"".join(parts))
+                        parts, size = [], 0
+                if parts:
+                    await send.send(b"".join(parts))
+        except Exception as exc:  # the consumer must not wait for a chunk that never comes
+            failure.append(exc)
+            cancel.cancel()
+
+    async def hand_over(cancel: trio.CancelScope) -> None:
+        try:
+            async with receive:
+                async for data in receive:
+                    await trio.to_thread.run_sync(parser.feed, data)
+        except Exception as exc:
+            failure.append(exc)
+            cancel.cancel()
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(receive_body, nursery.cancel_scope)
+        nursery.start_soon(hand_over, nursery.cancel_scope)
+    if failure:  # the first is the cause: the other task was cancelled because of it
+        raise failure[0]
+    return parser.finish()
 
 
 def sessions_token_from_secret(secret: str | None) -> str | None:
@@ -281,8 +387,15 @@ class StoreClient:
         ]
         return Changes(counter=int(body["counter"]), too_old=body.get("status") == "too_old", changes=changes)
 
-    async def snapshot(self, store_id: str) -> tuple[int, list[dict[str, Any]]] | None:
-        """Every memory with content at one counter, in one streamed request; None without the endpoint."""
+    async def snapshot(self, store_id: str, sink: SnapshotSink) -> int | None:
+        """Every memory with content at one counter, in one streamed request, handed to `sink` as
+        the lines arrive; returns the counter, or None without the endpoint.
+
+        The stream is read in chunks on this task; a worker thread parses them and calls
+        `sink.put` with each chunk's memories (one chunk at a time, in order), while the next
+        chunk is received: at most SNAPSHOT_CHUNKS_AHEAD chunks of SNAPSHOT_CHUNK_BYTES wait, so a
+        store's content is never whole in memory. A stream that breaks or ends early raises
+        Unreachable: what `sink` got by then is part of a store, which the caller must not show."""
         url = f"/v1/memory_stores/{store_id}/snapshot"
         for attempt in range(self.retries + 1):
             self.requests_sent += 1
@@ -299,34 +412,11 @@ class StoreClient:
                         if wait is None:
                             raise _api_error(resp)
                     else:
-                        return await self._read_snapshot(url, resp)
+                        return await _stream_snapshot(url, resp, sink)
             except httpx.HTTPError as exc:
                 raise Unreachable(f"GET {url}: {_describe(exc)}") from exc
             await trio.sleep(wait)
         raise AssertionError("unreachable")  # the last attempt returns or raises
-
-    @staticmethod
-    async def _read_snapshot(url: str, resp: httpx.Response) -> tuple[int, list[dict[str, Any]]]:
-        header: dict[str, Any] | None = None
-        memories: list[dict[str, Any]] = []
-        ended = False
-        try:
-            async for line in resp.aiter_lines():
-                if not line.strip():
-                    continue
-                item = orjson.loads(line)  # a first download's hot loop: see the service's snapshot
-                kind = item.get("type")
-                if kind == "memory_store_snapshot":
-                    header = item
-                elif kind == "memory":
-                    memories.append(item)
-                elif kind == "snapshot_end":
-                    ended = int(item.get("count", -1)) == len(memories)
-        except ValueError as exc:
-            raise Unreachable(f"GET {url}: malformed snapshot line") from exc
-        if header is None or not ended:
-            raise Unreachable(f"GET {url}: snapshot stream was truncated")
-        return int(header["counter"]), memories
 
     # -- memories ---------------------------------------------------------------------------
     async def list_memories(

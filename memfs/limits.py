@@ -50,6 +50,8 @@ def _check_segment(name: str) -> None:
     """The rules one path segment breaks on the store too: empty, `.`/`..`, characters, NFC."""
     if name in ("", ".", ".."):
         raise PathError(f"path segment {name!r} is not allowed")
+    if name.isascii() and name.isprintable() and "\\" not in name:
+        return  # the common case, checked at C speed: printable ASCII has no Cc/Cf and is NFC
     for ch in name:
         if _bad_char(ch):
             raise PathError(f"path segment contains a forbidden character U+{ord(ch):04X}")

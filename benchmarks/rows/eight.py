@@ -170,8 +170,8 @@ def row_eight_stores(
         rss,
         off["rss"]["VmHWM"],
         "B",
-        "<= 200 MiB (for 256 MiB of content)",
-        rss <= 200 * 2**20,
+        "<= 150 MiB (for 256 MiB of content)",
+        rss <= 150 * 2**20,
         base_label="official worker process (peak)",
         details={
             "memfs_mounted": rss_mounted,

@@ -35,6 +35,13 @@ class BlobStore(StateDb):
         self._cache_put(sha, data)
         return sha
 
+    def put_blobs(self, blobs: list[tuple[str, bytes]]) -> None:
+        """Store (sha, content) pairs whose sha the caller computed, in one transaction (a chunk of a
+        first download's snapshot, from a worker thread). Not cached: a download would only push
+        the content that reads made hot out of the cache, and hold a store's worth in memory."""
+        with self.transaction() as db:
+            db.executemany("INSERT OR IGNORE INTO blobs(sha, data) VALUES(?, ?)", blobs)
+
     def _cache_put(self, sha: str, data: bytes) -> None:
         if len(data) <= self._cache.maxsize:
             with self._mutex:

@@ -94,6 +94,19 @@ class SyncJournal(StateDb):
             ).fetchall()
         return {r[1]: BaseEntry(*r) for r in rows}
 
+    def set_baselines(self, store_id: str, entries: list[tuple[str, str, str, int]]) -> None:
+        """set_baseline for many (memory_id, path, sha, size), as two statements (a first download's)."""
+        self._bump(store_id)
+        with self.transaction() as db:
+            db.executemany(
+                "DELETE FROM baseline WHERE store_id=? AND path=? AND memory_id<>?",
+                ((store_id, path, memory_id) for memory_id, path, _sha, _size in entries),
+            )
+            db.executemany(
+                "INSERT OR REPLACE INTO baseline(store_id, memory_id, path, sha, size) VALUES(?,?,?,?,?)",
+                ((store_id, *e) for e in entries),
+            )
+
     def set_baseline(self, store_id: str, memory_id: str, path: str, sha: str, size: int) -> None:
         """Record a memory as synced; a row of another memory at the same path is replaced.
         (The table's `updated_at` column is left NULL: nothing reads it.)"""

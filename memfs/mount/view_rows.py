@@ -68,6 +68,18 @@ class ViewRows(StateDb):
                 (store_id, path, memory_id, sha, size, mtime_ns, mode, flags),
             )
 
+    def upsert_files(
+        self, store_id: str, rows: list[tuple[str, str | None, str, int, int, int, int]]
+    ) -> None:
+        """upsert_file for many (path, memory_id, sha, size, mtime_ns, mode, flags), one statement."""
+        self._bump(store_id)
+        with self.transaction() as db:
+            db.executemany(
+                "INSERT OR REPLACE INTO files(store_id, path, memory_id, sha, size, mtime_ns, mode, flags) "
+                "VALUES(?,?,?,?,?,?,?,?)",
+                ((store_id, *r) for r in rows),
+            )
+
     def delete_file(self, store_id: str, path: str) -> None:
         self._bump(store_id)
         with self.transaction() as db:
@@ -106,6 +118,14 @@ class ViewRows(StateDb):
             db.execute(
                 "INSERT OR REPLACE INTO dirs(store_id, path, mtime_ns, mode) VALUES(?,?,?,?)",
                 (store_id, path, mtime_ns, mode),
+            )
+
+    def upsert_dirs(self, store_id: str, rows: list[tuple[str, int, int]]) -> None:
+        """upsert_dir for many (path, mtime_ns, mode), one statement."""
+        with self.transaction() as db:
+            db.executemany(
+                "INSERT OR REPLACE INTO dirs(store_id, path, mtime_ns, mode) VALUES(?,?,?,?)",
+                ((store_id, *r) for r in rows),
             )
 
     def delete_dir(self, store_id: str, path: str) -> None:

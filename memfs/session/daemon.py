@@ -230,7 +230,17 @@ class Daemon:
             )
             self.engine = engine
             try:
+                started = time.monotonic()
                 await engine.initial()
+                totals = [fs.totals(st.store_id) for st in stores]
+                files, size = sum(t[0] for t in totals), sum(t[1] for t in totals)
+                log.info(
+                    "downloaded %d store(s), %d file(s), %.1f MiB in %.2fs",
+                    len(stores),
+                    files,
+                    size / 2**20,
+                    time.monotonic() - started,
+                )
                 _release_freed_memory()
             except (ApiError, Unreachable, TickFailed) as exc:  # TickFailed: what initial() raises
                 raise MountError(f"cannot download the memory stores from {opts.base_url}: {exc}") from exc

@@ -179,6 +179,34 @@ class TickReport:
     requests: int = 0
 
 
+class _StreamedSnapshot:
+    """A first download's snapshot as it streams (SEMANTICS.md#d-first-download): each chunk's content
+    is hashed and stored in the state dir's blobs from the client's worker thread as it arrives,
+    and only what the plan needs is kept (id, path, sha, size, updated_at). Nothing here is in
+    the view: the plan applies the store, whole, once the stream has ended."""
+
+    def __init__(self, state: Journal, slug: str):
+        self.state = state
+        self.slug = slug
+        self.entries: list[tuple[str, str, str, int, str | None]] = []
+        self.shas: set[str] = set()
+
+    def put(self, memories: list[dict[str, Any]]) -> None:
+        blobs: list[tuple[str, bytes]] = []
+        for m in memories:
+            data = (m.get("content") or "").encode("utf-8")
+            sha = hashlib.sha256(data).hexdigest()  # releases the GIL: the trio thread reads on
+            if sha != m.get("content_sha256"):
+                raise Unreachable(
+                    f"{self.slug}: the snapshot's content of {m.get('path')!r} is not its content_sha256"
+                )
+            if sha not in self.shas:
+                self.shas.add(sha)
+                blobs.append((sha, data))
+            self.entries.append((m["id"], m["path"], sha, len(data), m.get("updated_at")))
+        self.state.put_blobs(blobs)
+
+
 class SyncEngine:
     def __init__(
         self,
@@ -210,6 +238,7 @@ class SyncEngine:
         self.sync = {s.store_id: StoreSync(s) for s in self.stores}
         self._nursery: trio.Nursery | None = None
         self._mtimes: dict[str, int] = {}  # memory id -> updated_at (ns), for the view's mtime
+        self._streamed: dict[str, set[str]] = {}  # store id -> shas its snapshot stored (this pull)
         self._clean: dict[str, int] = {}  # store id -> state generation at which nothing was staged
         # -- live mode (SEMANTICS.md#d-when) --
         self.live_wanted = live  # False: `--live off`, the mount only polls
@@ -601,6 +630,7 @@ class SyncEngine:
             self._clean[sid] = generation
             return []
         contents: dict[str, bytes] = {}
+        self._streamed.pop(sid, None)  # what a failed pull's snapshot stored is not this pull's
         new_counter = applied
         if moved:
             remote, order, new_counter = await self._remote_state(store, applied, base, contents)
@@ -624,10 +654,14 @@ class SyncEngine:
         snapped = False
         for _round in range(3):
             plan = self._plan(store, base, remote, order, moved)
+            streamed = self._streamed.get(sid, ())
             missing = {
                 a.sha: a.memory_id
                 for a in plan.view
-                if isinstance(a, P.Materialise) and a.sha not in contents and not self.state.has_blob(a.sha)
+                if isinstance(a, P.Materialise)
+                and a.sha not in contents
+                and a.sha not in streamed
+                and not self.state.has_blob(a.sha)
             }
             if not missing:
                 break
@@ -646,6 +680,7 @@ class SyncEngine:
         assert plan is not None  # the loop ran at least once
         with self.state.transaction():  # one commit per store and tick: all of the plan or none of it
             deferred = self._apply(store, plan, contents)
+        self._streamed.pop(sid, None)
         if deferred:
             return []
         report.pulled += sum(
@@ -701,18 +736,15 @@ class SyncEngine:
                         self._note_mtime(c.memory_id, c.updated_at)
                 return remote, sorted(remote, key=lambda mid: remote[mid].path), changes.counter
         if self.has_counter and not base:
-            snap = await self.client.snapshot(sid)
-            if snap is not None:
-                counter, memories = snap
+            snap = _StreamedSnapshot(self.state, store.slug)
+            counter = await self.client.snapshot(sid, snap)
+            if counter is not None:
                 remote = {}
-                for m in memories:
-                    data = (m.get("content") or "").encode("utf-8")
-                    contents[m["content_sha256"]] = data
-                    self._note_mtime(m["id"], m.get("updated_at"))
-                    remote[m["id"]] = P.RemoteEntry(
-                        m["id"], m["path"], m["content_sha256"], m["content_size_bytes"]
-                    )
-                return remote, [m["id"] for m in memories], counter
+                for memory_id, path, sha, size, updated_at in snap.entries:
+                    self._note_mtime(memory_id, updated_at)
+                    remote[memory_id] = P.RemoteEntry(memory_id, path, sha, size)
+                self._streamed[sid] = snap.shas
+                return remote, [e[0] for e in snap.entries], counter
         # No feed (the hosted API, SEMANTICS.md#d-no-counter), a counter too old for it, or no snapshot: listings by
         # path prefix, concurrently. A first download asks the full view: content comes with it.
         full = not base
@@ -835,6 +867,7 @@ class SyncEngine:
             # than override half an edit (the counter is not advanced, so nothing is missed).
             return True
         kept: dict[str, str] = {}
+        streamed = self._streamed.get(sid, ())
         dirs = self.fs.dir_paths(sid)
         files = self.fs.local_view(sid)
 
@@ -845,24 +878,56 @@ class SyncEngine:
                 self.fs.remove_path(sid, path)
                 dirs.discard(path)
 
+        # A run of streamed content (a first download's whole store) is placed in one go.
+        placing: list[tuple[str, str | None, str, int, int | None]] = []
+
+        def place() -> None:
+            if placing:
+                self.fs.apply_stored_many(sid, list(placing))
+                placing.clear()
+
         for a in plan.view:
+            if (
+                isinstance(a, P.Materialise)
+                and a.sha in streamed
+                and a.sha not in contents
+                and a.path not in dirs
+            ):
+                placing.append((a.path, a.memory_id, a.sha, a.size, self._mtimes.pop(a.memory_id, None)))
+                continue
+            place()  # in order: what follows may depend on it
             if isinstance(a, P.KeepLocal):
                 kept[a.path] = str(self.state.keep_copy(sid, a.path, self.state.get_blob(a.sha)))
             elif isinstance(a, P.Materialise):
+                clear_empty_dir(a.path)
+                mtime_ns = self._mtimes.pop(a.memory_id, None)
                 data = contents.get(a.sha)
+                if data is None and a.sha in streamed:  # stored (and hashed) as the snapshot streamed
+                    self.fs.apply_stored(sid, a.path, a.memory_id, a.sha, a.size, mtime_ns)
+                    continue
                 if data is None:
                     data = self.state.get_blob(a.sha)
-                clear_empty_dir(a.path)  # apply_remote stores the blob itself
                 self.fs.apply_remote(
-                    sid, a.path, a.memory_id, a.sha, data, self._mtimes.pop(a.memory_id, None)
-                )
+                    sid, a.path, a.memory_id, a.sha, data, mtime_ns
+                )  # stores the blob itself
             elif isinstance(a, P.MoveLocal):
                 clear_empty_dir(a.new_path)
                 self.fs.move_path(sid, a.old_path, a.new_path)
             elif isinstance(a, P.RemoveLocal):
                 self.fs.remove_path(sid, a.path)
+        place()
+        bases: list[tuple[str, str, str, int]] = []  # a run of SetBase: one statement
         for book in plan.bookkeeping:
+            if isinstance(book, P.SetBase):
+                b = book.entry
+                bases.append((b.memory_id, b.path, b.sha, b.size))
+                continue
+            if bases:
+                self.state.set_baselines(sid, bases)
+                bases = []
             self._book(sid, book)
+        if bases:
+            self.state.set_baselines(sid, bases)
         for n in summarise_notices(plan.notices):
             details = n.details
             if n.kept and n.path in kept:

@@ -348,3 +348,32 @@ def test_state_and_filesystem_have_the_shapes_the_engine_needs(st):
             assert callable(got), f"{type(impl).__name__} has no {name} ({port.__name__})"
             want = [p for p in inspect.signature(member).parameters if p != "self"]
             assert list(inspect.signature(got).parameters)[: len(want)] == want, name
+
+
+def test_batched_rows_are_the_single_rows(st, tmp_path):
+    """A first download's batched writes (set_baselines, upsert_files/dirs, put_blobs) leave the
+    same rows as their one-row forms, replacements included."""
+    single = State(tmp_path / "single")
+    try:
+        base = [("m1", "/a", "sha1", 1), ("m2", "/b", "sha2", 2), ("m3", "/a", "sha3", 3)]
+        files = [("/d/x", "m1", "sha1", 1, 10, 0o644, 0), ("/d/x", "m2", "sha2", 2, 20, 0o600, 0)]
+        dirs = [("/d", 5, 0o755), ("/e", 6, 0o700)]
+        for s in (st, single):
+            s.set_baseline("s", "m9", "/b", "old", 9)  # another memory at /b: replaced
+        st.set_baselines("s", base)
+        st.upsert_files("s", files)
+        st.upsert_dirs("s", dirs)
+        st.put_blobs([(hashlib.sha256(b"x").hexdigest(), b"x")])
+        for e in base:
+            single.set_baseline("s", *e)
+        for f in files:
+            single.upsert_file("s", *f)
+        for d in dirs:
+            single.upsert_dir("s", *d)
+        assert st.baseline("s") == single.baseline("s")
+        assert set(st.baseline("s")) == {"/a", "/b"}
+        assert st.load_files("s") == single.load_files("s")
+        assert st.load_dirs("s") == single.load_dirs("s")
+        assert st.get_blob(hashlib.sha256(b"x").hexdigest()) == b"x"
+    finally:
+        single.close()

@@ -1,0 +1,151 @@
+"""The first download (SEMANTICS.md#d-first-download): each store's snapshot is stored as it streams,
+and a store is shown only once its stream has ended whole.
+
+Real `memfs serve`, real mounts, the fault proxy between them: a snapshot stream cut halfway leaves
+content of the cut store in the state dir's blobs (it was stored while the stream arrived) but no
+file, baseline or counter of it, and nothing mounted; the retry then shows every store whole.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import random
+import sqlite3
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from memfs.limits import RESERVED_NAMES
+from tests.support.proxy import Proxy
+from tests.support.sandbox import Sandbox, is_mounted
+
+pytestmark = pytest.mark.timeout(180)
+
+# Big enough that half of the stream is several of the client's 1 MiB chunks (memfs/client.py
+# SNAPSHOT_CHUNK_BYTES): the cut comes after content was already handed to the worker thread.
+BIG_FILES = 160
+BIG_SIZE = 24 * 1024
+
+
+def _text(rng: random.Random, n: int) -> str:
+    words = ["alpha", "beta", "gamma", "delta", "naïve", "résumé", "✓", "line\n", "tab\tend"]
+    out: list[str] = []
+    size = 0
+    while size < n:
+        w = rng.choice(words)
+        out.append(w)
+        size += len(w) + 1
+    return " ".join(out)[:n]
+
+
+def _walk(top: Path) -> dict[str, bytes]:
+    return {
+        "/" + str(p.relative_to(top)): p.read_bytes()
+        for p in sorted(top.rglob("*"))
+        if p.is_file() and not (p.parent == top and p.name in RESERVED_NAMES)
+    }
+
+
+@contextlib.contextmanager
+def _db(state_dir: Path) -> Iterator[sqlite3.Connection]:
+    conn = sqlite3.connect(f"file:{state_dir / 'state.db'}?mode=ro", uri=True)
+    try:
+        yield conn
+    finally:
+        conn.close()
+
+
+def _rows(state_dir: Path, table: str, store_id: str) -> int:
+    with _db(state_dir) as db:
+        return db.execute(f"SELECT COUNT(*) FROM {table} WHERE store_id=?", (store_id,)).fetchone()[0]
+
+
+@pytest.fixture
+def stores(service, api):
+    rng = random.Random(18)
+    big = api.create_store("Big Notes")
+    small = api.create_store("Small Notes")
+    big_seed = {f"/d{i % 7}/sub{i % 3}/note-{i:03d}.md": _text(rng, BIG_SIZE) for i in range(BIG_FILES)}
+    small_seed = {"/readme.md": "small store\n", "/x/y.md": "why\n"}
+    for path, content in big_seed.items():
+        api.create(big, path, content)
+    for path, content in small_seed.items():
+        api.create(small, path, content)
+    session = api.create_session([(big, "read_write"), (small, "read_only")])
+    return big, small, big_seed, small_seed, session
+
+
+@pytest.fixture
+def through_proxy(service, stores, tmp_path):
+    big, small, big_seed, small_seed, session = stores
+    proxy = Proxy(service.base_url)
+    box = Sandbox(
+        tmp_path, "fd", base_url=proxy.url, session_id=session["id"], work_secret=session["work_secret"]
+    )
+    try:
+        yield box, proxy
+    finally:
+        proxy.clear()
+        box.close()
+        proxy.close()
+
+
+def _slugs(box: Sandbox) -> dict[str, str]:
+    with _db(box.state_dir) as db:
+        return dict(db.execute("SELECT store_id, slug FROM stores"))
+
+
+@pytest.mark.expected_log(r"cannot download the memory stores")
+def test_a_cut_snapshot_shows_nothing_and_the_retry_starts_clean(stores, through_proxy):
+    big, small, big_seed, small_seed, _session = stores
+    box, proxy = through_proxy
+    cut = proxy.add("GET", rf"/memory_stores/{big}/snapshot$", "reset_mid_body", times=1)
+
+    proc = box.mount(check=False)
+    assert cut.hits == 1
+    assert proc.returncode != 0, proc.stdout
+    assert "cannot download the memory stores" in proc.stderr, proc.stderr
+    assert not is_mounted(box.root) and os.listdir(box.root) == []
+    # Content of the cut store reached the state dir while its stream arrived (the download
+    # stores as it streams) ...
+    with _db(box.state_dir) as db:
+        stored = {sha for (sha,) in db.execute("SELECT sha FROM blobs")}
+    big_shas = {hashlib.sha256(c.encode()).hexdigest() for c in big_seed.values()}
+    assert 0 < len(stored & big_shas) < len(big_shas), len(stored & big_shas)
+    # ... but none of it is a file, a baseline entry or a counter: no half store anywhere.
+    for table in ("files", "dirs", "baseline"):
+        assert _rows(box.state_dir, table, big) == 0, table
+    with _db(box.state_dir) as db:
+        (counter,) = db.execute("SELECT counter FROM stores WHERE store_id=?", (big,)).fetchone()
+    assert counter is None
+    # The other store is untouched or whole, never partial.
+    assert _rows(box.state_dir, "files", small) in (0, len(small_seed))
+
+    # The retry (the stream whole now) shows both stores exactly as the service has them.
+    box.mount()
+    slugs = _slugs(box)
+    assert _walk(box.root / slugs[big]) == {p: c.encode() for p, c in big_seed.items()}
+    assert _walk(box.root / slugs[small]) == {p: c.encode() for p, c in small_seed.items()}
+    assert _rows(box.state_dir, "files", big) == len(big_seed)
+    assert _rows(box.state_dir, "baseline", big) == len(big_seed)
+
+
+def test_a_streamed_download_matches_the_store_and_its_sizes(stores, through_proxy):
+    """Every memory of a multi-chunk snapshot lands as its file: content, size, the baseline's sha."""
+    big, small, big_seed, small_seed, _session = stores
+    box, _proxy = through_proxy
+    box.mount()
+    slugs = _slugs(box)
+    top = box.root / slugs[big]
+    assert _walk(top) == {p: c.encode() for p, c in big_seed.items()}
+    for path, content in list(big_seed.items())[:10]:
+        assert (top / path.lstrip("/")).stat().st_size == len(content.encode())
+    with _db(box.state_dir) as db:
+        base = dict(db.execute("SELECT path, sha FROM baseline WHERE store_id=?", (big,)))
+    assert base == {p: hashlib.sha256(c.encode()).hexdigest() for p, c in big_seed.items()}
+    # A local edit after the streamed download pushes as usual (the blob is really there).
+    (top / "d0/sub0/note-000.md").write_text("edited\n")
+    assert box.sync()["ok"]
