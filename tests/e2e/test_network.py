@@ -285,3 +285,33 @@ def test_the_client_spreads_its_requests_over_small_pools_and_keeps_the_bound(sm
         assert CONCURRENCY // 2 < proxy.counts.conns <= CONCURRENCY, proxy.counts
     finally:
         proxy.close()
+
+
+@pytest.mark.timeout(120)
+def test_a_hosted_tick_gives_a_changed_file_its_memorys_updated_at_as_mtime(tmp_path):
+    """The engine keeps each listed memory's updated_at as text and parses it only for the files
+    it writes (engine._note_mtime): the written file's mtime is still the memory's updated_at."""
+    from datetime import datetime
+
+    def ns(stamp: str) -> int:
+        return int(datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp() * 1e9)
+
+    svc = ServiceProcess(tmp_path / "service", hosted_api=True)
+    try:
+        api = Api(svc.base_url, svc.admin_key)
+        store = api.create_store("WAN Notes")
+        api.create(store, "/d/keep.md", "kept\n")
+        m = api.create(store, "/d/edit.md", "before\n")
+        api.close()
+        with mounted_through(tmp_path, svc, store, "mtime") as (box, _proxy, api):
+            box.mount()
+            f = box.root / SLUG / "d" / "edit.md"
+            assert f.stat().st_mtime_ns == ns(m["updated_at"])
+            time.sleep(1.1)  # updated_at has whole seconds: the edit must show a new one
+            edited = api.update(store, m["id"], content="after\n")
+            assert edited["updated_at"] != m["updated_at"]
+            box.sync()
+            assert f.read_text() == "after\n"
+            assert f.stat().st_mtime_ns == ns(edited["updated_at"])
+    finally:
+        svc.stop()
