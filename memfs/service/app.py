@@ -65,8 +65,17 @@ MAX_WATCH_WAIT_S = 60.0
 _SNAPSHOT_BATCH = 100
 
 
+class _OrjsonResponse(JSONResponse):
+    """JSON encoded with orjson: a full-view listing page (20 memories of up to 100 KiB) took
+    ~9.5 ms to encode with the json module and 0.08 ms with orjson (PERFORMANCE.md, network
+    section). Same JSON: compact, UTF-8, only plain dicts, lists, strings and numbers here."""
+
+    def render(self, content: object) -> bytes:
+        return orjson.dumps(content)
+
+
 def _json(body: object, status: int = 200, headers: dict | None = None) -> JSONResponse:
-    return JSONResponse(body, status_code=status, headers=headers)
+    return _OrjsonResponse(body, status_code=status, headers=headers)
 
 
 class _Service:

@@ -126,6 +126,9 @@ class Tx(Protocol):
     ) -> list[MemoryRecord]:
         """Live memories with lo <(=) path < hi, in byte order of path, at most `limit`."""
 
+    def contents(self, store_id: str, memory_ids: Sequence[str]) -> dict[str, str | None]:
+        """memory id -> content of those of `memory_ids` that are live in the store."""
+
     def insert_memory(self, m: MemoryRecord, counter: int) -> None:
         """Raises PathTaken when a live memory holds m.path."""
 

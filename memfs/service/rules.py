@@ -9,6 +9,7 @@ and nothing else, and both give the same answers to the last error message.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import secrets
 import string
@@ -47,6 +48,7 @@ from memfs.service.storage import (
 )
 
 MAX_METADATA_PAIRS = 16
+_WALK_ROWS = 16  # rows per query of a depth=1 walk (index entries: cheap to read past)
 _ID_ALPHABET = string.ascii_letters + string.digits
 
 
@@ -325,21 +327,37 @@ class StoreService:
                     store_id, lo=lo, lo_inclusive=inclusive, hi=hi, limit=limit + 1, content=with_content
                 )
             else:
-                # Walk the children in path order; each deeper subtree is one roll-up, skipped at once.
+                # Walk the children in path order; each deeper subtree is one roll-up, skipped at
+                # once. The walk reads no content (a page of 20 full-view roll-ups read 20 whole
+                # memories only to name their prefixes) and reads a few rows per query: a run of
+                # direct children is one query, not one each, and a roll-up skips the rest of
+                # its subtree in the rows already read.
                 while len(items) <= limit:
                     rows = tx.list_live(
-                        store_id, lo=lo, lo_inclusive=inclusive, hi=hi, limit=1, content=with_content
+                        store_id, lo=lo, lo_inclusive=inclusive, hi=hi, limit=_WALK_ROWS, content=False
                     )
                     if not rows:
                         break
-                    rest = rows[0].path[len(path_prefix) :]
-                    if "/" in rest:
-                        sub = path_prefix + rest.split("/", 1)[0] + "/"
-                        items.append(PrefixRecord(sub))
-                        lo, inclusive = upper_bound(sub), True
-                    else:
-                        items.append(rows[0])
-                        lo, inclusive = rows[0].path, False
+                    for row in rows:
+                        if len(items) > limit:
+                            break
+                        if row.path < lo or (row.path == lo and not inclusive):
+                            continue  # inside the subtree just rolled up
+                        rest = row.path[len(path_prefix) :]
+                        if "/" in rest:
+                            sub = path_prefix + rest.split("/", 1)[0] + "/"
+                            items.append(PrefixRecord(sub))
+                            lo, inclusive = upper_bound(sub), True
+                        else:
+                            items.append(row)
+                            lo, inclusive = row.path, False
+                if with_content:  # the page's memories, whole, in the same read transaction
+                    wanted = [i.id for i in items if isinstance(i, MemoryRecord)]
+                    content = tx.contents(store_id, wanted) if wanted else {}
+                    items = [
+                        dataclasses.replace(i, content=content[i.id]) if isinstance(i, MemoryRecord) else i
+                        for i in items
+                    ]
         nxt = None
         if len(items) > limit:
             items = items[:limit]

@@ -354,6 +354,14 @@ class SqlTx:
         ).fetchall()
         return [self._memory(r, content) for r in rows]
 
+    def contents(self, store_id: str, memory_ids: Sequence[str]) -> dict[str, str | None]:
+        marks = ",".join("?" * len(memory_ids))
+        rows = self._x(
+            f"SELECT id, content FROM memories WHERE store_id = ? AND deleted_at IS NULL AND id IN ({marks})",
+            (store_id, *memory_ids),
+        ).fetchall()
+        return {r["id"]: self._content_out(r["content"]) for r in rows}
+
     def insert_memory(self, m: MemoryRecord, counter: int) -> None:
         try:
             self._x(

@@ -33,7 +33,7 @@ from pathlib import Path
 from memfs.service.backend import WouldBlock
 from memfs.service.sql_tx import SqlTx
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 _MIGRATIONS: dict[int, list[str]] = {
     1: [
@@ -117,6 +117,13 @@ _MIGRATIONS: dict[int, list[str]] = {
         # (deleted_at is a column too: SQLite covers a query only with every column it names)
         "CREATE INDEX memories_live_size ON memories (store_id, size, deleted_at) WHERE deleted_at IS NULL",
         "CREATE INDEX session_resources_store ON session_resources (memory_store_id, session_id)",
+    ],
+    # 3: a basic-view listing page from an index. `content` precedes the other columns in a
+    # memory's row, so reading its sha or size walks the content's overflow pages first (a
+    # page of 100 basic items read ~4 overflow pages per memory); covering, no row is read.
+    3: [
+        "CREATE INDEX memories_live_listing ON memories "
+        "(store_id, path, id, sha, size, version_id, created_at, updated_at, deleted_at) WHERE deleted_at IS NULL",
     ],
 }
 

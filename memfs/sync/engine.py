@@ -113,12 +113,15 @@ def _batch_op(st: Journal, a) -> dict[str, Any]:
 def _prefix_sizes(base: Mapping[str, Any]) -> dict[str, int]:
     """prefix -> how many memories of the baseline lie under it ("/" is all of them): what lets
     a listing split a prefix known to be large, and ask its sub-prefixes, without probing first."""
-    sizes: dict[str, int] = {"/": len(base)}
+    direct: dict[str, int] = {}  # directory -> memories directly in it (one pass, no splitting)
     for b in base.values():
-        parts = b.path.split("/")[1:-1]
-        for i in range(1, len(parts) + 1):
-            prefix = "/" + "/".join(parts[:i]) + "/"
-            sizes[prefix] = sizes.get(prefix, 0) + 1
+        d = b.path[: b.path.rfind("/") + 1]
+        direct[d] = direct.get(d, 0) + 1
+    sizes: dict[str, int] = {"/": len(base)}
+    for d, n in direct.items():  # each directory's count to it and its ancestors (not "/")
+        while d != "/":
+            sizes[d] = sizes.get(d, 0) + n
+            d = d[: d.rfind("/", 0, -1) + 1]
     return sizes
 
 
@@ -237,7 +240,9 @@ class SyncEngine:
         self.push_done.set()
         self.sync = {s.store_id: StoreSync(s) for s in self.stores}
         self._nursery: trio.Nursery | None = None
-        self._mtimes: dict[str, int] = {}  # memory id -> updated_at (ns), for the view's mtime
+        # memory id -> updated_at as listed, for the view's mtime: parsed only for the memories
+        # a tick materialises (a hosted tick lists 16,000 and parsed each: ~0.15 s per tick)
+        self._mtimes: dict[str, str] = {}
         self._streamed: dict[str, set[str]] = {}  # store id -> shas its snapshot stored (this pull)
         self._clean: dict[str, int] = {}  # store id -> state generation at which nothing was staged
         # -- live mode (SEMANTICS.md#d-when) --
@@ -667,7 +672,7 @@ class SyncEngine:
                 break
             if moved and not snapped and self._worth_a_snapshot(missing, remote):
                 snapped = True
-                snap = await self._snapshot_state(store, contents)
+                snap = await self._snapshot_state(store)
                 if snap is not None:  # the store as it is now, content included: plan again on it
                     remote, order, new_counter = snap
                     continue
@@ -707,18 +712,19 @@ class SyncEngine:
         wanted = sum(remote[mid].size for mid in missing.values() if mid in remote)
         return wanted * SNAPSHOT_SHARE >= total
 
-    async def _snapshot_state(self, store, contents: dict[str, bytes]):
-        """The store's memories and their content at one counter (the snapshot extension), or
-        None without it (the hosted API): then the caller fetches one by one."""
-        snap = await self.client.snapshot(store.store_id)
-        if snap is None:
+    async def _snapshot_state(self, store):
+        """The store's memories at one counter (the snapshot extension, its content stored as it
+        streams, as for a first download), or None without it (the hosted API): then the caller
+        fetches one by one."""
+        snap = _StreamedSnapshot(self.state, store.slug)
+        counter = await self.client.snapshot(store.store_id, snap)
+        if counter is None:
             return None
-        counter, memories = snap
         remote = {}
-        for m in memories:
-            contents[m["content_sha256"]] = (m.get("content") or "").encode("utf-8")
-            self._note_mtime(m["id"], m.get("updated_at"))
-            remote[m["id"]] = P.RemoteEntry(m["id"], m["path"], m["content_sha256"], m["content_size_bytes"])
+        for memory_id, path, sha, size, updated_at in snap.entries:
+            self._note_mtime(memory_id, updated_at)
+            remote[memory_id] = P.RemoteEntry(memory_id, path, sha, size)
+        self._streamed[store.store_id] = snap.shas
         return remote, sorted(remote, key=lambda mid: remote[mid].path), counter
 
     async def _remote_state(self, store, applied: int | None, base, contents: dict[str, bytes]):
@@ -832,9 +838,8 @@ class SyncEngine:
         return P.plan_store(inputs)
 
     def _note_mtime(self, memory_id: str, updated_at: str | None) -> None:
-        ns = _iso_to_ns(updated_at)
-        if ns is not None:
-            self._mtimes[memory_id] = ns
+        if updated_at:
+            self._mtimes[memory_id] = updated_at
 
     def _maybe_staged(self, sid: str, base) -> bool:
         """A cheap test (no plan) that the view may differ from the baseline: an idle tick over
@@ -893,14 +898,16 @@ class SyncEngine:
                 and a.sha not in contents
                 and a.path not in dirs
             ):
-                placing.append((a.path, a.memory_id, a.sha, a.size, self._mtimes.pop(a.memory_id, None)))
+                placing.append(
+                    (a.path, a.memory_id, a.sha, a.size, _iso_to_ns(self._mtimes.pop(a.memory_id, None)))
+                )
                 continue
             place()  # in order: what follows may depend on it
             if isinstance(a, P.KeepLocal):
                 kept[a.path] = str(self.state.keep_copy(sid, a.path, self.state.get_blob(a.sha)))
             elif isinstance(a, P.Materialise):
                 clear_empty_dir(a.path)
-                mtime_ns = self._mtimes.pop(a.memory_id, None)
+                mtime_ns = _iso_to_ns(self._mtimes.pop(a.memory_id, None))
                 data = contents.get(a.sha)
                 if data is None and a.sha in streamed:  # stored (and hashed) as the snapshot streamed
                     self.fs.apply_stored(sid, a.path, a.memory_id, a.sha, a.size, mtime_ns)

@@ -246,3 +246,72 @@ def test_a_long_retry_after_fails_the_tick_which_counts_as_an_attempt(small, tmp
             not_forced
         )  # docs/SEMANTICS.md#d-unreachable: the failure was this interval's attempt
         assert box.sync()["ok"]  # forced: the rule was for one request only
+
+
+@pytest.mark.timeout(120)
+def test_the_client_spreads_its_requests_over_small_pools_and_keeps_the_bound(small):
+    """The client's connections are several pools of POOL_SHARD (client._Pools: httpcore's pool
+    costs O(connections²) per request event). Many requests gathered at once still have at most
+    CONCURRENCY in flight and open at most CONCURRENCY connections, every pool carries its
+    share, and every pool's in-flight count is back to 0 when the requests are answered."""
+    import trio
+
+    from memfs.client import POOL_SHARD, StoreClient
+
+    svc, store = small
+    proxy = Proxy(svc.base_url)
+    client = StoreClient(proxy.url, svc.admin_key)
+    answers: list[int] = []
+
+    async def main() -> None:
+        async def one() -> None:
+            listing = await client.list_memories(store)
+            answers.append(len(listing.items))
+
+        try:
+            async with trio.open_nursery() as nursery:
+                for _ in range(4 * CONCURRENCY):
+                    nursery.start_soon(one)
+        finally:
+            await client.aclose()
+
+    try:
+        trio.run(main)
+        pools = client._http._transport
+        assert answers == [5] * (4 * CONCURRENCY)
+        assert len(pools._pools) == -(-CONCURRENCY // POOL_SHARD) > 1
+        assert pools._busy == [0] * len(pools._pools), "a finished request still counts as in flight"
+        assert proxy.counts.max_in_flight <= CONCURRENCY, proxy.counts
+        assert CONCURRENCY // 2 < proxy.counts.conns <= CONCURRENCY, proxy.counts
+    finally:
+        proxy.close()
+
+
+@pytest.mark.timeout(120)
+def test_a_hosted_tick_gives_a_changed_file_its_memorys_updated_at_as_mtime(tmp_path):
+    """The engine keeps each listed memory's updated_at as text and parses it only for the files
+    it writes (engine._note_mtime): the written file's mtime is still the memory's updated_at."""
+    from datetime import datetime
+
+    def ns(stamp: str) -> int:
+        return int(datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp() * 1e9)
+
+    svc = ServiceProcess(tmp_path / "service", hosted_api=True)
+    try:
+        api = Api(svc.base_url, svc.admin_key)
+        store = api.create_store("WAN Notes")
+        api.create(store, "/d/keep.md", "kept\n")
+        m = api.create(store, "/d/edit.md", "before\n")
+        api.close()
+        with mounted_through(tmp_path, svc, store, "mtime") as (box, _proxy, api):
+            box.mount()
+            f = box.root / SLUG / "d" / "edit.md"
+            assert f.stat().st_mtime_ns == ns(m["updated_at"])
+            time.sleep(1.1)  # updated_at has whole seconds: the edit must show a new one
+            edited = api.update(store, m["id"], content="after\n")
+            assert edited["updated_at"] != m["updated_at"]
+            box.sync()
+            assert f.read_text() == "after\n"
+            assert f.stat().st_mtime_ns == ns(edited["updated_at"])
+    finally:
+        svc.stop()

@@ -428,3 +428,17 @@ async def test_without_a_counter_a_memory_missing_from_the_listing_is_asked_by_i
         await world.close()
         world.mounts.clear()
         await hosted.aclose()
+
+
+async def test_prefix_sizes_count_every_memory_under_each_of_its_prefixes():
+    """What steers the split of a hosted listing (client.list_memories' `known`)."""
+    from types import SimpleNamespace
+
+    from memfs.sync.engine import _prefix_sizes
+
+    paths = ["/a", "/b/c", "/b/d/e", "/b/d/f", "/b/d/g/h", "/x/y/z", "/bd/q"]
+    base = {i: SimpleNamespace(path=p) for i, p in enumerate(paths)}
+    assert _prefix_sizes(base) == {
+        "/": 7, "/b/": 4, "/b/d/": 3, "/b/d/g/": 1, "/x/": 1, "/x/y/": 1, "/bd/": 1
+    }  # fmt: skip
+    assert _prefix_sizes({}) == {"/": 0}

@@ -79,8 +79,9 @@ def test_a_version_1_database_is_upgraded_in_place(db_url, tmp_path, monkeypatch
                 db, "SELECT indexname FROM pg_indexes WHERE tablename IN ('memories', 'session_resources')"
             )
         else:
-            assert rows(db, "PRAGMA user_version") == [(2,)]
+            assert rows(db, "PRAGMA user_version") == [(sqlite_storage.SCHEMA_VERSION,)]
             names = rows(db, "SELECT name FROM sqlite_master WHERE type = 'index'")
+            assert ("memories_live_listing",) in set(names)  # SQLite's only (schema 3)
         assert {("memories_live_size",), ("session_resources_store",)} <= set(names)
     finally:
         new.close()

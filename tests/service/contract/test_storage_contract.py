@@ -171,6 +171,34 @@ def test_paths_sort_in_byte_order_in_listings_pages_and_roll_ups(storage):
     assert [c.path for c in storage.changes_since(sid, 0).changes] == expected
 
 
+def test_a_depth_1_page_skips_large_subtrees_and_carries_each_childs_own_content(storage):
+    """The depth=1 walk reads rows in chunks (rules._WALK_ROWS) without content: subtrees larger
+    than a chunk, runs of direct children longer than one, and the full view's content, which
+    must be each direct child's own, on every page."""
+    sid = new_store(storage)
+    paths = [f"/a/{i:03d}" for i in range(40)] + [f"/m{i:02d}" for i in range(30)]
+    paths += [f"/n/{i:02d}/x" for i in range(20)] + ["/o", "/p/q"]
+    for p in paths:
+        create(storage, sid, p, content="content of " + p)
+    tops = sorted({"/" + p.split("/")[1] + ("/" if p.count("/") > 1 else "") for p in paths})
+    expected = [("prefix", t) if t.endswith("/") else t for t in tops]
+    for limit in (1, 3, 7, 100):
+        assert listing(storage, sid, depth=1, limit=limit) == expected
+    got, after = [], None
+    while True:
+        page = storage.list_memories(sid, path_prefix="/", depth=1, limit=7, after=after, with_content=True)
+        got += page.items
+        if page.next_after is None:
+            break
+        after = page.next_after
+    memories = [i for i in got if not isinstance(i, PrefixRecord)]
+    assert [m.path for m in memories] == [t for t in tops if not t.endswith("/")]
+    assert all(m.content == "content of " + m.path for m in memories)
+    assert listing(storage, sid, prefix="/n/", depth=1, limit=6) == [
+        ("prefix", f"/n/{i:02d}/") for i in range(20)
+    ]
+
+
 def test_path_conflicts_name_the_memory_in_the_documented_order(storage):
     sid = new_store(storage)
     a = create(storage, sid, "/a")
