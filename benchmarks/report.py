@@ -47,6 +47,7 @@ ORDER = [
     "idle-tick",
     "one-change-tick",
     "grep-warm",
+    "grep-idle",
     "grep-cold",
     "stat-storm",
     "write-burst",

@@ -216,6 +216,7 @@ class SyncFacing:
                 self.state.delete_file(store_id, dst.path)
             self.state.rename_prefix(store_id, old, new)
             if dst is not None:
+                self._gone([dst])
                 self.tree.unlink_node(dst)
             self.inval.entry(old_parent, node.name)
             self.tree.detach(node)
@@ -236,17 +237,30 @@ class SyncFacing:
             return
         parent = Tree.parent_of(node)
         sid = store_id
+        gone: list[FileNode] = []
         with self.state.transaction():
             if isinstance(node, FileNode):
                 self.state.delete_file(sid, path)
+                gone.append(node)
             else:
                 for p, n in list(st.paths.items()):
                     if p == path or p.startswith(path + "/"):
                         (self.state.delete_file if isinstance(n, FileNode) else self.state.delete_dir)(sid, p)
+                        if isinstance(n, FileNode):
+                            gone.append(n)
             self.inval.entry(parent, node.name)
+            self._gone(gone)
             self.tree.unlink_node(node)
             self._prune(st, parent)
         self.inval.wake()
+
+    def _gone(self, files: list[FileNode]) -> None:
+        """Files about to leave the view: an open descriptor's fstat() must say so (nlink 0) at
+        once, not after the kernel's attribute timeout. The entry invalidation drops only the
+        name (and the parent directory's attributes)."""
+        for n in files:
+            if n.lookups > 0:  # the kernel holds an inode for it
+                self.inval.inode(n)
 
     def _prune(self, st: Store, d: DirLike) -> None:
         """Remove `d` and its ancestors while they are empty (not the store root)."""

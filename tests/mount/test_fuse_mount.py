@@ -499,6 +499,41 @@ def test_sync_api_changes_reach_the_kernel_at_once(mount):
     assert files == {"/r.md": ("mem_r", b"v99\n" * 100)} and dirs == set()
 
 
+def test_changes_outside_a_request_of_the_node_reach_its_cached_attributes(mount):
+    """Attributes the kernel holds for the entry/attr timeout (SEMANTICS.md#d-kernel-cache) are
+    invalidated when the mount changes them outside a FUSE request of that node."""
+    m = mount(extra=["--stdin-commands"])
+    store = m.path("notes")
+    # A failed writer's new file is removed at its close (a FLUSH of the file, not of the
+    # directory): the directory's mtime moves, and a `stat` right after close() shows it.
+    (store / "d").mkdir()
+    fd = os.open(store / "d" / "big.md", os.O_CREAT | os.O_WRONLY)
+    with pytest.raises(OSError) as e:
+        os.write(fd, b"x" * 102_401)
+    assert e.value.errno == errno.EFBIG
+    before = os.stat(store / "d").st_mtime_ns  # now cached by the kernel
+    with pytest.raises(OSError):
+        os.close(fd)
+    assert not (store / "d" / "big.md").exists()
+    assert os.stat(store / "d").st_mtime_ns > before
+    # A file removed on the store while a reader holds it open: fstat() says it is gone.
+    m.command(op="apply_remote", store=RW_ID, path="/r.md", memory_id="mem_r", content="one\n")
+    with open(store / "r.md") as f:
+        assert os.fstat(f.fileno()).st_nlink == 1  # cached
+        m.command(op="remove_path", store=RW_ID, path="/r.md")
+        assert os.fstat(f.fileno()).st_nlink == 0
+        assert f.read() == "one\n"  # the open handle still reads what it opened
+    assert not (store / "r.md").exists()
+    # A rename on the store over a file a reader holds open: the same.
+    m.command(op="apply_remote", store=RW_ID, path="/s.md", memory_id="mem_s", content="s\n")
+    m.command(op="apply_remote", store=RW_ID, path="/t.md", memory_id="mem_t", content="t\n")
+    with open(store / "t.md") as f:
+        assert os.fstat(f.fileno()).st_nlink == 1
+        m.command(op="move_path", store=RW_ID, old="/s.md", new="/t.md")
+        assert os.fstat(f.fileno()).st_nlink == 0
+    assert (store / "t.md").read_text() == "s\n"
+
+
 # Permission checks without `default_permissions`: the same tree, set up by the owner on a plain
 # directory and in a read_write store, must give every user the same answers, tool for tool.
 # (No op touches a file a non-owner created: in memfs every file belongs to the mount's owner.)
