@@ -24,7 +24,11 @@ from memfs.mount.replies import Attr, FsError
 
 log = logging.getLogger("memfs.mount.fuse")
 
-TIMEOUT = 1.0  # entry/attr cache lifetime in the kernel (docs/SEMANTICS.md#d-kernel-cache)
+# Entry/attr cache lifetime in the kernel (docs/SEMANTICS.md#d-kernel-cache). Long, because every
+# change the mount makes outside a request of the node (a pull, a notice, a failed writer's undo)
+# invalidates it actively; the lifetime only bounds how long an invalidation that never reached
+# the kernel could show a stale name or size. Revisits within it cost no LOOKUP/GETATTR.
+TIMEOUT = 60.0
 
 
 def _handler(fn: Callable) -> Callable:

@@ -455,7 +455,7 @@ def test_sigterm_unmounts_and_exits_zero(mount):
 
 
 def test_sync_api_changes_reach_the_kernel_at_once(mount):
-    """apply_remote/move_path/remove_path/add_notice invalidate the kernel's caches (1 s TTL)."""
+    """apply_remote/move_path/remove_path/add_notice invalidate the kernel's caches (60 s TTL)."""
     m = mount(extra=["--stdin-commands"])
     store = m.path("notes")
     m.command(op="apply_remote", store=RW_ID, path="/r.md", memory_id="mem_r", content="one\n")
