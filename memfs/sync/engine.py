@@ -742,15 +742,9 @@ class SyncEngine:
                         self._note_mtime(c.memory_id, c.updated_at)
                 return remote, sorted(remote, key=lambda mid: remote[mid].path), changes.counter
         if self.has_counter and not base:
-            snap = _StreamedSnapshot(self.state, store.slug)
-            counter = await self.client.snapshot(sid, snap)
-            if counter is not None:
-                remote = {}
-                for memory_id, path, sha, size, updated_at in snap.entries:
-                    self._note_mtime(memory_id, updated_at)
-                    remote[memory_id] = P.RemoteEntry(memory_id, path, sha, size)
-                self._streamed[sid] = snap.shas
-                return remote, [e[0] for e in snap.entries], counter
+            snap = await self._snapshot_state(store)
+            if snap is not None:
+                return snap
         # No feed (the hosted API, SEMANTICS.md#d-no-counter), a counter too old for it, or no snapshot: listings by
         # path prefix, concurrently. A first download asks the full view: content comes with it.
         full = not base
