@@ -123,19 +123,13 @@ class SyncFacing:
         """apply_stored for many files at once, (path, memory_id, sha, size, mtime_ns) each: a
         first download's store. The same changes, their rows written with one statement per table
         in one transaction (a row each was a third of the download's main-thread time)."""
-        self._rows = ([], [])
-        try:
-            with self.state.transaction():
-                for path, memory_id, sha, size, mtime_ns in items:
-                    self._place_remote(store_id, path, memory_id, sha, size, False, mtime_ns)
-                files, dirs = self._rows
-                self.state.upsert_dirs(store_id, dirs)
-                self.state.upsert_files(store_id, files)
-        finally:
-            self._rows = None
-
-    # While apply_stored_many runs: the rows _place_remote would write, (files, dirs), written after.
-    _rows: tuple[list[tuple], list[tuple]] | None = None
+        files: list[tuple] = []
+        dirs: list[tuple] = []
+        with self.state.transaction():
+            for path, memory_id, sha, size, mtime_ns in items:
+                self._place_remote(store_id, path, memory_id, sha, size, False, mtime_ns, rows=(files, dirs))
+            self.state.upsert_dirs(store_id, dirs)
+            self.state.upsert_files(store_id, files)
 
     def _place_remote(
         self,
@@ -146,7 +140,10 @@ class SyncFacing:
         size: int,
         bad: bool,
         mtime_ns: int | None,
+        rows: tuple[list[tuple], list[tuple]] | None = None,
     ) -> None:
+        """Place one file the store has; `rows` (files, dirs): collect its rows for the caller to
+        write at once instead of writing them here."""
         st = self.tree.store(store_id)
         if mtime_ns is None:
             mtime_ns = self.now()
@@ -159,9 +156,9 @@ class SyncFacing:
                 raise FsError(errno.EISDIR, f"{path} is a directory here")
             mode = node.mode if node is not None else 0o644
             flags = FLAG_BAD_UTF8 if bad else 0
-            if self._rows is not None:  # apply_stored_many writes them, all at once
-                self._rows[1].extend((d.path, d.mtime_ns, d.mode) for d in created)
-                self._rows[0].append((path, memory_id, sha, size, mtime_ns, mode, flags))
+            if rows is not None:  # apply_stored_many writes them, all at once
+                rows[1].extend((d.path, d.mtime_ns, d.mode) for d in created)
+                rows[0].append((path, memory_id, sha, size, mtime_ns, mode, flags))
             else:
                 for d in created:
                     self.state.upsert_dir(store_id, d.path, d.mtime_ns, d.mode)
