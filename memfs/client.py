@@ -135,7 +135,7 @@ class Listing:
 
     Without a counter (the hosted API) the listings are not one snapshot: a memory renamed from
     one prefix to another while they were read can be in both (`duplicates`) or in neither. The
-    caller settles both (sync/engine.py). With a counter, `counters` holds every page's header:
+    caller settles both (sync/remote.py). With a counter, `counters` holds every page's header:
     one value means one snapshot; several mean the listing straddled writes, and the lowest is
     the counter to resume from."""
 

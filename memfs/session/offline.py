@@ -2,7 +2,7 @@
 `memfs flush`, and the lines naming what is not on the store (shared with `memfs unmount`).
 
 Each builds the view the next mount would load (the kernel-free core over the state dir) and asks
-the sync engine's one rule for "not on the store" (`memfs.sync.engine.not_on_store`).
+the sync engine's one rule for "not on the store" (`memfs.sync.not_on_store`).
 """
 
 from __future__ import annotations
@@ -15,7 +15,8 @@ from memfs.client import StoreClient
 from memfs.mount.filesystem import Filesystem
 from memfs.mount.state import State
 from memfs.protocol import as_deletions
-from memfs.sync.engine import SyncEngine, not_on_store
+from memfs.sync.engine import SyncEngine
+from memfs.sync.not_on_store import not_on_store
 
 
 def describe_not_on_store(answer: dict[str, Any], limit: int = 10) -> list[str]:

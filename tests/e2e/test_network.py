@@ -290,7 +290,7 @@ def test_the_client_spreads_its_requests_over_small_pools_and_keeps_the_bound(sm
 @pytest.mark.timeout(120)
 def test_a_hosted_tick_gives_a_changed_file_its_memorys_updated_at_as_mtime(tmp_path):
     """The engine keeps each listed memory's updated_at as text and parses it only for the files
-    it writes (engine._note_mtime): the written file's mtime is still the memory's updated_at."""
+    it writes (remote.Pulled.note_mtime): the written file's mtime is still the memory's updated_at."""
     from datetime import datetime
 
     def ns(stamp: str) -> int:

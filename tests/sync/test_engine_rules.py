@@ -75,7 +75,7 @@ def single_requests(m: EngineMount) -> None:
     (the engine learns that from the first batch answered 404/405): the faults below aim at the
     single requests. The batch path's answers are tested through real mounts in
     tests/e2e/test_write_burst.py (per-item 409, refusals, a failed batch)."""
-    m.engine.has_batch = False
+    m.engine.pusher.has_batch = False
 
 
 @pytest.fixture
@@ -434,7 +434,7 @@ async def test_prefix_sizes_count_every_memory_under_each_of_its_prefixes():
     """What steers the split of a hosted listing (client.list_memories' `known`)."""
     from types import SimpleNamespace
 
-    from memfs.sync.engine import _prefix_sizes
+    from memfs.sync.remote import prefix_sizes as _prefix_sizes
 
     paths = ["/a", "/b/c", "/b/d/e", "/b/d/f", "/b/d/g/h", "/x/y/z", "/bd/q"]
     base = {i: SimpleNamespace(path=p) for i, p in enumerate(paths)}

@@ -1,4 +1,4 @@
-"""The one rule for "what is not on the store" (memfs.sync.engine.not_on_store), without a kernel."""
+"""The one rule for "what is not on the store" (memfs.sync.not_on_store), without a kernel."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 from memfs.mount.state import State
 from memfs.records import LocalFile, StoreInfo
 from memfs.session.offline import describe_not_on_store
-from memfs.sync.engine import HELD_CLASH, HELD_NOT_UTF8, not_on_store
+from memfs.sync.not_on_store import HELD_CLASH, HELD_NOT_UTF8, not_on_store
 
 SID = "memstore_1"
 STORE = StoreInfo(SID, "Notes", "notes", "read_write")

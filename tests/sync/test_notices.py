@@ -1,8 +1,8 @@
-"""How one sync's notices become lines of .sync-notices.log (engine.summarise_notices)."""
+"""How one sync's notices become lines of .sync-notices.log (apply.summarise_notices)."""
 
 from __future__ import annotations
 
-from memfs.sync.engine import summarise_notices
+from memfs.sync.apply import summarise_notices
 from memfs.sync.plan import Notice
 
 

@@ -1,0 +1,214 @@
+"""One store's pull, planned and applied to the view and the baseline (SEMANTICS.md#d-tick).
+
+`plan_pull` gathers the plan's inputs from the view and the journal; `apply_plan` carries out its
+view and bookkeeping actions without awaiting, so every store's view changes atomically with
+respect to the FUSE handlers (the caller holds one state transaction around it). The decisions
+themselves are plan.py's (pure).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping
+from datetime import datetime
+
+from memfs.protocol import Deletions
+from memfs.records import BaseEntry, StoreInfo
+from memfs.sync import plan as P
+from memfs.sync.ports import Journal, View
+from memfs.sync.remote import Pulled
+
+log = logging.getLogger("memfs.sync")
+
+NOTICES_PER_KIND = 20  # per store and sync; past it, one line stands for the rest
+
+
+def plan_pull(
+    fs: View,
+    state: Journal,
+    store: StoreInfo,
+    base: Mapping[str, BaseEntry],
+    remote: dict[str, P.RemoteEntry],
+    order: list[str],
+    *,
+    remote_changed: bool,
+    deletions: Deletions,
+    max_files: int,
+    max_bytes: int,
+) -> P.Plan:
+    """The plan of one store's pull on the view as it is now."""
+    sid = store.store_id
+    inputs = P.Inputs(
+        base=base,
+        local=fs.local_view(sid),
+        remote=remote,
+        remote_order=tuple(order),
+        dirty=frozenset(fs.dirty_paths(sid)),
+        refused=state.refused(sid),
+        skipped=state.skipped(sid),
+        deletes_held=frozenset(state.deletes_held(sid)),
+        access=store.access,
+        deletions=deletions,
+        max_files=max_files,
+        max_bytes=max_bytes,
+        remote_changed=remote_changed,
+    )
+    return P.plan_store(inputs)
+
+
+def maybe_staged(fs: View, sid: str, base: Mapping[str, BaseEntry]) -> bool:
+    """A cheap test (no plan) that the view may differ from the baseline: an idle tick over
+    many files must not cost a plan per store on the thread that serves FUSE."""
+    local = fs.local_view(sid)
+    if len(local) != len(base):
+        return True
+    by_id = {b.memory_id: b for b in base.values()}
+    for f in local.values():
+        b = by_id.get(f.memory_id) if f.memory_id is not None else None
+        if b is None or b.path != f.path or b.sha != f.sha:
+            return True
+    return False
+
+
+def summarise_notices(notices: Iterable[P.Notice], limit: int = NOTICES_PER_KIND) -> list[P.Notice]:
+    """One sync's notices as lines: a mass event (a 10,000-memory store on a 2,000-file mount is
+    8,000 over-limit memories) is `limit - 1` lines and one that counts the rest, instead of
+    thousands of which the notices file keeps the last 100. A notice whose content was kept is
+    always its own line: it names where the agent's version is."""
+    counts: dict[str, int] = {}
+    for n in notices:
+        if not n.kept:
+            counts[n.kind] = counts.get(n.kind, 0) + 1
+    out: list[P.Notice] = []
+    seen: dict[str, int] = {}
+    for n in notices:
+        if n.kept or counts[n.kind] <= limit:
+            out.append(n)
+            continue
+        i = seen[n.kind] = seen.get(n.kind, 0) + 1
+        if i < limit:
+            out.append(n)
+        elif i == limit:
+            rest = counts[n.kind] - limit
+            out.append(
+                P.Notice(
+                    n.kind,
+                    n.path,
+                    f"{n.details}; and {rest} more {n.kind} path(s) in this sync, not listed one by one",
+                )
+            )
+    return out
+
+
+def _iso_to_ns(text: str | None) -> int | None:
+    if not text:
+        return None
+    try:
+        return int(datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp() * 1e9)
+    except ValueError:
+        return None
+
+
+def apply_plan(fs: View, state: Journal, store: StoreInfo, plan: P.Plan, pulled: Pulled) -> bool:
+    """Apply the plan's view and bookkeeping actions. Runs without awaiting: atomic w.r.t. FUSE
+    handlers. Returns True when something was deferred (a file open with unflushed writes): then
+    nothing was applied."""
+    if plan.empty:
+        return False
+    sid = store.store_id
+    dirty = fs.dirty_paths(sid)
+    touched = {
+        p
+        for a in plan.view
+        for p in (getattr(a, "path", None), getattr(a, "old_path", None), getattr(a, "new_path", None))
+        if p
+    }
+    if dirty & touched:
+        # A file open with unflushed writes: leave the whole store for the next tick rather
+        # than override half an edit (the counter is not advanced, so nothing is missed).
+        return True
+    kept: dict[str, str] = {}
+    contents, streamed, mtimes = pulled.contents, pulled.streamed, pulled.mtimes
+    dirs = fs.dir_paths(sid)
+    files = fs.local_view(sid)
+
+    def clear_empty_dir(path: str) -> None:
+        # Directories are local only (the store has none): an empty one may stand where the
+        # store now puts a file. One holding files is a clash the plan has already skipped.
+        if path in dirs and not any(p.startswith(path + "/") for p in files):
+            fs.remove_path(sid, path)
+            dirs.discard(path)
+
+    # A run of streamed content (a first download's whole store) is placed in one go.
+    placing: list[tuple[str, str | None, str, int, int | None]] = []
+
+    def place() -> None:
+        if placing:
+            fs.apply_stored_many(sid, list(placing))
+            placing.clear()
+
+    for a in plan.view:
+        if (
+            isinstance(a, P.Materialise)
+            and a.sha in streamed
+            and a.sha not in contents
+            and a.path not in dirs
+        ):
+            placing.append((a.path, a.memory_id, a.sha, a.size, _iso_to_ns(mtimes.pop(a.memory_id, None))))
+            continue
+        place()  # in order: what follows may depend on it
+        if isinstance(a, P.KeepLocal):
+            kept[a.path] = str(state.keep_copy(sid, a.path, state.get_blob(a.sha)))
+        elif isinstance(a, P.Materialise):
+            clear_empty_dir(a.path)
+            mtime_ns = _iso_to_ns(mtimes.pop(a.memory_id, None))
+            data = contents.get(a.sha)
+            if data is None and a.sha in streamed:  # stored (and hashed) as the snapshot streamed
+                fs.apply_stored(sid, a.path, a.memory_id, a.sha, a.size, mtime_ns)
+                continue
+            if data is None:
+                data = state.get_blob(a.sha)
+            fs.apply_remote(sid, a.path, a.memory_id, a.sha, data, mtime_ns)  # stores the blob itself
+        elif isinstance(a, P.MoveLocal):
+            clear_empty_dir(a.new_path)
+            fs.move_path(sid, a.old_path, a.new_path)
+        elif isinstance(a, P.RemoveLocal):
+            fs.remove_path(sid, a.path)
+    place()
+    bases: list[tuple[str, str, str, int]] = []  # a run of SetBase: one statement
+    for book in plan.bookkeeping:
+        if isinstance(book, P.SetBase):
+            b = book.entry
+            bases.append((b.memory_id, b.path, b.sha, b.size))
+            continue
+        if bases:
+            state.set_baselines(sid, bases)
+            bases = []
+        _book(fs, state, sid, book)
+    if bases:
+        state.set_baselines(sid, bases)
+    for n in summarise_notices(plan.notices):
+        details = n.details
+        if n.kept and n.path in kept:
+            details = f"{details} (your version is kept at {kept[n.path]})"
+        fs.add_notice(sid, n.kind, n.path, details)
+        log.warning("%s %s %s %s", store.slug, n.kind, n.path, details)
+    return False
+
+
+def _book(fs: View, st: Journal, sid: str, a: P.BookAction) -> None:
+    if isinstance(a, P.SetBase):
+        b = a.entry
+        st.set_baseline(sid, b.memory_id, b.path, b.sha, b.size)
+    elif isinstance(a, P.DropBase):
+        st.drop_baseline(sid, a.memory_id)
+    elif isinstance(a, P.SetLocalMemoryId):
+        fs.set_memory_id(sid, a.path, a.memory_id)
+    elif isinstance(a, P.Skip):
+        st.set_skipped(sid, a.memory_id, a.path, a.sha, a.size, a.reason)
+    elif isinstance(a, P.Unskip):
+        st.clear_skipped(sid, a.memory_id)
+    elif isinstance(a, P.ClearRefused):
+        st.clear_refused(sid, a.path)
+    elif isinstance(a, P.ClearHeld):
+        st.clear_delete_held(sid, a.memory_id)

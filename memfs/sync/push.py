@@ -1,0 +1,212 @@
+"""One store's push (SEMANTICS.md#d-tick): the plan's stages in order (holds and deletes, rename
+waves, creates), each stage concurrently and bounded; as batch writes where the service has them
+(a memfs service), else one request per change (the hosted API). Every answer is booked as it
+comes: a landed change moves the baseline, a refusal is remembered until the file changes, and
+someone else's change (404/409) waits for the next pull, where the store wins.
+
+The engine decides *when* a store pushes and what a failed push means for the next tick; this
+module only sends and books.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from memfs.client import CONCURRENCY, ApiError, StoreClient, batch_chunks
+from memfs.records import StoreInfo
+from memfs.sync import plan as P
+from memfs.sync.bounded import gather
+from memfs.sync.ports import Journal, View
+from memfs.sync.report import StoreSync, TickReport
+
+log = logging.getLogger("memfs.sync")
+
+# Requests in flight are bounded by the client (its slots, shared by all stores); this only caps
+# how many of one push stage's changes wait for a slot at once.
+PUSH_CONCURRENCY = CONCURRENCY
+# Batch writes of one stage in flight at once: the service writes one store's batches one after
+# the other anyway (one transaction each), so more would only wait there, against the timeout.
+BATCH_CONCURRENCY = 4
+
+Sent = P.PushDelete | P.PushUpdate | P.PushCreate
+
+
+def batch_op(st: Journal, a: Sent) -> dict[str, Any]:
+    """A push action as one operation of a batch write: the body of its single request."""
+    if isinstance(a, P.PushCreate):
+        return {"type": "create", "path": a.path, "content": st.get_blob(a.sha).decode("utf-8")}
+    if isinstance(a, P.PushUpdate):
+        op: dict[str, Any] = {
+            "type": "update",
+            "memory_id": a.memory_id,
+            "precondition": {"type": "content_sha256", "content_sha256": a.expected_sha},
+        }
+        if a.new_sha:
+            op["content"] = st.get_blob(a.new_sha).decode("utf-8")
+        if a.new_path is not None:
+            op["path"] = a.new_path
+        return op
+    op = {"type": "delete", "memory_id": a.memory_id}
+    if a.expected_sha:
+        op["expected_content_sha256"] = a.expected_sha
+    return op
+
+
+class Pusher:
+    """Sends a store's push stages and books each answer in the journal and the view."""
+
+    def __init__(self, client: StoreClient, state: Journal, fs: View):
+        self.client = client
+        self.state = state
+        self.fs = fs
+        self.has_batch: bool | None = None  # the batch-write extension; learned on the first push
+
+    async def push_store(
+        self,
+        store: StoreInfo,
+        stages: list[tuple[P.PushAction, ...]],
+        report: TickReport,
+        tally: StoreSync,
+        *,
+        batches: bool,
+    ) -> None:
+        """Stages in order, each concurrently; `batches`: the service may have batch writes (it
+        has the counter). Raises ApiError/Unreachable when the push failed (what did not land
+        stays staged)."""
+
+        async def one(a: P.PushAction) -> None:
+            await self._push_one(store, a, report, tally)
+
+        for stage in stages:
+            left = (
+                await self._push_batched(store, stage, report, tally)
+                if batches and self.has_batch is not False
+                else list(stage)
+            )
+            await gather(left, one, PUSH_CONCURRENCY)
+
+    async def _push_batched(
+        self, store: StoreInfo, stage: tuple[P.PushAction, ...], report: TickReport, tally: StoreSync
+    ) -> list[P.PushAction]:
+        """A stage's changes as batch writes (independent items, so its batches may overlap);
+        each item's answer is booked as its single request's would be. Returns what is left to
+        send one by one: holds (nothing to send), and everything when the service has no batch."""
+        sid, st = store.store_id, self.state
+        sent: list[Sent] = [a for a in stage if isinstance(a, (P.PushDelete, P.PushUpdate, P.PushCreate))]
+        left: list[P.PushAction] = [
+            a for a in stage if not isinstance(a, (P.PushDelete, P.PushUpdate, P.PushCreate))
+        ]
+        if not sent:
+            return left
+        ops = [batch_op(st, a) for a in sent]
+        unsent: list[list[int]] = []
+        failures: list[BaseException] = []
+
+        async def send(chunk: list[int]) -> None:
+            try:
+                results = await self.client.write_batch(sid, [ops[i] for i in chunk])
+            except ApiError as exc:
+                if exc.status != 404:  # a 404 names the store: each item is answered with it
+                    raise
+                results = [
+                    {
+                        "type": "error",
+                        "status": exc.status,
+                        "error": {"type": exc.type, "message": exc.message},
+                    }
+                ] * len(chunk)
+            if results is None:
+                self.has_batch = False
+                unsent.append(chunk)
+                return
+            self.has_batch = True
+            for i, r in zip(chunk, results, strict=True):
+                try:
+                    if r.get("type") == "error":
+                        err = r.get("error") or {}
+                        answer = ApiError(
+                            int(r.get("status", 0)),
+                            str(err.get("type", "error")),
+                            str(err.get("message", "")),
+                            r,
+                        )
+                        self._push_failed(store, sent[i], answer, report, tally)
+                    else:
+                        self._pushed(store, sent[i], r, report, tally)
+                except Exception as failure:  # book the rest of the batch first; then fail the push
+                    failures.append(failure)
+
+        await gather(batch_chunks(ops), send, BATCH_CONCURRENCY)
+        if failures:
+            raise failures[0]
+        return left + [sent[i] for chunk in unsent for i in chunk]
+
+    async def _push_one(
+        self, store: StoreInfo, a: P.PushAction, report: TickReport, tally: StoreSync
+    ) -> None:
+        sid, st, c = store.store_id, self.state, self.client
+        if isinstance(a, P.HoldDelete):
+            st.add_delete_held(sid, a.memory_id)
+            self.fs.add_notice(
+                sid, "delete-held", a.path, f"deleted here, kept on the store (--sync-deletions {a.reason})"
+            )
+            log.warning("%s: %s deleted locally; not deleted on the store (%s)", store.slug, a.path, a.reason)
+            return
+        try:
+            m: dict[str, Any] | None = None
+            if isinstance(a, P.PushDelete):
+                await c.delete_memory(sid, a.memory_id, expected_sha=a.expected_sha)
+            elif isinstance(a, P.PushUpdate):
+                content = st.get_blob(a.new_sha).decode("utf-8") if a.new_sha else None
+                m = await c.update_memory(
+                    sid, a.memory_id, expected_sha=a.expected_sha, content=content, path=a.new_path
+                )
+            else:
+                m = await c.create_memory(sid, a.path, st.get_blob(a.sha).decode("utf-8"))
+        except ApiError as exc:
+            self._push_failed(store, a, exc, report, tally)
+            return
+        self._pushed(store, a, m, report, tally)
+
+    def _pushed(
+        self, store: StoreInfo, a: Sent, m: dict[str, Any] | None, report: TickReport, tally: StoreSync
+    ) -> None:
+        """Book a push the store took (`m`: the memory it answered; None for a delete)."""
+        sid, st = store.store_id, self.state
+        if isinstance(a, P.PushDelete):
+            st.drop_baseline(sid, a.memory_id)
+        else:
+            assert m is not None
+            st.set_baseline(sid, m["id"], m["path"], m["content_sha256"], m["content_size_bytes"])
+            if isinstance(a, P.PushCreate):
+                local = self.fs.local_file(sid, a.path)  # not local_view(): O(n) per create
+                if local is not None and local.memory_id is None:
+                    self.fs.set_memory_id(sid, a.path, m["id"])
+        report.pushed += 1
+        tally.pushed += 1
+
+    def _push_failed(
+        self, store: StoreInfo, a: Sent, exc: ApiError, report: TickReport, tally: StoreSync
+    ) -> None:
+        """Book a push the store answered with an error: refused (not retried until the file
+        changes), someone else's change (the next tick settles it), or raise: the push failed."""
+        sid, st = store.store_id, self.state
+        if isinstance(a, P.PushDelete) and exc.status == 404:  # already gone: what was asked
+            self._pushed(store, a, None, report, tally)
+            return
+        if exc.refused:
+            if isinstance(a, P.PushDelete):
+                # A delete carries no content to refuse: nothing to remember against a file (there
+                # is none). It stays staged and the next tick asks again.
+                log.warning("%s: delete of %s refused: %s", store.slug, a.path, exc.message)
+                return
+            path, sha = (a.local_path, a.local_sha) if isinstance(a, P.PushUpdate) else (a.path, a.sha)
+            st.set_refused(sid, path, sha, exc.message)
+            self.fs.add_notice(sid, "upload-refused", path, f"the store refused it: {exc.message}")
+            log.warning("%s: upload of %s refused: %s", store.slug, path, exc.message)
+        elif exc.status in (404, 409):
+            # Someone else changed the store: no retry; the next tick's listing settles it.
+            log.info("%s: %s answered %s; the next tick settles it", store.slug, type(a).__name__, exc.type)
+        else:
+            raise exc

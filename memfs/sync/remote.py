@@ -1,0 +1,249 @@
+"""The store as it is now, read for one store's pull (SEMANTICS.md#d-tick): the changes feed since the
+applied counter, a snapshot (a first download, or a pull that lacks most of the store), or listings
+by path prefix (the hosted API, SEMANTICS.md#d-no-counter) made safe to plan on; and the content the
+plan needs that the state dir lacks.
+
+What a pull reads besides the memories' list (fetched content, what a snapshot stored, the
+memories' `updated_at`) is gathered in one `Pulled` per store and pull, which the apply step
+consumes (apply.py). Nothing here changes the view or the baseline.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+from memfs.client import CONCURRENCY, ApiError, Listing, StoreClient, Unreachable
+from memfs.records import BaseEntry, StoreInfo
+from memfs.sync import plan as P
+from memfs.sync.bounded import gather
+from memfs.sync.ports import Journal
+
+# Requests in flight are bounded by the client (its slots, shared by all stores); this only caps
+# how many of one store's fetches wait for a slot at once.
+FETCH_CONCURRENCY = CONCURRENCY
+# A pull that lacks the content of at least this many memories, worth at least 1/SNAPSHOT_SHARE
+# of the store's bytes, takes one snapshot instead of a GET each (`worth_a_snapshot`).
+SNAPSHOT_FETCHES = 16
+SNAPSHOT_SHARE = 4
+
+
+@dataclass
+class Pulled:
+    """What one store's pull has read beside the list of memories, for its apply step."""
+
+    contents: dict[str, bytes] = field(default_factory=dict)  # sha -> content fetched in this pull
+    streamed: set[str] = field(default_factory=set)  # shas a snapshot of this pull stored in the state dir
+    # memory id -> updated_at as the store gave it, for the view's mtime: parsed only for the
+    # memories the apply step materialises (a hosted tick lists 16,000 and parsed each: ~0.15 s)
+    mtimes: dict[str, str] = field(default_factory=dict)
+
+    def note_mtime(self, memory_id: str, updated_at: str | None) -> None:
+        if updated_at:
+            self.mtimes[memory_id] = updated_at
+
+    def has_content(self, sha: str) -> bool:
+        return sha in self.contents or sha in self.streamed
+
+
+class RemoteRead(NamedTuple):
+    """The store's memories by id, their ids in path order, and the counter they were read at
+    (None when the service has none)."""
+
+    entries: dict[str, P.RemoteEntry]
+    order: list[str]
+    counter: int | None
+
+
+def in_path_order(entries: dict[str, P.RemoteEntry]) -> list[str]:
+    return sorted(entries, key=lambda mid: entries[mid].path)
+
+
+def remote_from_base(state: Journal, sid: str, base: Mapping[str, BaseEntry]) -> tuple[dict, list]:
+    """The store as the baseline last saw it (plus the memories not materialised here)."""
+    remote = {b.memory_id: P.RemoteEntry(b.memory_id, b.path, b.sha, b.size) for b in base.values()}
+    for mid, sk in state.skipped(sid).items():
+        # a Skip always records the listed sha and size; a NULL (never written since schema 1) reads
+        # as a sha no listing has, so that memory is looked at again
+        remote.setdefault(mid, P.RemoteEntry(mid, sk.path, sk.sha or "", sk.size or 0))
+    return remote, in_path_order(remote)
+
+
+def prefix_sizes(base: Mapping[str, Any]) -> dict[str, int]:
+    """prefix -> how many memories of the baseline lie under it ("/" is all of them): what lets
+    a listing split a prefix known to be large, and ask its sub-prefixes, without probing first."""
+    direct: dict[str, int] = {}  # directory -> memories directly in it (one pass, no splitting)
+    for b in base.values():
+        d = b.path[: b.path.rfind("/") + 1]
+        direct[d] = direct.get(d, 0) + 1
+    sizes: dict[str, int] = {"/": len(base)}
+    for d, n in direct.items():  # each directory's count to it and its ancestors (not "/")
+        while d != "/":
+            sizes[d] = sizes.get(d, 0) + n
+            d = d[: d.rfind("/", 0, -1) + 1]
+    return sizes
+
+
+def worth_a_snapshot(missing: dict[str, str], remote: dict[str, P.RemoteEntry]) -> bool:
+    """Whether one snapshot (every memory with content, one request) beats a GET per missing
+    memory: many of them, and a good part of the store's bytes anyway. That is a mount that
+    was busy while others wrote (a live mount pulls only when quiet: after a minute of
+    writers it lacks most of the store), where a request each took seconds on the service."""
+    if len(missing) < SNAPSHOT_FETCHES:
+        return False
+    total = sum(r.size for r in remote.values()) or 1
+    wanted = sum(remote[mid].size for mid in missing.values() if mid in remote)
+    return wanted * SNAPSHOT_SHARE >= total
+
+
+class _StreamedSnapshot:
+    """A snapshot as it streams (SEMANTICS.md#d-first-download): each chunk's content is hashed
+    and stored in the state dir's blobs from the client's worker thread as it arrives, and only
+    what the plan needs is kept (id, path, sha, size, updated_at). Nothing here is in the view:
+    the plan applies the store, whole, once the stream has ended."""
+
+    def __init__(self, state: Journal, slug: str):
+        self.state = state
+        self.slug = slug
+        self.entries: list[tuple[str, str, str, int, str | None]] = []
+        self.shas: set[str] = set()
+
+    def put(self, memories: list[dict[str, Any]]) -> None:
+        blobs: list[tuple[str, bytes]] = []
+        for m in memories:
+            data = (m.get("content") or "").encode("utf-8")
+            sha = hashlib.sha256(data).hexdigest()  # releases the GIL: the trio thread reads on
+            if sha != m.get("content_sha256"):
+                raise Unreachable(
+                    f"{self.slug}: the snapshot's content of {m.get('path')!r} is not its content_sha256"
+                )
+            if sha not in self.shas:
+                self.shas.add(sha)
+                blobs.append((sha, data))
+            self.entries.append((m["id"], m["path"], sha, len(data), m.get("updated_at")))
+        self.state.put_blobs(blobs)
+
+
+class StoreReader:
+    """Reads what a pull needs from the store, through the client, into the state dir's blobs
+    (a snapshot's content) and a `Pulled`."""
+
+    def __init__(self, client: StoreClient, state: Journal):
+        self.client = client
+        self.state = state
+
+    async def read(
+        self,
+        store: StoreInfo,
+        applied: int | None,
+        base: Mapping[str, BaseEntry],
+        pulled: Pulled,
+        *,
+        has_counter: bool | None,
+    ) -> RemoteRead:
+        """The store's current memories: via the changes feed, a snapshot (first download) or a listing."""
+        sid = store.store_id
+        if has_counter and applied is not None:
+            changes = await self.client.changes(sid, applied)
+            if changes is not None and not changes.too_old:
+                remote, _ = remote_from_base(self.state, sid, base)
+                for c in changes.changes:
+                    if c.operation == "deleted":
+                        remote.pop(c.memory_id, None)
+                    else:
+                        remote[c.memory_id] = P.RemoteEntry(c.memory_id, c.path, c.sha or "", c.size or 0)
+                        pulled.note_mtime(c.memory_id, c.updated_at)
+                return RemoteRead(remote, in_path_order(remote), changes.counter)
+        if has_counter and not base:
+            snap = await self.snapshot(store, pulled)
+            if snap is not None:
+                return snap
+        # No feed (the hosted API, SEMANTICS.md#d-no-counter), a counter too old for it, or no snapshot: listings by
+        # path prefix, concurrently. A first download asks the full view: content comes with it.
+        full = not base
+        listing = await self.client.list_memories(
+            sid, view="full" if full else "basic", known=prefix_sizes(base)
+        )
+        remote = {}
+        for m in listing.items:
+            remote[m["id"]] = P.RemoteEntry(m["id"], m["path"], m["content_sha256"], m["content_size_bytes"])
+            pulled.note_mtime(m["id"], m.get("updated_at"))
+            if full:
+                pulled.contents[m["content_sha256"]] = (m.get("content") or "").encode("utf-8")
+        if not listing.consistent:
+            await self._settle_listing(store, listing, base, remote, pulled)
+        return RemoteRead(remote, in_path_order(remote), listing.counter)
+
+    async def snapshot(self, store: StoreInfo, pulled: Pulled) -> RemoteRead | None:
+        """The store's memories at one counter (the snapshot extension, its content stored as it
+        streams, as for a first download), or None without it (the hosted API): then the caller
+        fetches one by one."""
+        snap = _StreamedSnapshot(self.state, store.slug)
+        counter = await self.client.snapshot(store.store_id, snap)
+        if counter is None:
+            return None
+        remote = {}
+        for memory_id, path, sha, size, updated_at in snap.entries:
+            pulled.note_mtime(memory_id, updated_at)
+            remote[memory_id] = P.RemoteEntry(memory_id, path, sha, size)
+        pulled.streamed = snap.shas
+        return RemoteRead(remote, in_path_order(remote), counter)
+
+    async def _settle_listing(
+        self,
+        store: StoreInfo,
+        listing: Listing,
+        base: Mapping[str, BaseEntry],
+        remote: dict[str, P.RemoteEntry],
+        pulled: Pulled,
+    ) -> None:
+        """Make a listing that was not one snapshot safe to plan on (SEMANTICS.md#d-tick).
+
+        Listings of different prefixes are read at different moments: a memory renamed from one
+        prefix to another in between shows up in both (a duplicate id) or in neither. Taken as
+        they are, the first would be two files and the second a remote delete of a file the
+        agent has. So every duplicate, and every memory of the baseline that the listing lacks,
+        is asked by id: a 404 is a real delete, anything else is the memory as it is now. A
+        memory created and renamed during the listing may be missed entirely: it was never
+        here, and the next tick finds it. Costs one request per remote delete (or race)."""
+        suspects = set(listing.duplicates) | {b.memory_id for b in base.values() if b.memory_id not in remote}
+        if not suspects:
+            return
+
+        async def one(memory_id: str) -> None:
+            try:
+                m = await self.client.get_memory(store.store_id, memory_id)
+            except ApiError as exc:
+                if exc.status != 404:
+                    raise
+                remote.pop(memory_id, None)
+                return
+            data = (m.get("content") or "").encode("utf-8")
+            sha = hashlib.sha256(data).hexdigest()
+            pulled.contents[sha] = data
+            pulled.note_mtime(memory_id, m.get("updated_at"))
+            remote[memory_id] = P.RemoteEntry(memory_id, m["path"], sha, len(data))
+
+        await gather(sorted(suspects), one, FETCH_CONCURRENCY)
+
+    async def fetch(self, store: StoreInfo, missing: dict[str, str], pulled: Pulled) -> list[dict]:
+        """Fetch content for the given sha → memory id, concurrently and bounded. Returns the
+        memories that moved on since they were listed (their content is not the listed sha)."""
+        changed: list[dict] = []
+
+        async def one(item: tuple[str, str]) -> None:
+            sha, memory_id = item
+            m = await self.client.get_memory(store.store_id, memory_id)
+            data = (m.get("content") or "").encode("utf-8")
+            actual = hashlib.sha256(data).hexdigest()
+            pulled.note_mtime(memory_id, m.get("updated_at"))
+            pulled.contents[actual] = data
+            if actual != sha:
+                m["content_sha256"] = actual
+                m["content_size_bytes"] = len(data)
+                changed.append(m)
+
+        await gather(list(missing.items()), one, FETCH_CONCURRENCY)
+        return changed
