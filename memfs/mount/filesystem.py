@@ -52,7 +52,6 @@ from memfs.mount.nodes import (
     Node,
     NoticesNode,
     RootNode,
-    Staged,
     StoreRootNode,
 )
 from memfs.mount.permissions import PermissionChecks
@@ -69,7 +68,7 @@ from memfs.mount.replies import (
 from memfs.mount.state import State
 from memfs.mount.sync_view import SyncFacing, utf8_ok
 from memfs.mount.tree import Tree
-from memfs.mount.view_rows import FLAG_BAD_UTF8, FLAG_UNBORN
+from memfs.mount.view_rows import FLAG_BAD_UTF8, FLAG_UNBORN, FileState
 from memfs.records import StoreInfo
 
 
@@ -592,15 +591,15 @@ class Filesystem(PermissionChecks, SyncFacing):
         if s is None:
             self.state.upsert_file(sid, node.path, None, EMPTY_SHA, 0, node.mtime_ns, node.mode, FLAG_UNBORN)
         else:
-            flags = FLAG_BAD_UTF8 if s.bad_utf8 else 0
-            self.state.upsert_file(sid, node.path, s.memory_id, s.sha, s.size, s.mtime_ns, s.mode, flags)
+            self.state.upsert_file(sid, node.path, s.memory_id, s.sha, s.size, s.mtime_ns, s.mode, s.flags)
 
-    def _staged_state(self, node: FileNode) -> Staged | None:
+    def _staged_state(self, node: FileNode) -> FileState | None:
         """What the sync sees of a file now (None: nothing, an unborn file of its own)."""
         if node.unborn:
             return node.replaces
         mtime = node.clean_mtime if node.buf is not None else node.mtime_ns
-        return Staged(node.memory_id, node.sha, node.size, node.mode, mtime, node.bad_utf8)
+        flags = FLAG_BAD_UTF8 if node.bad_utf8 else 0
+        return FileState(node.memory_id, node.sha, node.size, mtime, node.mode, flags)
 
     def _give_up(self, h: FileHandle) -> None:
         """The close of a failed handle: stage nothing; return the file to its last staged state
@@ -645,8 +644,7 @@ class Filesystem(PermissionChecks, SyncFacing):
                 node.memory_id, node.sha, node.size, node.bad_utf8 = s.memory_id, s.sha, s.size, s.bad_utf8
                 node.mode, node.mtime_ns = s.mode, s.mtime_ns
                 node.unborn, node.replaces = False, None
-                flags = FLAG_BAD_UTF8 if s.bad_utf8 else 0
-                self.state.upsert_file(sid, path, s.memory_id, s.sha, s.size, s.mtime_ns, s.mode, flags)
+                self.state.upsert_file(sid, path, s.memory_id, s.sha, s.size, s.mtime_ns, s.mode, s.flags)
             self.inval.inode(node)
             outcome = "the file keeps its previous content"
         if first:

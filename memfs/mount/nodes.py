@@ -14,23 +14,11 @@ children, content).
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass
 
 from memfs.limits import NOTICES_KEPT
 from memfs.mount.blobs import EMPTY_SHA
+from memfs.mount.view_rows import FileState
 from memfs.records import StoreInfo
-
-
-@dataclass(frozen=True, slots=True)
-class Staged:
-    """A file's last staged state, kept so that a failed writer can return the path to it."""
-
-    memory_id: str | None
-    sha: str
-    size: int
-    mode: int
-    mtime_ns: int
-    bad_utf8: bool
 
 
 class _Node:
@@ -109,7 +97,7 @@ class FileNode(_Node):
         # An unborn file at a path that held a staged file a moment ago (unlink + create, as
         # `tar x` does; or renamed over one): what the sync keeps seeing there, and what the path
         # returns to if the writer fails.
-        self.replaces: Staged | None = None
+        self.replaces: FileState | None = None
         self.creator_fh = 0  # the creating handle while it is open
         self.closed = False  # an unborn file's close returned: its row holds that content now
 
@@ -159,7 +147,7 @@ class Store:
         self.notices_node = NoticesNode(notices_ino, self, 0o444, now)
         # path -> the staged file unlinked there since the sync last looked (local_view()): a
         # create at that path by a writer that then fails returns the path to it.
-        self.replaced: dict[str, Staged] = {}
+        self.replaced: dict[str, FileState] = {}
 
     def render_notices(self) -> None:
         self.notices_blob = "".join(line + "\n" for line in self.notices).encode()

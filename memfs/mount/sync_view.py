@@ -5,6 +5,7 @@ invalidated through the queue). Called on the trio thread, never from inside a F
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import logging
 from collections.abc import Callable
@@ -12,7 +13,7 @@ from datetime import UTC, datetime
 
 from memfs.limits import RESERVED_NAMES, check_memory_path
 from memfs.mount.invalidation import InvalidationQueue
-from memfs.mount.nodes import DirLike, DirNode, FileHandle, FileNode, Staged, Store
+from memfs.mount.nodes import DirLike, DirNode, FileHandle, FileNode, Store
 from memfs.mount.replies import FsError
 from memfs.mount.state import State
 from memfs.mount.tree import Tree
@@ -277,7 +278,7 @@ class SyncFacing:
         node.memory_id = memory_id
         if node.replaces is not None:  # what the sync sees of an unborn file
             s = node.replaces
-            node.replaces = Staged(memory_id, s.sha, s.size, s.mode, s.mtime_ns, s.bad_utf8)
+            node.replaces = dataclasses.replace(s, memory_id=memory_id)
 
     def add_notice(self, store_id: str, kind: str, path: str, details: str = "") -> str:
         """Append a line to the store's .sync-notices.log (last 100 kept); returns the line."""

@@ -26,7 +26,6 @@ from memfs.mount.nodes import (
 )
 from memfs.mount.replies import ROOT_INO, Attr, FsError
 from memfs.mount.state import State
-from memfs.mount.view_rows import FLAG_BAD_UTF8, FLAG_UNBORN
 from memfs.records import StoreInfo
 
 log = logging.getLogger("memfs.mount.tree")
@@ -89,28 +88,28 @@ class Tree:
                 log.warning("store %s: directory %s clashes with a file; not shown", sid, drow.path)
                 continue
             d.mtime_ns, d.mode = drow.mtime_ns, drow.mode & 0o7777
-        for row in self.state.load_files(sid).values():
-            if row.flags & FLAG_UNBORN:
+        for path, row in self.state.load_files(sid).items():
+            if row.unborn:
                 # Created by a writer that never closed it (the mount stopped first): dropped,
                 # as a writer that fails is undone. Nothing whose close() returned is lost.
-                log.warning("store %s: %s was never closed by its writer; dropped", sid, row.path)
-                self.state.delete_file(sid, row.path)
+                log.warning("store %s: %s was never closed by its writer; dropped", sid, path)
+                self.state.delete_file(sid, path)
                 continue
-            parent_path, _, name = row.path.rpartition("/")
+            parent_path, _, name = path.rpartition("/")
             if parent_path == "" and name in RESERVED_NAMES:
-                log.warning("store %s: a file at reserved path %s is not shown", sid, row.path)
+                log.warning("store %s: a file at reserved path %s is not shown", sid, path)
                 continue
             try:
                 parent = self.ensure_dirs(st, parent_path, t)
             except FsError:
-                log.warning("store %s: file %s clashes with a file on its path; not shown", sid, row.path)
+                log.warning("store %s: file %s clashes with a file on its path; not shown", sid, path)
                 continue
             if name in parent.children:
-                log.warning("store %s: file %s clashes with a directory; not shown", sid, row.path)
+                log.warning("store %s: file %s clashes with a directory; not shown", sid, path)
                 continue
             node = self.new_file(st, row.mode & 0o7777, row.mtime_ns)
             node.memory_id, node.sha, node.size = row.memory_id, row.sha, row.size
-            node.bad_utf8 = bool(row.flags & FLAG_BAD_UTF8)
+            node.bad_utf8 = row.bad_utf8
             node.bad_noticed = row.sha if node.bad_utf8 else None
             self.attach(parent, node, name)
             st.files += 1

@@ -14,10 +14,11 @@ FLAG_UNBORN = 2  # files.flags bit: created by a writer that has not closed it; 
 
 
 @dataclass(frozen=True, slots=True)
-class FileRow:
-    """A file as staged: the committed state plus what a restart needs to show it again."""
+class FileState:
+    """A file's committed state (what its last close staged): a row of `files`, keyed by its path,
+    which a restart shows again; and a node's `replaces`, the state a failed writer returns the
+    path to. The path is not in it: a row's is its key, a node's is where the node stands now."""
 
-    path: str
     memory_id: str | None
     sha: str
     size: int
@@ -28,6 +29,10 @@ class FileRow:
     @property
     def bad_utf8(self) -> bool:
         return bool(self.flags & FLAG_BAD_UTF8)
+
+    @property
+    def unborn(self) -> bool:
+        return bool(self.flags & FLAG_UNBORN)
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,14 +45,14 @@ class DirRow:
 class ViewRows(StateDb):
     # ---- files (the local view) ------------------------------------------------------------
 
-    def load_files(self, store_id: str) -> dict[str, FileRow]:
+    def load_files(self, store_id: str) -> dict[str, FileState]:
         with self._mutex:
             rows = self._db.execute(
                 "SELECT path, memory_id, sha, size, mtime_ns, mode, flags FROM files "
                 "WHERE store_id=? ORDER BY path",
                 (store_id,),
             ).fetchall()
-        return {r[0]: FileRow(*r) for r in rows}
+        return {r[0]: FileState(*r[1:]) for r in rows}
 
     def upsert_file(
         self,
