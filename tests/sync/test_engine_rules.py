@@ -181,6 +181,24 @@ async def test_push_answered_409_leaves_the_store_winning_and_the_local_version_
     assert m.engine.not_on_store()[world.notes].count == 0
 
 
+async def test_a_refused_delete_stays_staged_and_the_other_pushes_land(world):
+    """A delete the store refuses (400/413/422) has no content to remember as refused: it is
+    logged, stays staged (named by `not_on_store`), and the rest of the push goes on; the next
+    tick asks again. (It used to read PushDelete.sha, which does not exist, and crash the push.)"""
+    m = await world.setup({"/a.md": "alpha", "/b.md": "beta"})
+    single_requests(m)
+    m.unlink("/notes/a.md")
+    m.write("/notes/b.md", b"mine")
+    m.transport.add("DELETE", MEMORY_BY_ID, status=400)
+    result = await m.sync()
+    assert result["ok"] and result["pushed"] == 1, result
+    assert (await world.svc.contents(world.notes)) == {"/a.md": "alpha", "/b.md": "mine"}
+    assert m.engine.not_on_store()[world.notes].staged == ["/a.md"]
+    result = await m.sync()  # no fault now: the delete goes out
+    assert result["ok"] and result["pushed"] == 1, result
+    assert (await world.svc.contents(world.notes)) == {"/b.md": "mine"}
+
+
 async def test_push_answered_404_is_settled_by_the_next_tick_without_losing_the_edit(world):
     m = await world.setup({"/a.md": "alpha"})
     single_requests(m)
