@@ -456,7 +456,12 @@ def test_the_documented_balancer_in_front_of_two_replicas(deployment):
     with httpx.Client(base_url=holder.url, headers={"x-api-key": ADMIN_KEY, **MEMORY}, timeout=30) as c:
         feed = patient(c, "GET", f"/v1/memory_stores/{s.id}/changes", params={"since": 0}).json()
     assert {mid for mid, _ in acked} <= {c["memory_id"] for c in feed["changes"]}  # the feed has them too
-    assert len(failed) <= 4, failed  # at most the requests in flight on the killed replica
+    # Failed: only requests that may have reached the dying replica: the one in flight on it, or one
+    # sent on a pooled haproxy connection to it that its death had closed an instant before (a 502
+    # or a cut connection; haproxy does not resend those: the request may have landed). Never a
+    # 503: haproxy always had a healthy replica to send a refused connection to (option redispatch).
+    assert not [f for f in failed if ": 503 " in f], failed
+    assert len(failed) <= 8, failed
     lb.wait_verdict(other.name, "DOWN", seen + 2, timeout=60)
     assert healthcheck(other) != 0 and healthcheck(holder) == 0
 
