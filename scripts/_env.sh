@@ -14,16 +14,33 @@ ensure_debian_packages() {
     command -v curl >/dev/null 2>&1 || missing+=(curl)
     # tests run tools as unprivileged users, who cannot reach a python under /root: Debian's python3
     [ -x /usr/bin/python3 ] || missing+=(python3)
+    # docs/OPERATIONS.md's load balancer, run by tests/service/test_operations_doc.py (in /usr/sbin)
+    [ -x /usr/sbin/haproxy ] || command -v haproxy >/dev/null 2>&1 || missing+=(haproxy)
     if [ ${#missing[@]} -gt 0 ]; then
         if [ "$(id -u)" != 0 ]; then
             echo "memfs: missing Debian packages: ${missing[*]} (run as root, or: sudo apt-get install ${missing[*]})" >&2
             exit 1
         fi
         echo "memfs: installing Debian packages: ${missing[*]}" >&2
-        export DEBIAN_FRONTEND=noninteractive
-        apt-get update -q >/dev/null
-        apt-get install -y -q "${missing[@]}" >/dev/null
+        apt_install_without_starting "${missing[@]}" \
+            || { echo "memfs: installing ${missing[*]} failed" >&2; exit 1; }
     fi
+}
+
+apt_install_without_starting() {
+    # apt-get install, with no service started by the packages (haproxy's and postgresql's would
+    # run until the machine stops): a policy-rc.d that forbids starts, unless one is there already
+    # (a container's own, which stays as it was).
+    export DEBIAN_FRONTEND=noninteractive
+    local policy=/usr/sbin/policy-rc.d had_policy=0 rc=0
+    [ -e "$policy" ] && had_policy=1
+    if [ "$had_policy" = 0 ]; then
+        printf '#!/bin/sh\nexit 101\n' >"$policy"
+        chmod +x "$policy"
+    fi
+    { apt-get update -q >/dev/null && apt-get install -y -q "$@" >/dev/null; } || rc=$?
+    [ "$had_policy" = 1 ] || rm -f "$policy"
+    return "$rc"
 }
 
 ensure_python() {
@@ -59,8 +76,8 @@ ensure_python() {
 ensure_postgresql() {
     # The PostgreSQL backend's tests start a throwaway cluster (tests/support/postgres.py) with
     # Debian's initdb/pg_ctl. Installing the package must not leave the system cluster running:
-    # policy-rc.d forbids starting services during the install (the package still creates its
-    # "main" cluster on disk; nothing here starts it).
+    # apt_install_without_starting forbids starting services during the install (the package
+    # still creates its "main" cluster on disk; nothing here starts it).
     if compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null; then
         return 0
     fi
@@ -69,16 +86,8 @@ ensure_postgresql() {
         exit 1
     fi
     echo "memfs: installing Debian's postgresql (for the PostgreSQL backend's tests)" >&2
-    export DEBIAN_FRONTEND=noninteractive
-    local policy=/usr/sbin/policy-rc.d had_policy=0
-    [ -e "$policy" ] && had_policy=1
-    if [ "$had_policy" = 0 ]; then
-        printf '#!/bin/sh\nexit 101\n' >"$policy"
-        chmod +x "$policy"
-    fi
     local rc=0
-    { apt-get update -q >/dev/null && apt-get install -y -q postgresql >/dev/null; } || rc=$?
-    [ "$had_policy" = 1 ] || rm -f "$policy"
+    apt_install_without_starting postgresql || rc=$?
     [ "$rc" = 0 ] || { echo "memfs: installing postgresql failed (apt-get exit $rc)" >&2; exit 1; }
     compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null \
         || { echo "memfs: installing postgresql did not provide initdb" >&2; exit 1; }
