@@ -39,6 +39,11 @@ from memfs.service.auth import BETA_AGENTS, BETA_MEMORY, hash_token, is_admin_ke
 from memfs.service.backend import WouldBlock
 
 MAX_COUNTER_IDS = 100
+# Batched statements out at once (CounterPath._batched). A batch is open to new requests until
+# it can be sent, so with this many out, the requests that arrive meanwhile wait for one round
+# trip at most and then go out together, as one statement: under load the batches grow by
+# themselves, and the database (on the same cores, here) answers fewer, larger statements.
+MAX_STATEMENTS_OUT = 2
 MAX_WATCH_WAIT_S = 60.0  # as app.py's watch route
 DEFAULT_WATCH_WAIT_S = 30.0
 _STORES = "/v1/memory_stores/"
@@ -158,6 +163,7 @@ class CounterPath:
         inline = getattr(storage, "inline_read", None)
         self.inline_read = inline() if inline is not None else None  # SQLite: read on the loop
         self._batch: _Batch | None = None  # the reads of this loop step being gathered
+        self._in_flight = anyio.Semaphore(MAX_STATEMENTS_OUT)
         make_async = getattr(getattr(storage, "backend", None), "async_counter_reader", None)
         self.async_reader = make_async() if make_async is not None else None  # PostgreSQL
 
@@ -197,9 +203,16 @@ class CounterPath:
         try:
             try:
                 await anyio.lowlevel.checkpoint()  # let the other requests of this step join
+                # a second step to join (acquire() yields once even when a statement may go out
+                # at once: measured, without it the batches were half as large and each request
+                # cost ~15 % more here); while the statements out are at their limit, more join
+                await self._in_flight.acquire()
             finally:
                 self._batch = None
-            batch.result = await self._read_batch(sorted(batch.tokens), sorted(batch.ids))
+            try:
+                batch.result = await self._read_batch(sorted(batch.tokens), sorted(batch.ids))
+            finally:
+                self._in_flight.release()
         except Exception:  # a lost connection: every member answers through the full path
             batch.result = None
         finally:
