@@ -8,10 +8,12 @@ instead of counter reads (8 connections is what the bench used). `--watches N`: 
 on one store, print the service's RSS, then wake them all with one write and count the answers.
 
 Starts its own service on a loopback port (a temp dir), creates one store (optionally with
-`--memories` memories: the counter's cost must not depend on them), then each connection sends
+`--memories` memories: the counter's cost must not depend on them; on PostgreSQL the seeded
+tables are then vacuumed and analyzed, not left to autovacuum mid-measurement), then each connection sends
 `GET /v1/memory_stores/{id}/counter` back to back on one socket for the duration (bounded) and
 counts answers. The client is plain sockets in one thread each, so what is measured is the
-service's per-request stack, not an HTTP client library.
+service's per-request stack, not an HTTP client library. With `--db postgresql` it also prints
+the throwaway cluster's CPU per request (its backends run on the same cores as the service).
 """
 
 from __future__ import annotations
@@ -58,6 +60,23 @@ def cpu_seconds(pid: int) -> float:
     """utime + stime of a process, from /proc (Linux)."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def cluster_cpu_seconds(cluster) -> float:
+    """utime + stime of a throwaway PostgreSQL cluster: its postmaster and every process it
+    started (the backends serving the service, the background writers), from /proc."""
+    postmaster = int((cluster.data / "postmaster.pid").read_text().split()[0])
+    total = cpu_seconds(postmaster)
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:  # it ended meanwhile
+            continue
+        if int(fields[1]) == postmaster:
+            total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return total
 
 
 def _counter_request(store: str, key: str, i: int, n: int) -> bytes:
@@ -195,6 +214,14 @@ def main() -> int:
             with svc.admin_client() as c:
                 for i in range(args.memories):
                     c.post(f"/v1/memory_stores/{store}/memories", json={"path": f"/m/{i}.md", "content": "x"})
+            if args.memories and db_url is not None:
+                # What autovacuum would do to the seeded tables at a moment of its choosing (in
+                # the middle of the measurement, on the same cores), done now: the counter's
+                # statement reads none of them, so what is measured is the counter's cost alone.
+                import psycopg
+
+                with psycopg.connect(db_url, autocommit=True) as conn:
+                    conn.execute("VACUUM (ANALYZE)")
             if args.watches:
                 return _watches(svc, pid, store, args.watches)
             build = _counter_request
@@ -205,9 +232,16 @@ def main() -> int:
                            for i in range(args.connections)]  # fmt: skip
                 build = _write_request(ids)
             measure(svc.port, store, svc.admin_key, 1.0, args.connections, build)  # warm-up
+            db0 = cluster_cpu_seconds(cluster) if cluster is not None else 0.0
             cpu0, t0 = cpu_seconds(pid), time.monotonic()
             rate = measure(svc.port, store, svc.admin_key, args.seconds, args.connections, build)
-            cpu_per_request = (cpu_seconds(pid) - cpu0) / (rate * (time.monotonic() - t0))
+            requests = rate * (time.monotonic() - t0)
+            cpu_per_request = (cpu_seconds(pid) - cpu0) / requests
+            db_cpu = (
+                f"; database CPU {(cluster_cpu_seconds(cluster) - db0) / requests * 1e6:.0f} us/request"
+                if cluster is not None
+                else ""
+            )
         finally:
             svc.stop()
             if cluster is not None:
@@ -215,8 +249,8 @@ def main() -> int:
     what = "memory writes/s" if args.writes else "counter reads/s"
     print(f"{what}: {rate:.0f} ({args.connections} keep-alive connections, {args.seconds:g} s, "
           f"{args.memories} memories, db={args.db.split('://')[0]}, server={args.server}); "
-          f"service CPU {cpu_per_request * 1e6:.0f} us/request, i.e. {1 / cpu_per_request:.0f}/s per core; "
-          f"load average {os.getloadavg()[0]:.1f}")  # fmt: skip
+          f"service CPU {cpu_per_request * 1e6:.0f} us/request, i.e. {1 / cpu_per_request:.0f}/s per core"
+          f"{db_cpu}; load average {os.getloadavg()[0]:.1f}")  # fmt: skip
     return 0
 
 

@@ -39,6 +39,11 @@ from memfs.service.auth import BETA_AGENTS, BETA_MEMORY, hash_token, is_admin_ke
 from memfs.service.backend import WouldBlock
 
 MAX_COUNTER_IDS = 100
+# Batched statements out at once (CounterPath._batched). A batch is open to new requests until
+# it can be sent, so with this many out, the requests that arrive meanwhile wait for one round
+# trip at most and then go out together, as one statement: under load the batches grow by
+# themselves, and the database (on the same cores, here) answers fewer, larger statements.
+MAX_STATEMENTS_OUT = 2
 MAX_WATCH_WAIT_S = 60.0  # as app.py's watch route
 DEFAULT_WATCH_WAIT_S = 30.0
 _STORES = "/v1/memory_stores/"
@@ -158,6 +163,7 @@ class CounterPath:
         inline = getattr(storage, "inline_read", None)
         self.inline_read = inline() if inline is not None else None  # SQLite: read on the loop
         self._batch: _Batch | None = None  # the reads of this loop step being gathered
+        self._in_flight = anyio.Semaphore(MAX_STATEMENTS_OUT)
         make_async = getattr(getattr(storage, "backend", None), "async_counter_reader", None)
         self.async_reader = make_async() if make_async is not None else None  # PostgreSQL
 
@@ -182,8 +188,11 @@ class CounterPath:
     async def _batched(self, token_hash: str | None, ids) -> dict[str, int] | None:
         """`counters_for(token_hash, ids)` answered with the other reads of this loop step: the
         first reader yields once, so every request handled in the same step joins, then reads
-        the union in one statement (`sql_tx.counters_batch_query`). A batch is joined only
-        before its statement is sent, so every answer is read after its request arrived."""
+        the union in one statement (`sql_tx.counters_batch_query`; on PostgreSQL under asyncio
+        its prepared form, `postgres_storage.COUNTERS_BATCH`). While MAX_STATEMENTS_OUT are at
+        the database the batch stays open, and every request arriving meanwhile joins it. A
+        batch is joined only before its statement is sent, so every answer is read after its
+        request arrived."""
         batch = self._batch
         lead = batch is None
         if batch is None:
@@ -197,9 +206,16 @@ class CounterPath:
         try:
             try:
                 await anyio.lowlevel.checkpoint()  # let the other requests of this step join
+                # a second step to join (acquire() yields once even when a statement may go out
+                # at once: measured, without it the batches were half as large and each request
+                # cost ~15 % more here); while the statements out are at their limit, more join
+                await self._in_flight.acquire()
             finally:
                 self._batch = None
-            batch.result = await self._read_batch(sorted(batch.tokens), sorted(batch.ids))
+            try:
+                batch.result = await self._read_batch(sorted(batch.tokens), sorted(batch.ids))
+            finally:
+                self._in_flight.release()
         except Exception:  # a lost connection: every member answers through the full path
             batch.result = None
         finally:

@@ -9,11 +9,13 @@ and a held watch answered from the counter its change source reported, with no r
 
 from __future__ import annotations
 
+import threading
+
 import anyio
 import pytest
 
 from memfs.service.auth import hash_token
-from memfs.service.counter_path import CounterPath
+from memfs.service.counter_path import MAX_STATEMENTS_OUT, CounterPath
 from memfs.service.metrics import Metrics
 from memfs.service.storage import Actor, NotFound, ResourceSpec
 from memfs.service.watch import WatchHub
@@ -51,12 +53,15 @@ class _CountingStorage:
     def __init__(self, storage):
         self._storage = storage
         self.batches: list[tuple[list[str], list[str]]] = []
+        self.hold: threading.Event | None = None  # set: the first MAX_STATEMENTS_OUT wait for it
 
     def __getattr__(self, name):
         return getattr(self._storage, name)
 
     def counters_batch(self, tokens, ids, **kw):
         self.batches.append((list(tokens), list(ids)))
+        if self.hold is not None and len(self.batches) <= MAX_STATEMENTS_OUT:
+            assert self.hold.wait(30)
         return self._storage.counters_batch(tokens, ids, **kw)
 
 
@@ -107,6 +112,100 @@ def test_reads_of_one_loop_step_are_one_statement_each_checked_for_its_own_crede
     storage.create_memory(c, "/later", "x", A, max_memories=100)
     assert anyio.run(path._read, hash_token("t2"), [c]) == {c: 1}
     assert len(counting.batches) == 2
+
+
+def test_reads_arriving_while_the_statements_are_out_go_out_together_after_them(storage):
+    """With MAX_STATEMENTS_OUT batches at the database, the reads that arrive meanwhile — over
+    many loop steps — wait in one open batch and go out as one statement when one comes back:
+    the batches grow with the load instead of the database's queue. Each still gets its own
+    answer, read after it arrived."""
+    a, b, c = _world(storage)
+    path, counting = _batching_path(storage)
+    counting.hold = threading.Event()
+    later = {
+        "admin": (None, [c]),
+        "t1": (hash_token("t1"), [a, b]),
+        "t1 not attached": (hash_token("t1"), [c]),
+        "t2": (hash_token("t2"), [c]),
+        "archived": (hash_token("t3"), [a]),
+    }
+    answers: dict[str, dict[str, int] | None] = {}
+
+    async def main() -> None:
+        async def ask(name: str, token_hash, ids) -> None:
+            answers[name] = await path._read(token_hash, ids)
+
+        async with anyio.create_task_group() as tg:
+            try:
+                for i in range(MAX_STATEMENTS_OUT):  # each alone in its loop step: one statement each
+                    tg.start_soon(ask, f"first {i}", None, [a])
+                    while len(counting.batches) <= i:
+                        await anyio.sleep(0.01)
+                for name, (token_hash, ids) in later.items():  # each in a later loop step
+                    tg.start_soon(ask, name, token_hash, ids)
+                    await anyio.sleep(0.02)
+                assert len(counting.batches) == MAX_STATEMENTS_OUT and not answers  # they all wait
+                storage.create_memory(c, "/meanwhile", "x", A, max_memories=100)
+            finally:
+                counting.hold.set()
+
+    anyio.run(main)
+    assert len(counting.batches) == MAX_STATEMENTS_OUT + 1  # the five later reads: one statement
+    assert sorted(counting.batches[-1][1]) == sorted([a, b, c])
+    assert answers == {
+        **{f"first {i}": {a: 2} for i in range(MAX_STATEMENTS_OUT)},
+        "admin": {c: 1},  # the write made while it waited: read after it arrived
+        "t1": {a: 2, b: 0},
+        "t1 not attached": None,
+        "t2": {c: 1},
+        "archived": None,
+    }
+
+
+def test_postgresql_async_reader_one_prepared_statement_for_every_batch(storage, backend_kind):
+    """The fast path's reads on asyncio (PostgreSQL): the same answers as `storage.counters_batch`
+    whatever the batch's size, ids that a `text[]` literal must quote taken as data, and one
+    prepared statement per shape (admin only, or with tokens) on each connection, not one per
+    batch size."""
+    if backend_kind != "postgresql":
+        pytest.skip("the async reader is PostgreSQL's")
+    a, b, c = _world(storage)
+    tokens = [hash_token(t) for t in ("t1", "t2", "t3", "nobody")]
+    odd = ['memstore_"q"', "memstore_\\", "memstore_a,b", "memstore_{}", "memstore_ sp", "NULL"]
+    before_the_write = storage.counters_batch(tokens, [a, b, c, *odd])
+    reader = storage.backend.async_counter_reader()
+    seen: list[object] = []
+
+    async def main() -> None:
+        assert reader.available()
+        try:
+            for ids in ([a], [a, b], [a, b, c, *odd]):
+                seen.append(await reader.counters_batch([], ids))
+                seen.append(await reader.counters_batch(tokens, ids))
+            storage.create_memory(b, "/later", "x", A, max_memories=100)
+            seen.append(await reader.counters_batch(tokens[:1], [b]))  # read anew: the write shows
+            cur = await reader._get()
+            try:
+                await cur.execute("SELECT count(*) FROM pg_prepared_statements")
+                seen.append((await cur.fetchone())[0])
+            finally:
+                await reader._put(cur, True)
+        finally:
+            await reader.aclose()
+
+    anyio.run(main, backend="asyncio")
+    t1, t2 = hash_token("t1"), hash_token("t2")
+    assert seen == [
+        ({a: 2}, {}),
+        ({a: 2}, {t1: {a}}),
+        ({a: 2, b: 0}, {}),
+        ({a: 2, b: 0}, {t1: {a, b}}),
+        ({a: 2, b: 0, c: 0}, {}),
+        ({a: 2, b: 0, c: 0}, {t1: {a, b}, t2: {c}}),
+        ({b: 1}, {t1: {b}}),
+        2,  # the two statements, prepared once each on the one connection used
+    ]
+    assert seen[5] == before_the_write  # as the storage's own statement
 
 
 def test_a_held_watch_is_answered_from_the_reported_counter_without_a_read(storage):
