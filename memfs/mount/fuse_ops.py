@@ -253,10 +253,11 @@ class FuseOps(pyfuse3.Operations):
 
     @_handler
     def readdir(self, fh, start_id, token):
+        reply, to_entry, count = pyfuse3.readdir_reply, self._entry, self.fs.count_lookup
         for entry in self.fs.readdir(fh, start_id):
-            if not pyfuse3.readdir_reply(token, entry.name, self._entry(entry.attr), entry.cursor):
+            if not reply(token, entry.name, to_entry(entry.attr), entry.cursor):
                 break  # the kernel's buffer is full: this entry was not taken, don't count it
-            self.fs.count_lookup(entry)
+            count(entry)
 
     @_handler
     def releasedir(self, fh):
