@@ -19,14 +19,15 @@ _HZ = os.sysconf("SC_CLK_TCK")
 class CpuWatch:
     """What the machine did during each memfs run, so a slow run can be told apart from a slow
     daemon: the daemon's CPU time (all threads), the time its main thread (the one answering
-    FUSE) waited for a CPU while runnable, and the CPU time every process used. Linux /proc;
-    empty figures where it cannot be read."""
+    FUSE) waited for a CPU while runnable, the CPU time every process used, and the time the
+    hypervisor ran something else on this machine's CPUs (steal). Linux /proc; empty figures
+    where it cannot be read."""
 
     def __init__(self, pid: int | None):
         self.pid = pid
         self.runs: list[dict[str, float]] = []
 
-    def _sample(self) -> tuple[float, float, float] | None:
+    def _sample(self) -> tuple[float, float, float, float] | None:
         if not self.pid:
             return None
         try:
@@ -38,8 +39,8 @@ class CpuWatch:
                 ticks = [int(x) for x in f.readline().split()[1:]]
         except (OSError, ValueError, IndexError):
             return None
-        busy = (sum(ticks) - ticks[3] - ticks[4]) / _HZ  # everything but idle and iowait
-        return (int(fields[11]) + int(fields[12])) / _HZ, waited, busy
+        busy = (sum(ticks[:7]) - ticks[3] - ticks[4]) / _HZ  # user..softirq but idle and iowait
+        return (int(fields[11]) + int(fields[12])) / _HZ, waited, busy, ticks[7] / _HZ
 
     def timed(self, cmd: list[str]) -> float:
         before = self._sample()
@@ -52,6 +53,7 @@ class CpuWatch:
                     "daemon_cpu_s": after[0] - before[0],
                     "daemon_runqueue_wait_s": after[1] - before[1],
                     "machine_busy_cpu_s": after[2] - before[2],
+                    "machine_steal_s": after[3] - before[3],
                 }
             )
         return t
@@ -94,7 +96,8 @@ def row_reads(
             log(
                 f"{row}: memfs daemon cpu {machine['median_daemon_cpu_s'] * 1000:.0f} ms, waited for a CPU "
                 f"{machine['median_daemon_runqueue_wait_s'] * 1000:.0f} ms, machine busy "
-                f"{machine['median_machine_busy_cpu_s'] * 1000:.0f} ms per run (medians; load "
+                f"{machine['median_machine_busy_cpu_s'] * 1000:.0f} ms, steal "
+                f"{machine['median_machine_steal_s'] * 1000:.0f} ms per run (medians; load "
                 f"{os.getloadavg()[0]:.2f})"
             )
         b.add(
