@@ -52,7 +52,7 @@ def _reads(b: Bench, r: Run) -> None:
     sb = b.sandbox(r.sess1, name="reads")
     try:
         b.mount(sb)
-        row_reads(b, sb.root / r.sess1["slugs"][0], r.disk, r.tmpfs, r.ref)
+        row_reads(b, sb.root / r.sess1["slugs"][0], r.disk, r.tmpfs, r.ref, sb.daemon_pid())
     finally:
         b.close_sandbox(sb)
 

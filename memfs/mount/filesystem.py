@@ -305,11 +305,13 @@ class Filesystem(PermissionChecks, SyncFacing):
         i = bisect.bisect_right(h.seqs, start)
         snap = h.snapshot
         children = d.children
+        attr = self.tree.attr
+        guarded = self.tree.guards(d)  # every entry's parent is d
         for j in range(i, len(snap)):
             seq, name, node = snap[j]
             if children.get(name) is not node or node.seq != seq:
                 continue  # removed or replaced since the snapshot
-            yield DirEntry(name.encode(), self.tree.attr(node), seq, False)
+            yield DirEntry(name.encode(), attr(node, guarded), seq, False)
 
     def releasedir(self, fh: int) -> None:
         self._dir_handles.pop(fh, None)

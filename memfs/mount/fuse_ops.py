@@ -31,21 +31,31 @@ log = logging.getLogger("memfs.mount.fuse")
 TIMEOUT = 60.0
 
 
+_monotonic = time.monotonic
+FUSEError = pyfuse3.FUSEError
+
+
+def _unexpected(name: str, args: tuple) -> pyfuse3.FUSEError:
+    log.exception("%s%r failed unexpectedly; answering EIO", name, args[:-1] if args else ())
+    return FUSEError(errno.EIO)
+
+
 def _handler(fn: Callable) -> Callable:
+    # On every request's path: no work here that the request does not need (no logging call, no
+    # attribute chain; a try block costs nothing until something raises).
+    name = fn.__name__
+
     @functools.wraps(fn)
     async def wrapper(self: FuseOps, *args):
-        self.fs.last_activity = (
-            time.monotonic()
-        )  # the sync timer waits for a quiet mount (SEMANTICS.md#d-when)
+        self.fs.last_activity = _monotonic()  # the sync timer waits for a quiet mount (SEMANTICS.md#d-when)
         try:
             return fn(self, *args)
         except FsError as e:
-            raise pyfuse3.FUSEError(e.errno or errno.EIO) from None  # FsError always has one
-        except pyfuse3.FUSEError:
+            raise FUSEError(e.errno or errno.EIO) from None  # FsError always has one
+        except FUSEError:
             raise
         except Exception:
-            log.exception("%s%r failed unexpectedly; answering EIO", fn.__name__, args[:-1] if args else ())
-            raise pyfuse3.FUSEError(errno.EIO) from None
+            raise _unexpected(name, args) from None
 
     return wrapper
 
@@ -203,22 +213,30 @@ class FuseOps(pyfuse3.Operations):
     def write(self, fh, off, buf):
         return self.fs.write(fh, off, buf)
 
-    @_handler
-    def _flush(self, fh):
-        self.fs.flush(fh)
-
     async def flush(self, fh):
-        queued = self.fs.invalidations_queued
+        # One coroutine, not the wrapper's two: a FLUSH comes with every close(), also of every
+        # file `grep -r` reads (a reader's flush stages nothing and queues nothing).
+        fs = self.fs
+        fs.last_activity = _monotonic()
+        queued = fs.inval.pushed
         try:
-            await self._flush(fh)
+            fs.flush(fh)
+        except FsError as e:
+            raise FUSEError(e.errno or errno.EIO) from None
+        except FUSEError:
+            raise
+        except Exception:
+            raise _unexpected("flush", (fh, None)) from None
         finally:
-            if self.fs.invalidations_queued != queued:
+            if fs.inval.pushed != queued:
                 # A failed writer was undone (its new file removed, or the old content back):
                 # close() returns once the kernel has dropped what it cached of that writer, so
                 # an `ls` or `cat` right after it never shows the undone state. Awaited, not run
-                # here: the invalidator's thread does it while other tasks keep serving requests
-                # (one of them may hold the directory lock the invalidation needs). Bounded.
-                await self.fs.wait_invalidated(1.0)
+                # here: the invalidator's thread does it. Bounded, because the mount serves
+                # FUSE requests from one task (runner.MAX_TASKS): should another process's
+                # request in that directory hold the lock the invalidation needs, it is read
+                # only after this returns, and the invalidation lands right after it.
+                await fs.wait_invalidated(1.0)
 
     @_handler
     def release(self, fh):
@@ -235,10 +253,11 @@ class FuseOps(pyfuse3.Operations):
 
     @_handler
     def readdir(self, fh, start_id, token):
+        reply, to_entry, count = pyfuse3.readdir_reply, self._entry, self.fs.count_lookup
         for entry in self.fs.readdir(fh, start_id):
-            if not pyfuse3.readdir_reply(token, entry.name, self._entry(entry.attr), entry.cursor):
+            if not reply(token, entry.name, to_entry(entry.attr), entry.cursor):
                 break  # the kernel's buffer is full: this entry was not taken, don't count it
-            self.fs.count_lookup(entry)
+            count(entry)
 
     @_handler
     def releasedir(self, fh):

@@ -12,6 +12,8 @@ from memfs.mount.fuse_ops import FuseOps
 
 log = logging.getLogger("memfs.mount.runner")
 
+MAX_TASKS = 1  # pyfuse3 worker tasks reading /dev/fuse (see serve() in run_mount)
+
 
 def mount_options(*, allow_other: bool = False, debug: bool = False) -> set[str]:
     # No `default_permissions` (pyfuse3's default options are only that): the kernel would check
@@ -49,7 +51,12 @@ async def run_mount(
             nursery.start_soon(ops.invalidator, name="memfs-invalidator")
 
             async def serve() -> None:
-                await pyfuse3.main()
+                # One worker task: every handler but a failed writer's flush runs to completion
+                # without awaiting, so a second task could only take over the read loop, and
+                # pyfuse3's default (a new task whenever none is waiting, up to 99) hands its read
+                # lock from task to task on every request: 10-20 % of the daemon's CPU per request
+                # (docs/PERFORMANCE.md "Reads"). The flush that awaits is bounded (1 s).
+                await pyfuse3.main(min_tasks=1, max_tasks=MAX_TASKS)
                 log.info("FUSE session for %s ended", root)
                 nursery.cancel_scope.cancel()  # unmounted from outside: stop the invalidator
 

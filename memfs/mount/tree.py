@@ -255,7 +255,15 @@ class Tree:
             return stat.S_IFDIR | (0o555 if ro else node.mode)
         return stat.S_IFREG | (0o444 if ro or isinstance(node, VIRTUAL_KINDS) else node.mode)
 
-    def attr(self, node: Node) -> Attr:
+    def guards(self, d: DirLike) -> bool:
+        """Whether the names in `d` must not be cached (it does not let everyone search it)."""
+        return self.mode(d) & 0o111 != 0o111
+
+    def attr(self, node: Node, guarded: bool | None = None) -> Attr:
+        """`guarded`: `guards(node.parent)` when the caller has it already (a listing asks it
+        once for all the entries of one directory, not once per entry)."""
+        if guarded is None:
+            guarded = node.parent is not None and self.guards(node.parent)
         return Attr(
             node.ino,
             self.mode(node),
@@ -266,5 +274,5 @@ class Tree:
             node.atime_ns,
             node.mtime_ns,
             node.ctime_ns,
-            node.parent is not None and self.mode(node.parent) & 0o111 != 0o111,
+            guarded,
         )

@@ -243,6 +243,22 @@ def test_unmount_leaves_the_root_empty_and_unmounted(world, mounted, api):
     assert shutil.which("fusermount3")
 
 
+def test_the_daemon_stays_in_the_callers_session_in_a_process_group_of_its_own(mounted):
+    """Not a session of its own: the scheduler's autogroups are per session, and a daemon in a
+    new one waited for the CPU once more per FUSE request on a busy machine (PERFORMANCE.md
+    "Reads"). Its own process group keeps the caller's ^C and job control away; SIGHUP (a
+    terminal hang-up) does not stop it."""
+    import signal
+
+    pid = mounted.daemon_pid()
+    assert pid
+    assert os.getsid(pid) == os.getsid(0)
+    assert os.getpgid(pid) == pid != os.getpgid(0)
+    os.kill(pid, signal.SIGHUP)
+    assert mounted.status()["live"] is True
+    assert (mounted.root / RW / "profile.md").read_text() == RW_SEED["/profile.md"]
+
+
 def test_sigterm_runs_the_final_sync_then_unmounts(world, mounted, api):
     import signal
 

@@ -504,6 +504,37 @@ def test_sync_api_changes_reach_the_kernel_at_once(mount):
     assert files == {"/r.md": ("mem_r", b"v99\n" * 100)} and dirs == set()
 
 
+@pytest.mark.timeout(120)
+def test_failed_writers_close_while_another_process_lists_that_directory(mount):
+    """The mount reads FUSE requests from one task (runner.MAX_TASKS), and a failed writer's
+    close waits for its invalidation, which needs the directory's lock; another process listing
+    that directory the whole time must neither hang the mount nor see the undone file after
+    the close returned."""
+    m = mount()
+    d = m.path("notes") / "busy"
+    d.mkdir()
+    for i in range(50):
+        (d / f"f{i}.md").write_text(f"{i}\n")
+    lister = subprocess.Popen(
+        ["bash", "-c", f"while :; do ls -l {d} >/dev/null; stat {d}/f1.md >/dev/null; done"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        for i in range(20):
+            fd = os.open(d / f"big{i}.md", os.O_CREAT | os.O_WRONLY)
+            with pytest.raises(OSError) as e:
+                os.write(fd, b"x" * 102_401)
+            assert e.value.errno == errno.EFBIG
+            with pytest.raises(OSError):
+                os.close(fd)
+            assert f"big{i}.md" not in os.listdir(d)
+    finally:
+        lister.kill()
+        lister.wait()
+    assert sorted(os.listdir(d)) == sorted(f"f{i}.md" for i in range(50))
+
+
 def test_changes_outside_a_request_of_the_node_reach_its_cached_attributes(mount):
     """Attributes the kernel holds for the entry/attr timeout (SEMANTICS.md#d-kernel-cache) are
     invalidated when the mount changes them outside a FUSE request of that node."""
