@@ -15,7 +15,7 @@ import base64
 import email.utils
 import json
 import time
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 from urllib.parse import quote
@@ -482,7 +482,12 @@ class StoreClient:
 
     # -- memories ---------------------------------------------------------------------------
     async def list_memories(
-        self, store_id: str, *, view: str = "basic", known: dict[str, int] | None = None
+        self,
+        store_id: str,
+        *,
+        view: str = "basic",
+        known: dict[str, int] | None = None,
+        on_page: Callable[[list[dict[str, Any]]], Awaitable[None]] | None = None,
     ) -> Listing:
         """Every memory of a store, read as concurrent listings by path prefix (SEMANTICS.md#d-no-counter).
 
@@ -494,7 +499,9 @@ class StoreClient:
         it would cost as many round trips and more requests), a larger one is split at once,
         and its known sub-prefixes are asked at once, without waiting for the page that names
         them. Requests: about one per `limit` memories plus one or two per large prefix, never
-        one per memory; in flight at once: at most `concurrency`.
+        one per memory; in flight at once: at most `concurrency`. `on_page`, when given, is
+        awaited with each page's items as it arrives (before that prefix's next page is asked):
+        a download stores a page's content while the other pages are on their way.
         The result is not one snapshot without a counter: see `Listing`."""
         limit = BASIC_LIMIT if view == "basic" else FULL_LIMIT
         url = f"/v1/memory_stores/{store_id}/memories"
@@ -553,6 +560,8 @@ class StoreClient:
                 if not cursor or 0 < size:  # small, or known to be worth paging whole
                     while True:
                         keep(body["data"])
+                        if on_page is not None:
+                            await on_page(body["data"])
                         if not cursor:
                             return
                         body = await page(prefix, 0, cursor)
@@ -566,6 +575,8 @@ class StoreClient:
                     if item.get("type") == "memory_prefix":
                         start(item["path"], nursery)
                 keep(body["data"])
+                if on_page is not None:
+                    await on_page(body["data"])
                 cursor = body.get("next_page")
                 if not cursor:
                     return

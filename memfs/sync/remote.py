@@ -15,6 +15,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
+import trio
+
 from memfs.client import CONCURRENCY, ApiError, Listing, StoreClient, Unreachable
 from memfs.records import BaseEntry, StoreInfo
 from memfs.sync import plan as P
@@ -118,15 +120,18 @@ class _StreamedSnapshot:
     what the plan needs is kept (id, path, sha, size, updated_at). Nothing here is in the view:
     the plan applies the store, whole, once the stream has ended."""
 
-    def __init__(self, state: Journal, slug: str):
+    def __init__(self, state: Journal, slug: str, *, entries: bool = True):
         self.state = state
         self.slug = slug
+        self.keep_entries = entries  # a full-view listing has its entries in the listing itself
         self.entries: list[tuple[str, str, str, int, str | None]] = []
         self.shas: set[str] = set()
 
     def put(self, memories: list[dict[str, Any]]) -> None:
         blobs: list[tuple[str, bytes]] = []
         for m in memories:
+            if m.get("type", "memory") != "memory":  # a listing page's prefix roll-up
+                continue
             data = (m.get("content") or "").encode("utf-8")
             sha = hashlib.sha256(data).hexdigest()  # releases the GIL: the trio thread reads on
             if sha != m.get("content_sha256"):
@@ -136,7 +141,8 @@ class _StreamedSnapshot:
             if sha not in self.shas:
                 self.shas.add(sha)
                 blobs.append((sha, data))
-            self.entries.append((m["id"], m["path"], sha, len(data), m.get("updated_at")))
+            if self.keep_entries:
+                self.entries.append((m["id"], m["path"], sha, len(data), m.get("updated_at")))
         self.state.put_blobs(blobs)
 
 
@@ -188,20 +194,32 @@ class StoreReader:
             if snap is not None:
                 return snap
         # No feed (the hosted API, SEMANTICS.md#d-no-counter), a counter too old for it, or no snapshot: listings by
-        # path prefix, concurrently. A first download asks the full view: content comes with it.
+        # path prefix, concurrently. A first download asks the full view: content comes with it,
+        # and each page's is hashed and stored in the state dir from a worker thread as the page
+        # arrives, as a snapshot's is (`_StreamedSnapshot`), while the other pages are received;
+        # the apply step then places the whole store in one go (apply_stored_many) instead of
+        # storing 2,000 blobs and rows one by one on the thread that serves FUSE.
         full = not base
+        stored = _StreamedSnapshot(self.state, store.slug, entries=False)
+
+        async def store_page(data: list[dict[str, Any]]) -> None:
+            await trio.to_thread.run_sync(stored.put, data)
+
         listing = await self.client.list_memories(
-            sid, view="full" if full else "basic", known=prefix_sizes(base) if sizes is None else sizes
+            sid,
+            view="full" if full else "basic",
+            known=prefix_sizes(base) if sizes is None else sizes,
+            on_page=store_page if full else None,
         )
+        if full:
+            pulled.streamed = stored.shas
         remote = {}
-        mtimes, contents, entry = pulled.mtimes, pulled.contents, P.RemoteEntry
+        mtimes, entry = pulled.mtimes, P.RemoteEntry
         for m in listing.items:  # 16,000 a tick for 8 stores: no call per item but the entry's
-            mid, sha = m["id"], m["content_sha256"]
-            remote[mid] = entry(mid, m["path"], sha, m["content_size_bytes"])
+            mid = m["id"]
+            remote[mid] = entry(mid, m["path"], m["content_sha256"], m["content_size_bytes"])
             if updated_at := m.get("updated_at"):
                 mtimes[mid] = updated_at
-            if full:
-                contents[sha] = (m.get("content") or "").encode("utf-8")
         if not listing.consistent:
             await self._settle_listing(store, listing, base, remote, pulled)
         return RemoteRead(remote, in_path_order(remote), listing.counter)

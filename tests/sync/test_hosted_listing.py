@@ -126,3 +126,33 @@ def _count_plans(monkeypatch) -> list[str]:
 
     monkeypatch.setattr(engine_module, "plan_pull", counting)
     return plans
+
+
+async def test_a_hosted_first_download_stores_each_pages_content_as_it_arrives(hosted, tmp_path, monkeypatch):
+    """Full-view pages are hashed and stored in the state dir from a worker thread as they
+    arrive (remote.StoreReader.read), so the apply step places the store in one go
+    (apply_stored_many), as a snapshot's: no file is written one by one from listed content,
+    and no memory is fetched on its own."""
+    from memfs.mount.sync_view import SyncFacing as SyncView
+
+    one_by_one: list[str] = []
+    real = SyncView.apply_remote
+
+    def counting(self, store_id, path, *a, **kw):
+        one_by_one.append(path)
+        return real(self, store_id, path, *a, **kw)
+
+    monkeypatch.setattr(SyncView, "apply_remote", counting)
+    notes = {f"/t{i % 3}/s{i % 5}/n{i:03d}.md": f"note {i}\n" * (i + 1) for i in range(90)}
+    world, m = await hosted_world(hosted, tmp_path, notes)
+    try:
+        assert one_by_one == []
+        assert {p: m.read(f"/notes{p}").decode() for p in notes} == notes
+        assert m.transport.count("GET", r"/memories/mem_[^/]+$") == 0
+        assert all(m.state.has_blob(b.sha) for b in m.state.baseline(world.notes).values())
+        await hosted.update(world.notes, world.ids["/t1/s1/n001.md"], content="theirs")
+        result = await m.sync()  # a later tick lists the basic view and fetches what changed
+        assert result["ok"] and m.read("/notes/t1/s1/n001.md") == b"theirs"
+        assert one_by_one == ["/t1/s1/n001.md"]
+    finally:
+        await world.close()
