@@ -485,7 +485,13 @@ class SyncEngine:
         new_counter = applied
         if moved:
             remote, order, new_counter = await self.reader.read(
-                store, applied, base, pulled, has_counter=self.has_counter, sizes=baseline.sizes
+                store,
+                applied,
+                base,
+                pulled,
+                has_counter=self.has_counter,
+                sizes=baseline.sizes,
+                expect=baseline.remote,
             )
             if new_counter is None:
                 new_counter = remote_counter
@@ -499,6 +505,8 @@ class SyncEngine:
                 if not maybe_staged(self.fs, sid, base):
                     self._clean[sid] = generation
                     return []
+            if remote is baseline.remote:  # the reader's cached dict (an unchanged listing): ours to change
+                remote = dict(remote)
         else:
             remote, order = remote_from_base(self.state, sid, base)
         # Fetch what the plan needs, then plan again on the view as it is *now*, and apply with no

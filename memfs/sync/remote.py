@@ -41,10 +41,23 @@ class Pulled:
     # memory id -> updated_at as the store gave it, for the view's mtime: parsed only for the
     # memories the apply step materialises (a hosted tick lists 16,000 and parsed each: ~0.15 s)
     mtimes: dict[str, str] = field(default_factory=dict)
+    # A listing's memories, whose updated_at is indexed only when the apply step first needs one
+    # (an idle hosted tick lists 16,000 memories and writes no file).
+    listed: list[dict[str, Any]] = field(default_factory=list)
 
     def note_mtime(self, memory_id: str, updated_at: str | None) -> None:
         if updated_at:
             self.mtimes[memory_id] = updated_at
+
+    def take_mtime(self, memory_id: str) -> str | None:
+        """The updated_at of a memory the apply step writes: as fetched in this pull, else as listed."""
+        if self.listed:
+            mtimes = self.mtimes
+            for m in self.listed:
+                if updated_at := m.get("updated_at"):
+                    mtimes.setdefault(m["id"], updated_at)  # a fetch saw the memory later
+            self.listed = []
+        return self.mtimes.pop(memory_id, None)
 
     def has_content(self, sha: str) -> bool:
         return sha in self.contents or sha in self.streamed
@@ -100,6 +113,24 @@ class Baseline:
     entries: Mapping[str, BaseEntry]  # by path, read-only
     sizes: dict[str, int]
     remote: dict[str, P.RemoteEntry]  # by memory id, read-only: callers that change it copy it
+
+
+def _lists_as(items: list[dict[str, Any]], expect: dict[str, P.RemoteEntry]) -> bool:
+    """Whether a listing's memories (no id twice) are exactly `expect`: compared item by item,
+    without building an entry for each (16,000 a hosted tick)."""
+    if len(items) != len(expect):
+        return False
+    get = expect.get
+    for m in items:
+        e = get(m["id"])
+        if (
+            e is None
+            or e.sha != m["content_sha256"]
+            or e.path != m["path"]
+            or e.size != m["content_size_bytes"]
+        ):
+            return False
+    return True
 
 
 def worth_a_snapshot(missing: dict[str, str], remote: dict[str, P.RemoteEntry]) -> bool:
@@ -175,8 +206,12 @@ class StoreReader:
         *,
         has_counter: bool | None,
         sizes: dict[str, int] | None = None,
+        expect: dict[str, P.RemoteEntry] | None = None,
     ) -> RemoteRead:
-        """The store's current memories: via the changes feed, a snapshot (first download) or a listing."""
+        """The store's current memories: via the changes feed, a snapshot (first download) or a listing.
+        `sizes`, `expect`: the baseline's prefix sizes and the store as the baseline saw it
+        (`Baseline`); a listing equal to `expect` returns `expect` itself, which the caller must
+        copy before changing it."""
         sid = store.store_id
         if has_counter and applied is not None:
             changes = await self.client.changes(sid, applied)
@@ -213,16 +248,18 @@ class StoreReader:
         )
         if full:
             pulled.streamed = stored.shas
-        remote = {}
-        mtimes, entry = pulled.mtimes, P.RemoteEntry
-        for m in listing.items:  # 16,000 a tick for 8 stores: no call per item but the entry's
-            mid = m["id"]
-            remote[mid] = entry(mid, m["path"], m["content_sha256"], m["content_size_bytes"])
-            if updated_at := m.get("updated_at"):
-                mtimes[mid] = updated_at
-        if not listing.consistent:
-            await self._settle_listing(store, listing, base, remote, pulled)
-        return RemoteRead(remote, in_path_order(remote), listing.counter)
+        items = pulled.listed = listing.items  # in path order (the client sorts them)
+        if expect is not None and not listing.duplicates and _lists_as(items, expect):
+            # An idle store: every memory the baseline saw, listed once and as it was, and nothing
+            # else, so nothing to settle either (no duplicate, no memory missing).
+            return RemoteRead(expect, [m["id"] for m in items], listing.counter)
+        entry = P.RemoteEntry
+        remote = {
+            m["id"]: entry(m["id"], m["path"], m["content_sha256"], m["content_size_bytes"]) for m in items
+        }
+        settled = not listing.consistent and await self._settle_listing(store, listing, base, remote, pulled)
+        order = in_path_order(remote) if settled or listing.duplicates else [m["id"] for m in items]
+        return RemoteRead(remote, order, listing.counter)
 
     async def snapshot(self, store: StoreInfo, pulled: Pulled) -> RemoteRead | None:
         """The store's memories at one counter (the snapshot extension, its content stored as it
@@ -246,8 +283,9 @@ class StoreReader:
         base: Mapping[str, BaseEntry],
         remote: dict[str, P.RemoteEntry],
         pulled: Pulled,
-    ) -> None:
-        """Make a listing that was not one snapshot safe to plan on (SEMANTICS.md#d-tick).
+    ) -> bool:
+        """Make a listing that was not one snapshot safe to plan on (SEMANTICS.md#d-tick); True
+        when that asked anything (then `remote` may have changed).
 
         Listings of different prefixes are read at different moments: a memory renamed from one
         prefix to another in between shows up in both (a duplicate id) or in neither. Taken as
@@ -258,7 +296,7 @@ class StoreReader:
         here, and the next tick finds it. Costs one request per remote delete (or race)."""
         suspects = set(listing.duplicates) | {b.memory_id for b in base.values() if b.memory_id not in remote}
         if not suspects:
-            return
+            return False
 
         async def one(memory_id: str) -> None:
             try:
@@ -275,6 +313,7 @@ class StoreReader:
             remote[memory_id] = P.RemoteEntry(memory_id, m["path"], sha, len(data))
 
         await gather(sorted(suspects), one, FETCH_CONCURRENCY)
+        return True
 
     async def fetch(self, store: StoreInfo, missing: dict[str, str], pulled: Pulled) -> list[dict]:
         """Fetch content for the given sha → memory id, concurrently and bounded. Returns the

@@ -156,3 +156,23 @@ async def test_a_hosted_first_download_stores_each_pages_content_as_it_arrives(h
         assert one_by_one == ["/t1/s1/n001.md"]
     finally:
         await world.close()
+
+
+async def test_a_store_that_lists_as_its_baseline_still_pushes_what_the_agent_changed(hosted, tmp_path):
+    """An unchanged listing is the reader's cached view of the baseline (remote.Baseline); a tick
+    that has local changes to push plans on it, and the next tick sees the pushed state."""
+    world, m = await hosted_world(hosted, tmp_path, {"/a.md": "alpha", "/d/b.md": "beta"})
+    try:
+        m.write("/notes/d/b.md", b"mine")
+        m.write("/notes/c.md", b"new")
+        result = await m.sync()
+        assert result["ok"] and result["pulled"] == 0
+        assert (await hosted.contents(world.notes)) == {"/a.md": "alpha", "/d/b.md": "mine", "/c.md": "new"}
+        await hosted.update(world.notes, world.ids["/a.md"], content="theirs")
+        result = await m.sync()
+        assert result["ok"] and result["pulled"] == 1 and result["pushed"] == 0
+        assert m.read("/notes/a.md") == b"theirs" and m.read("/notes/d/b.md") == b"mine"
+        result = await m.sync()
+        assert result["ok"] and result["pulled"] == 0 and result["pushed"] == 0
+    finally:
+        await world.close()
