@@ -17,6 +17,7 @@ import json
 import time
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
+from operator import itemgetter
 from typing import Any, Protocol
 from urllib.parse import quote
 
@@ -586,7 +587,7 @@ class StoreClient:
                 start("/", nursery)
         except BaseExceptionGroup as group:  # the first failure, as itself: callers catch it by type
             raise _first(group) from None
-        listing.items.sort(key=lambda m: m["path"])  # the API's order: by path
+        listing.items.sort(key=itemgetter("path"))  # the API's order: by path
         return listing
 
     async def get_memory(self, store_id: str, memory_id: str) -> dict[str, Any]:
