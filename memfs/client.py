@@ -15,9 +15,11 @@ import base64
 import email.utils
 import json
 import time
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
+from operator import itemgetter
 from typing import Any, Protocol
+from urllib.parse import quote
 
 import httpx
 import orjson
@@ -36,7 +38,7 @@ BATCH_MAX_OPERATIONS = 1000
 BATCH_MAX_BYTES = 1024 * 1024 - 4096
 
 
-POOL_SHARD = 8  # connections per pool (see `_Pools`)
+POOL_SHARD = 1  # connections per pool (see `_Pools`)
 
 
 class _Pools(httpx.AsyncBaseTransport):
@@ -47,7 +49,11 @@ class _Pools(httpx.AsyncBaseTransport):
     request starts or ends (`_assign_requests_to_connections`: a list of all connections per idle
     connection), O(connections²) per event: with one pool of 32 the daemon spent ~2.5 s of CPU
     on it for the 216 pages of an 8-store hosted listing (cProfile), on the thread that also
-    serves FUSE. Pools of 8 cost a sixteenth of that per event; the connections are the same."""
+    serves FUSE. Pools of 8 cost a sixteenth of that per event, and still ~0.2 s of CPU per
+    8-store listing (0.6 s in all, 0.35-0.45 s with pools of 1: PERFORMANCE.md, network section).
+    So each pool holds one connection: the requests in flight are bounded by the client's slots
+    (`concurrency`, as many as there are pools), so the least busy pool is always an idle one
+    and no request waits in a pool; the connections are the same."""
 
     def __init__(self, connections: int, *, verify: bool):
         n = max(1, -(-connections // POOL_SHARD))
@@ -350,7 +356,7 @@ class StoreClient:
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
 
-    async def _request(self, method: str, url: str, **kw: Any) -> httpx.Response:
+    async def _request(self, method: str, url: str | httpx.URL, **kw: Any) -> httpx.Response:
         for attempt in range(self.retries + 1):
             self.requests_sent += 1
             try:
@@ -477,7 +483,12 @@ class StoreClient:
 
     # -- memories ---------------------------------------------------------------------------
     async def list_memories(
-        self, store_id: str, *, view: str = "basic", known: dict[str, int] | None = None
+        self,
+        store_id: str,
+        *,
+        view: str = "basic",
+        known: dict[str, int] | None = None,
+        on_page: Callable[[list[dict[str, Any]]], Awaitable[None]] | None = None,
     ) -> Listing:
         """Every memory of a store, read as concurrent listings by path prefix (SEMANTICS.md#d-no-counter).
 
@@ -489,10 +500,17 @@ class StoreClient:
         it would cost as many round trips and more requests), a larger one is split at once,
         and its known sub-prefixes are asked at once, without waiting for the page that names
         them. Requests: about one per `limit` memories plus one or two per large prefix, never
-        one per memory; in flight at once: at most `concurrency`.
+        one per memory; in flight at once: at most `concurrency`. `on_page`, when given, is
+        awaited with each page's items as it arrives (before that prefix's next page is asked):
+        a download stores a page's content while the other pages are on their way.
         The result is not one snapshot without a counter: see `Listing`."""
         limit = BASIC_LIMIT if view == "basic" else FULL_LIMIT
         url = f"/v1/memory_stores/{store_id}/memories"
+        # The pages' URL is parsed once here and each page's query put in by hand: passing
+        # `params` made httpx parse (and scan character by character) the whole URL three times
+        # per request, ~0.3 ms of the daemon's CPU each (0.7 ms -> 0.4 ms per request in all).
+        endpoint = httpx.URL(self.base_url + url)
+        head = f"view={view}&limit={limit}&depth="
         known = known or {}
         children: dict[str, list[str]] = {}
         for prefix in known:
@@ -503,12 +521,12 @@ class StoreClient:
         started: set[str] = set()
 
         async def page(prefix: str, depth: int, cursor: str | None) -> dict[str, Any]:
-            params: dict[str, Any] = {"view": view, "limit": limit, "depth": depth}
-            if prefix != "/":
-                params["path_prefix"] = prefix
+            query = head + str(depth)
+            if prefix != "/":  # percent-encoded whole (a path may hold "&", "+", "#", "%", spaces)
+                query += "&path_prefix=" + quote(prefix, safe="/")
             if cursor:
-                params["page"] = cursor
-            resp = await self._request("GET", url, params=params)
+                query += "&page=" + quote(cursor, safe="")
+            resp = await self._request("GET", httpx.URL(endpoint, query=query.encode("ascii")))
             listing.requests += 1
             try:
                 body = orjson.loads(resp.content)  # full-view pages are a first download's bulk
@@ -518,13 +536,17 @@ class StoreClient:
                 listing.counters.add(int(resp.headers[COUNTER_HEADER]))
             return body
 
-        def keep(item: dict[str, Any]) -> None:
-            if item.get("type") != "memory":
-                return
-            if item["id"] in seen:
-                listing.duplicates.add(item["id"])
-            seen.add(item["id"])
-            listing.items.append(item)
+        items = listing.items
+
+        def keep(data: list[dict[str, Any]]) -> None:
+            """A page's memories (a tick's listing is 16,000 of them: one loop, not a call each)."""
+            for item in data:
+                if item.get("type") == "memory":
+                    mid = item["id"]
+                    if mid in seen:
+                        listing.duplicates.add(mid)
+                    seen.add(mid)
+                    items.append(item)
 
         def start(prefix: str, nursery: trio.Nursery) -> None:
             if prefix not in started:
@@ -538,8 +560,9 @@ class StoreClient:
                 cursor = body.get("next_page")
                 if not cursor or 0 < size:  # small, or known to be worth paging whole
                     while True:
-                        for item in body["data"]:
-                            keep(item)
+                        keep(body["data"])
+                        if on_page is not None:
+                            await on_page(body["data"])
                         if not cursor:
                             return
                         body = await page(prefix, 0, cursor)
@@ -552,8 +575,9 @@ class StoreClient:
                 for item in body["data"]:
                     if item.get("type") == "memory_prefix":
                         start(item["path"], nursery)
-                    else:
-                        keep(item)
+                keep(body["data"])
+                if on_page is not None:
+                    await on_page(body["data"])
                 cursor = body.get("next_page")
                 if not cursor:
                     return
@@ -563,7 +587,7 @@ class StoreClient:
                 start("/", nursery)
         except BaseExceptionGroup as group:  # the first failure, as itself: callers catch it by type
             raise _first(group) from None
-        listing.items.sort(key=lambda m: m["path"])  # the API's order: by path
+        listing.items.sort(key=itemgetter("path"))  # the API's order: by path
         return listing
 
     async def get_memory(self, store_id: str, memory_id: str) -> dict[str, Any]:

@@ -128,7 +128,7 @@ def apply_plan(fs: View, state: Journal, store: StoreInfo, plan: P.Plan, pulled:
         # than override half an edit (the counter is not advanced, so nothing is missed).
         return True
     kept: dict[str, str] = {}
-    contents, streamed, mtimes = pulled.contents, pulled.streamed, pulled.mtimes
+    contents, streamed = pulled.contents, pulled.streamed
     dirs = fs.dir_paths(sid)
     files = fs.local_view(sid)
 
@@ -154,14 +154,14 @@ def apply_plan(fs: View, state: Journal, store: StoreInfo, plan: P.Plan, pulled:
             and a.sha not in contents
             and a.path not in dirs
         ):
-            placing.append((a.path, a.memory_id, a.sha, a.size, _iso_to_ns(mtimes.pop(a.memory_id, None))))
+            placing.append((a.path, a.memory_id, a.sha, a.size, _iso_to_ns(pulled.take_mtime(a.memory_id))))
             continue
         place()  # in order: what follows may depend on it
         if isinstance(a, P.KeepLocal):
             kept[a.path] = str(state.keep_copy(sid, a.path, state.get_blob(a.sha)))
         elif isinstance(a, P.Materialise):
             clear_empty_dir(a.path)
-            mtime_ns = _iso_to_ns(mtimes.pop(a.memory_id, None))
+            mtime_ns = _iso_to_ns(pulled.take_mtime(a.memory_id))
             data = contents.get(a.sha)
             if data is None and a.sha in streamed:  # stored (and hashed) as the snapshot streamed
                 fs.apply_stored(sid, a.path, a.memory_id, a.sha, a.size, mtime_ns)

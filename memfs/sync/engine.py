@@ -476,7 +476,8 @@ class SyncEngine:
         generation = self.state.generation(sid)
         if not moved and self._clean.get(sid) == generation:
             return []  # idle: nothing on either side changed since this store was last found clean
-        base = self.state.baseline(sid)
+        baseline = self.reader.baseline(sid)
+        base = baseline.entries
         if not moved and not maybe_staged(self.fs, sid, base):
             self._clean[sid] = generation
             return []
@@ -484,11 +485,17 @@ class SyncEngine:
         new_counter = applied
         if moved:
             remote, order, new_counter = await self.reader.read(
-                store, applied, base, pulled, has_counter=self.has_counter
+                store,
+                applied,
+                base,
+                pulled,
+                has_counter=self.has_counter,
+                sizes=baseline.sizes,
+                expect=baseline.remote,
             )
             if new_counter is None:
                 new_counter = remote_counter
-            if counters is None and remote == remote_from_base(self.state, sid, base)[0]:
+            if counters is None and remote == baseline.remote:
                 # No counter (SEMANTICS.md#d-no-counter): every tick lists, and an idle store lists as its baseline.
                 # Then nothing moved remotely, and the idle test below applies as with a counter:
                 # planning 8 x 2,000 unchanged files each tick took seconds on this thread.
@@ -498,10 +505,17 @@ class SyncEngine:
                 if not maybe_staged(self.fs, sid, base):
                     self._clean[sid] = generation
                     return []
+            if remote is baseline.remote:  # the reader's cached dict (an unchanged listing): ours to change
+                remote = dict(remote)
         else:
             remote, order = remote_from_base(self.state, sid, base)
         # Fetch what the plan needs, then plan again on the view as it is *now*, and apply with no
-        # await in between: an edit made while we fetched is never overwritten unseen.
+        # await in between: an edit made while we fetched is never overwritten unseen. The plan is
+        # a pure function of its inputs (plan_pull): when the fetch changed no remote entry and
+        # the state's generation did not move (no write to the files, baseline, refused, skipped
+        # or held deletes), planning again would give this plan again, so it is kept (a hosted
+        # one-edit tick planned its 2,000-file store twice). Unflushed writes do not move the
+        # generation: the plan does not depend on them, and apply_plan defers over a dirty path.
         plan: P.Plan | None = None
         snapped = False
         for _round in range(3):
@@ -517,6 +531,7 @@ class SyncEngine:
                 max_files=self.max_files,
                 max_bytes=self.max_bytes,
             )
+            planned_at = self.state.generation(sid)
             missing = {
                 a.sha: a.memory_id
                 for a in plan.view
@@ -533,6 +548,8 @@ class SyncEngine:
                     remote, order, new_counter = snap
                     continue
             changed = await self.reader.fetch(store, missing, pulled)
+            if not changed and self.state.generation(sid) == planned_at:
+                break  # the same inputs: the plan made now would be this one, its content is here
             for m in changed:  # the memory moved on since it was listed: use what we fetched
                 remote[m["id"]] = P.RemoteEntry(
                     m["id"], m["path"], m["content_sha256"], m["content_size_bytes"]

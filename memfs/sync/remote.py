@@ -15,6 +15,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
+import trio
+
 from memfs.client import CONCURRENCY, ApiError, Listing, StoreClient, Unreachable
 from memfs.records import BaseEntry, StoreInfo
 from memfs.sync import plan as P
@@ -39,10 +41,23 @@ class Pulled:
     # memory id -> updated_at as the store gave it, for the view's mtime: parsed only for the
     # memories the apply step materialises (a hosted tick lists 16,000 and parsed each: ~0.15 s)
     mtimes: dict[str, str] = field(default_factory=dict)
+    # A listing's memories, whose updated_at is indexed only when the apply step first needs one
+    # (an idle hosted tick lists 16,000 memories and writes no file).
+    listed: list[dict[str, Any]] = field(default_factory=list)
 
     def note_mtime(self, memory_id: str, updated_at: str | None) -> None:
         if updated_at:
             self.mtimes[memory_id] = updated_at
+
+    def take_mtime(self, memory_id: str) -> str | None:
+        """The updated_at of a memory the apply step writes: as fetched in this pull, else as listed."""
+        if self.listed:
+            mtimes = self.mtimes
+            for m in self.listed:
+                if updated_at := m.get("updated_at"):
+                    mtimes.setdefault(m["id"], updated_at)  # a fetch saw the memory later
+            self.listed = []
+        return self.mtimes.pop(memory_id, None)
 
     def has_content(self, sha: str) -> bool:
         return sha in self.contents or sha in self.streamed
@@ -86,6 +101,38 @@ def prefix_sizes(base: Mapping[str, Any]) -> dict[str, int]:
     return sizes
 
 
+@dataclass
+class Baseline:
+    """One store's baseline as read at one state generation, and what a listing derives from it:
+    the prefix sizes that steer its split, and the store as the baseline saw it (what an idle
+    store's listing equals). A hosted tick lists every store (SEMANTICS.md#d-no-counter): reading
+    the baseline from the state dir and deriving these each time cost ~20 ms per 2,000-memory
+    store on the thread that serves FUSE, the same figures every tick while nothing changed."""
+
+    generation: int
+    entries: Mapping[str, BaseEntry]  # by path, read-only
+    sizes: dict[str, int]
+    remote: dict[str, P.RemoteEntry]  # by memory id, read-only: callers that change it copy it
+
+
+def _lists_as(items: list[dict[str, Any]], expect: dict[str, P.RemoteEntry]) -> bool:
+    """Whether a listing's memories (no id twice) are exactly `expect`: compared item by item,
+    without building an entry for each (16,000 a hosted tick)."""
+    if len(items) != len(expect):
+        return False
+    get = expect.get
+    for m in items:
+        e = get(m["id"])
+        if (
+            e is None
+            or e.sha != m["content_sha256"]
+            or e.path != m["path"]
+            or e.size != m["content_size_bytes"]
+        ):
+            return False
+    return True
+
+
 def worth_a_snapshot(missing: dict[str, str], remote: dict[str, P.RemoteEntry]) -> bool:
     """Whether one snapshot (every memory with content, one request) beats a GET per missing
     memory: many of them, and a good part of the store's bytes anyway. That is a mount that
@@ -104,15 +151,18 @@ class _StreamedSnapshot:
     what the plan needs is kept (id, path, sha, size, updated_at). Nothing here is in the view:
     the plan applies the store, whole, once the stream has ended."""
 
-    def __init__(self, state: Journal, slug: str):
+    def __init__(self, state: Journal, slug: str, *, entries: bool = True):
         self.state = state
         self.slug = slug
+        self.keep_entries = entries  # a full-view listing has its entries in the listing itself
         self.entries: list[tuple[str, str, str, int, str | None]] = []
         self.shas: set[str] = set()
 
     def put(self, memories: list[dict[str, Any]]) -> None:
         blobs: list[tuple[str, bytes]] = []
         for m in memories:
+            if m.get("type", "memory") != "memory":  # a listing page's prefix roll-up
+                continue
             data = (m.get("content") or "").encode("utf-8")
             sha = hashlib.sha256(data).hexdigest()  # releases the GIL: the trio thread reads on
             if sha != m.get("content_sha256"):
@@ -122,7 +172,8 @@ class _StreamedSnapshot:
             if sha not in self.shas:
                 self.shas.add(sha)
                 blobs.append((sha, data))
-            self.entries.append((m["id"], m["path"], sha, len(data), m.get("updated_at")))
+            if self.keep_entries:
+                self.entries.append((m["id"], m["path"], sha, len(data), m.get("updated_at")))
         self.state.put_blobs(blobs)
 
 
@@ -133,6 +184,18 @@ class StoreReader:
     def __init__(self, client: StoreClient, state: Journal):
         self.client = client
         self.state = state
+        self._baselines: dict[str, Baseline] = {}
+
+    def baseline(self, sid: str) -> Baseline:
+        """The store's baseline, read again only when the state's generation moved (every write
+        to the baseline, the skipped memories or the files moves it: statedb.generation)."""
+        generation = self.state.generation(sid)
+        got = self._baselines.get(sid)
+        if got is None or got.generation != generation:
+            base = self.state.baseline(sid)
+            remote, _ = remote_from_base(self.state, sid, base)
+            got = self._baselines[sid] = Baseline(generation, base, prefix_sizes(base), remote)
+        return got
 
     async def read(
         self,
@@ -142,8 +205,13 @@ class StoreReader:
         pulled: Pulled,
         *,
         has_counter: bool | None,
+        sizes: dict[str, int] | None = None,
+        expect: dict[str, P.RemoteEntry] | None = None,
     ) -> RemoteRead:
-        """The store's current memories: via the changes feed, a snapshot (first download) or a listing."""
+        """The store's current memories: via the changes feed, a snapshot (first download) or a listing.
+        `sizes`, `expect`: the baseline's prefix sizes and the store as the baseline saw it
+        (`Baseline`); a listing equal to `expect` returns `expect` itself, which the caller must
+        copy before changing it."""
         sid = store.store_id
         if has_counter and applied is not None:
             changes = await self.client.changes(sid, applied)
@@ -161,20 +229,37 @@ class StoreReader:
             if snap is not None:
                 return snap
         # No feed (the hosted API, SEMANTICS.md#d-no-counter), a counter too old for it, or no snapshot: listings by
-        # path prefix, concurrently. A first download asks the full view: content comes with it.
+        # path prefix, concurrently. A first download asks the full view: content comes with it,
+        # and each page's is hashed and stored in the state dir from a worker thread as the page
+        # arrives, as a snapshot's is (`_StreamedSnapshot`), while the other pages are received;
+        # the apply step then places the whole store in one go (apply_stored_many) instead of
+        # storing 2,000 blobs and rows one by one on the thread that serves FUSE.
         full = not base
+        stored = _StreamedSnapshot(self.state, store.slug, entries=False)
+
+        async def store_page(data: list[dict[str, Any]]) -> None:
+            await trio.to_thread.run_sync(stored.put, data)
+
         listing = await self.client.list_memories(
-            sid, view="full" if full else "basic", known=prefix_sizes(base)
+            sid,
+            view="full" if full else "basic",
+            known=prefix_sizes(base) if sizes is None else sizes,
+            on_page=store_page if full else None,
         )
-        remote = {}
-        for m in listing.items:
-            remote[m["id"]] = P.RemoteEntry(m["id"], m["path"], m["content_sha256"], m["content_size_bytes"])
-            pulled.note_mtime(m["id"], m.get("updated_at"))
-            if full:
-                pulled.contents[m["content_sha256"]] = (m.get("content") or "").encode("utf-8")
-        if not listing.consistent:
-            await self._settle_listing(store, listing, base, remote, pulled)
-        return RemoteRead(remote, in_path_order(remote), listing.counter)
+        if full:
+            pulled.streamed = stored.shas
+        items = pulled.listed = listing.items  # in path order (the client sorts them)
+        if expect is not None and not listing.duplicates and _lists_as(items, expect):
+            # An idle store: every memory the baseline saw, listed once and as it was, and nothing
+            # else, so nothing to settle either (no duplicate, no memory missing).
+            return RemoteRead(expect, [m["id"] for m in items], listing.counter)
+        entry = P.RemoteEntry
+        remote = {
+            m["id"]: entry(m["id"], m["path"], m["content_sha256"], m["content_size_bytes"]) for m in items
+        }
+        settled = not listing.consistent and await self._settle_listing(store, listing, base, remote, pulled)
+        order = in_path_order(remote) if settled or listing.duplicates else [m["id"] for m in items]
+        return RemoteRead(remote, order, listing.counter)
 
     async def snapshot(self, store: StoreInfo, pulled: Pulled) -> RemoteRead | None:
         """The store's memories at one counter (the snapshot extension, its content stored as it
@@ -198,8 +283,9 @@ class StoreReader:
         base: Mapping[str, BaseEntry],
         remote: dict[str, P.RemoteEntry],
         pulled: Pulled,
-    ) -> None:
-        """Make a listing that was not one snapshot safe to plan on (SEMANTICS.md#d-tick).
+    ) -> bool:
+        """Make a listing that was not one snapshot safe to plan on (SEMANTICS.md#d-tick); True
+        when that asked anything (then `remote` may have changed).
 
         Listings of different prefixes are read at different moments: a memory renamed from one
         prefix to another in between shows up in both (a duplicate id) or in neither. Taken as
@@ -210,7 +296,7 @@ class StoreReader:
         here, and the next tick finds it. Costs one request per remote delete (or race)."""
         suspects = set(listing.duplicates) | {b.memory_id for b in base.values() if b.memory_id not in remote}
         if not suspects:
-            return
+            return False
 
         async def one(memory_id: str) -> None:
             try:
@@ -227,6 +313,7 @@ class StoreReader:
             remote[memory_id] = P.RemoteEntry(memory_id, m["path"], sha, len(data))
 
         await gather(sorted(suspects), one, FETCH_CONCURRENCY)
+        return True
 
     async def fetch(self, store: StoreInfo, missing: dict[str, str], pulled: Pulled) -> list[dict]:
         """Fetch content for the given sha → memory id, concurrently and bounded. Returns the
