@@ -63,7 +63,7 @@ def section_8_2() -> str:
 
 
 def fenced_block(first_line: str) -> str:
-    """The fenced block of §8.2 whose first line is `first_line` (a `# name` comment)."""
+    """The fenced block of OPERATIONS.md §8.2 whose first line is `first_line` (a `# name` comment)."""
     for block in re.findall(r"^```[a-z]*\n(.*?)^```", section_8_2(), re.M | re.S):
         if block.startswith(first_line + "\n"):
             return block
