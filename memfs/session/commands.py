@@ -115,7 +115,39 @@ def _token() -> str | None:
 
 
 # -- mount --------------------------------------------------------------------------------------
+def import_trio_without_ldconfig() -> None:
+    """Import trio with its one library lookup answered by the dynamic loader.
+
+    trio's import names its worker threads through libpthread, found with
+    `ctypes.util.find_library("pthread")`, which on Linux runs `ldconfig -p` in a subprocess and
+    parses its whole output: ~30-60 ms of every mount, for a name the loader resolves at once.
+    Only that lookup, and only during the import, is answered here (with the name the real
+    lookup returns on glibc); anything the loader cannot open falls back to the real lookup."""
+    if "trio" in sys.modules:
+        return
+    import ctypes
+    import ctypes.util
+
+    real = ctypes.util.find_library
+
+    def find_library(name: str) -> str | None:
+        if name == "pthread":
+            try:
+                ctypes.CDLL("libpthread.so.0")
+                return "libpthread.so.0"
+            except OSError:
+                pass
+        return real(name)
+
+    ctypes.util.find_library = find_library
+    try:
+        import trio  # noqa: F401
+    finally:
+        ctypes.util.find_library = real
+
+
 def cmd_mount(args: argparse.Namespace) -> int:
+    import_trio_without_ldconfig()
     from memfs.session.daemon import MountError, check_interval
 
     session_id = args.session_id or os.environ.get("ANTHROPIC_SESSION_ID")
