@@ -19,7 +19,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-import httpcore._async.http11 as _httpcore_http11
 import httpx
 import orjson
 import trio
@@ -165,13 +164,6 @@ class Changes:
 # stored from a worker thread while the next chunks arrive; at most this many wait in between.
 SNAPSHOT_CHUNK_BYTES = 1024 * 1024
 SNAPSHOT_CHUNKS_AHEAD = 2
-# httpcore receives a response body in reads of at most 64 KiB (its READ_NUM_BYTES): a 35 MB
-# snapshot was ~550 socket reads and ~1,100 body chunks through trio, h11 and httpx on the trio
-# thread, ~0.1 s of a first download. A read returns what the socket holds, so a larger bound
-# costs a small response nothing but lets a streaming one arrive in up to 1 MiB at a time.
-RECEIVE_BYTES = 1024 * 1024
-if getattr(_httpcore_http11.AsyncHTTP11Connection, "READ_NUM_BYTES", RECEIVE_BYTES) < RECEIVE_BYTES:
-    _httpcore_http11.AsyncHTTP11Connection.READ_NUM_BYTES = RECEIVE_BYTES
 
 
 class SnapshotSink(Protocol):

@@ -1,4 +1,4 @@
-"""The mount's start path: trio imported without `ldconfig`, httpcore reading up to 1 MiB a time."""
+"""The mount's start path: trio imported without `ldconfig`."""
 
 from __future__ import annotations
 
@@ -49,11 +49,3 @@ def test_the_old_import_did_run_ldconfig():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert "ldconfig" in out.stdout
-
-
-def test_httpcore_reads_up_to_a_mebibyte():
-    import httpcore._async.http11 as http11
-
-    import memfs.client
-
-    assert http11.AsyncHTTP11Connection.READ_NUM_BYTES >= memfs.client.RECEIVE_BYTES == 1024 * 1024
