@@ -120,7 +120,7 @@ def import_trio_without_ldconfig() -> None:
 
     trio's import names its worker threads through libpthread, found with
     `ctypes.util.find_library("pthread")`, which on Linux runs `ldconfig -p` in a subprocess and
-    parses its whole output: ~30-60 ms of every mount, for a name the loader resolves at once.
+    parses its whole output: 10-60 ms of every mount here, for a name the loader resolves at once.
     Only that lookup, and only during the import, is answered here (with the name the real
     lookup returns on glibc); anything the loader cannot open falls back to the real lookup."""
     if "trio" in sys.modules:
