@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
 import textwrap
 
 import pytest
@@ -272,3 +273,31 @@ def test_sigterm_runs_the_final_sync_then_unmounts(world, mounted, api):
     assert api.contents(world.rw)["/before-sigterm.md"] == "pushed by the final sync\n"
     status = mounted.status()  # no daemon: read from the state dir
     assert status["live"] is False and {s["slug"] for s in status["stores"]} == {RW, RO}
+
+
+def test_mount_prints_its_whole_answer_and_exits_zero_through_a_pipe(world):
+    # The CLI ends with os._exit once the daemon is ready (no interpreter shutdown): its answer
+    # must still reach a pipe whole, with status 0, and a reader that closed the pipe early gets
+    # a failing status, not a silent success.
+    box = world.sandbox("piped")
+    proc = box.mount()
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[0] == f"memfs: mounted 2 store(s) at {box.root} (state dir {box.state_dir})"
+    assert sorted(line.split()[0] for line in lines[1:]) == sorted([f"{box.root}/{RO}", f"{box.root}/{RW}"])
+    assert proc.stderr == ""
+    box.memfs("unmount", "--root", str(box.root), check=True)
+
+    closed = world.sandbox("closed-pipe")
+    args = [sys.executable, "-m", "memfs", "mount", "--root", str(closed.root)]
+    args += ["--state-dir", str(closed.state_dir), "--sync-interval", "5"]
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # nobody reads: the answer cannot be written
+    try:
+        rc = subprocess.run(
+            args, env=closed.env, stdout=write_end, stderr=subprocess.PIPE, timeout=90
+        ).returncode
+    finally:
+        os.close(write_end)
+    assert rc != 0
+    assert is_mounted(closed.root)  # the mount itself is up; only its answer was lost

@@ -1,0 +1,51 @@
+"""The mount's start path: trio imported without `ldconfig`."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+
+def test_trio_is_imported_without_running_ldconfig():
+    # A fresh interpreter (trio must not be imported yet): any subprocess started during the
+    # import fails it, and trio must still have found pthread_setname_np (its thread names).
+    code = textwrap.dedent(
+        """
+        import subprocess, sys
+        def refuse(*a, **k):
+            raise AssertionError(f"a subprocess during trio's import: {a!r}")
+        subprocess.Popen.__init__ = refuse
+        from memfs.session.commands import import_trio_without_ldconfig
+        assert "trio" not in sys.modules
+        import_trio_without_ldconfig()
+        import ctypes.util
+        from trio._core import _thread_cache
+        assert _thread_cache.set_os_thread_name is not None
+        assert ctypes.util.find_library.__module__ == "ctypes.util"  # the real lookup is back
+        print("ok")
+        """
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "ok"
+
+
+def test_the_old_import_did_run_ldconfig():
+    # What the shim avoids is real here: without it trio's import starts `ldconfig -p`.
+    code = textwrap.dedent(
+        """
+        import subprocess
+        started = []
+        real = subprocess.Popen.__init__
+        def note(self, args, *a, **k):
+            started.append(args)
+            real(self, args, *a, **k)
+        subprocess.Popen.__init__ = note
+        import trio
+        print(started)
+        """
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert "ldconfig" in out.stdout
