@@ -14,8 +14,6 @@ ensure_debian_packages() {
     command -v curl >/dev/null 2>&1 || missing+=(curl)
     # tests run tools as unprivileged users, who cannot reach a python under /root: Debian's python3
     [ -x /usr/bin/python3 ] || missing+=(python3)
-    # docs/OPERATIONS.md's load balancer, run by tests/service/test_operations_doc.py (in /usr/sbin)
-    [ -x /usr/sbin/haproxy ] || command -v haproxy >/dev/null 2>&1 || missing+=(haproxy)
     if [ ${#missing[@]} -gt 0 ]; then
         if [ "$(id -u)" != 0 ]; then
             echo "memfs: missing Debian packages: ${missing[*]} (run as root, or: sudo apt-get install ${missing[*]})" >&2
@@ -71,6 +69,20 @@ ensure_python() {
         echo "$want" >"$stamp"
     fi
     export PATH="$VENV/bin:$PATH"
+}
+
+ensure_haproxy() {
+    # docs/OPERATIONS.md's load balancer, run by tests/service/test_operations_doc.py (in /usr/sbin);
+    # the tests' only, so not in ensure_debian_packages (which scripts/run calls too).
+    if [ -x /usr/sbin/haproxy ] || command -v haproxy >/dev/null 2>&1; then
+        return 0
+    fi
+    if [ "$(id -u)" != 0 ]; then
+        echo "memfs: haproxy is missing (run as root, or: sudo apt-get install haproxy)" >&2
+        exit 1
+    fi
+    echo "memfs: installing Debian's haproxy (for the operations doc's test)" >&2
+    apt_install_without_starting haproxy || { echo "memfs: installing haproxy failed" >&2; exit 1; }
 }
 
 ensure_postgresql() {
