@@ -34,7 +34,7 @@ from memfs.sync.bounded import gather
 from memfs.sync.not_on_store import NotOnStore, not_on_store
 from memfs.sync.ports import Journal, View
 from memfs.sync.push import Pusher
-from memfs.sync.remote import Pulled, StoreReader, in_path_order, remote_from_base, worth_a_snapshot
+from memfs.sync.remote import Pulled, StoreReader, in_path_order, worth_a_snapshot
 from memfs.sync.report import StoreSync, TickFailed, TickReport
 
 log = logging.getLogger("memfs.sync")
@@ -508,7 +508,10 @@ class SyncEngine:
             if remote is baseline.remote:  # the reader's cached dict (an unchanged listing): ours to change
                 remote = dict(remote)
         else:
-            remote, order = remote_from_base(self.state, sid, base)
+            # Nothing moved remotely: the store is as the baseline saw it (the reader's cached
+            # dict, read at this generation; copied, as the fetch below may change it).
+            remote = dict(baseline.remote)
+            order = in_path_order(remote)
         # Fetch what the plan needs, then plan again on the view as it is *now*, and apply with no
         # await in between: an edit made while we fetched is never overwritten unseen. The plan is
         # a pure function of its inputs (plan_pull): when the fetch changed no remote entry and
