@@ -1,7 +1,8 @@
 """`memfs sync`: the hook a worker runs before every tool call (docs/SEMANTICS.md#d-commands, #d-when).
 
-It runs as a process that often, so it imports as little as possible: json, socket and the
-control module (no argparse, logging, typing, pathlib, httpx, trio). A plain
+It runs as a process that often, so it imports as little as possible: the control module, which
+speaks JSON through `_json` and the socket through `_socket` (no json, socket, argparse, logging,
+typing, pathlib, httpx, trio: docs/SEMANTICS.md#d-commands says what it costs). A plain
 `memfs sync [--root R] [--force] [--wait] [--json]` is parsed here by `sync_fast` without building
 the whole command line's parser; anything else goes to argparse (memfs/session/commands.py), which
 calls the same `cmd_sync`.
@@ -9,7 +10,6 @@ calls the same `cmd_sync`.
 
 from __future__ import annotations
 
-import json
 import sys
 
 from memfs.session import control
@@ -41,6 +41,8 @@ def cmd_sync(args) -> int:
             EXIT_NOT_ANSWERING,
         )
     if args.json:
+        import json
+
         print(json.dumps(answer, indent=2))
     elif answer.get("ran"):
         print(f"memfs sync: {answer.get('result', 'ok')}")

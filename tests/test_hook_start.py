@@ -1,0 +1,187 @@
+"""`memfs sync`, the per-call hook, as a process: what it imports and how it reads JSON.
+
+The hook runs before every tool call, so its start is its cost (docs/SEMANTICS.md#d-commands):
+these tests pin that the installed `memfs` command reaches the daemon without importing the
+modules that made it slow (json through re, socket through enum), and that the `_json`-based
+reader and writer it uses instead agree with the json module."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import socket
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from memfs.session import control
+
+# What the hook must not import: each was a share of its start (json pulls re, re pulls enum and
+# functools; socket pulls enum and selectors), or belongs to the full command line.
+HEAVY = {
+    "json",
+    "re",
+    "enum",
+    "socket",
+    "selectors",
+    "argparse",
+    "typing",
+    "pathlib",
+    "logging",
+    "httpx",
+    "trio",
+}
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(), inner, max_size=4),
+    max_leaves=12,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(json_values, st.sampled_from([None, 2]), st.sampled_from(["", " ", "\n", " \t\r\n"]))
+def test_loads_reads_what_json_writes(value, indent, pad):
+    text = pad + json.dumps(value, indent=indent, ensure_ascii=False) + pad
+    assert control._loads(text) == json.loads(text)
+    assert control._loads(text.encode()) == json.loads(text)
+
+
+def test_loads_reads_json_s_constants_and_refuses_what_json_refuses():
+    got = control._loads('{"a": NaN, "b": -Infinity, "c": 1e400, "d": "\\u00e9\\ud83d\\ude00"}')
+    assert math.isnan(got["a"]) and got["b"] == -math.inf and got["c"] == math.inf
+    assert got["d"] == "é😀"
+    for bad in ("", "   ", "{", "[1,]", "1 2", '{"a":1}x', "'a'", '{"a" 1}', '"\\x"', "tru"):
+        with pytest.raises(ValueError):
+            json.loads(bad)
+        with pytest.raises(ValueError):
+            control._loads(bad)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.dictionaries(st.text(), st.none() | st.booleans() | st.integers() | st.text(), max_size=6))
+def test_dumps_writes_what_json_reads(value):
+    assert json.loads(control._dumps(value)) == value
+
+
+def test_dumps_hands_anything_else_to_json():
+    for value in ({"a": 1.5}, {"a": [1, {"b": None}]}, [1, 2], {1: "x"}, "s"):
+        assert json.loads(control._dumps(value)) == json.loads(json.dumps(value))
+
+
+class _FakeDaemon:
+    """The daemon's end of the control socket, as memfs/session/daemon.py speaks it: one answer
+    line per request line, a ping first."""
+
+    def __init__(self, path: Path, answer: dict):
+        self.requests: list[dict] = []
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.bind(str(path))
+        self.sock.listen(4)
+        self.answer = answer
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            with conn:
+                buf = b""
+                while True:
+                    chunk = conn.recv(65536)
+                    if not chunk:
+                        break
+                    buf += chunk
+                    while b"\n" in buf:
+                        line, buf = buf.split(b"\n", 1)
+                        req = json.loads(line)
+                        self.requests.append(req)
+                        ans = {"ok": True, "pong": True} if req.get("op") == "ping" else self.answer
+                        conn.sendall(json.dumps(ans).encode() + b"\n")
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def _memfs_command() -> str:
+    cmd = Path(sys.executable).parent / "memfs"
+    assert cmd.exists(), f"the installed memfs command is missing: {cmd}"
+    return str(cmd)
+
+
+@pytest.mark.timeout(60)
+def test_the_memfs_command_s_sync_imports_neither_json_nor_socket_nor_re(tmp_path, monkeypatch):
+    run_dir, state, root = tmp_path / "run", tmp_path / "state", tmp_path / "root"
+    state.mkdir()
+    root.mkdir()
+    monkeypatch.setenv("MEMFS_RUNTIME_DIR", str(run_dir))
+    control.register(str(root), state, os.getpid())
+    daemon = _FakeDaemon(state / control.SOCKET_NAME, {"ok": True, "ran": False, "next_in": 3.0})
+    try:
+        env = {**os.environ, "PYTHONPROFILEIMPORTTIME": "1"}
+        env.pop("PYTHONDONTWRITEBYTECODE", None)
+        out = subprocess.run(
+            [_memfs_command(), "sync", "--root", str(root)],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+    finally:
+        daemon.close()
+    assert out.returncode == 0, out.stderr
+    assert out.stdout == "memfs sync: not due (next in 3.0s)\n"
+    assert daemon.requests == [{"op": "ping"}, {"op": "sync", "force": False, "wait": False}]
+    imported = {
+        line.split("|")[-1].strip()
+        for line in out.stderr.splitlines()
+        if line.startswith("import time:") and not line.endswith("package")
+    }
+    assert "memfs.session.hook" in imported  # the profile is of the real path
+    assert not imported & HEAVY, sorted(imported & HEAVY)
+
+
+@pytest.mark.timeout(60)
+def test_the_hook_s_errors_and_json_output_still_come_from_the_full_modules(tmp_path, monkeypatch):
+    run_dir, state, root = tmp_path / "run", tmp_path / "state", tmp_path / "root"
+    state.mkdir()
+    root.mkdir()
+    monkeypatch.setenv("MEMFS_RUNTIME_DIR", str(run_dir))
+    control.register(str(root), state, os.getpid())
+    answer = {"ok": False, "ran": True, "result": "failed", "error": "the store answered 503 ünïcode"}
+    daemon = _FakeDaemon(state / control.SOCKET_NAME, answer)
+    try:
+        failed = subprocess.run(
+            [_memfs_command(), "sync", "--root", str(root), "--force"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+        as_json = subprocess.run(
+            [_memfs_command(), "sync", "--root", str(root), "--json"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+    finally:
+        daemon.close()
+    assert failed.returncode == 1
+    assert failed.stdout == "memfs sync: failed\n"
+    assert "the store answered 503 ünïcode" in failed.stderr
+    assert json.loads(as_json.stdout) == answer
+    nothing = subprocess.run(
+        [_memfs_command(), "sync", "--root", str(tmp_path / "elsewhere")],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert nothing.returncode == 1 and "no memfs mount at" in nothing.stderr
