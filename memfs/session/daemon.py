@@ -170,6 +170,9 @@ class Daemon:
                 "the session has memory stores attached but no sessions token was given: set "
                 "ANTHROPIC_WORK_SECRET (a work secret carrying sessions_token) or MEMFS_TOKEN"
             )
+        problem = control.socket_path_problem(opts.state_dir)
+        if problem:  # before anything is created there: the control socket could never be bound
+            raise MountError(problem)
         try:
             state = State(opts.state_dir)
         except OSError as exc:

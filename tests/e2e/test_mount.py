@@ -301,3 +301,18 @@ def test_mount_prints_its_whole_answer_and_exits_zero_through_a_pipe(world):
         os.close(write_end)
     assert rc != 0
     assert is_mounted(closed.root)  # the mount itself is up; only its answer was lost
+
+
+def test_a_state_dir_too_long_for_its_control_socket_is_refused_with_the_fix(world, mounted, tmp_path):
+    # A unix socket's path holds at most 107 bytes: the daemon could never listen there, and a
+    # command looking for it must say so instead of failing with a traceback.
+    other_root = tmp_path / "other-root"
+    other_root.mkdir()
+    long_dir = tmp_path / ("s" * 60) / ("t" * 60)
+    proc = mounted.memfs("mount", "--root", str(other_root), "--state-dir", str(long_dir))
+    assert proc.returncode != 0
+    assert "too long" in proc.stderr and "--state-dir" in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert not is_mounted(other_root)
+    status = mounted.memfs("status", "--root", str(other_root / ("u" * 120)))
+    assert status.returncode != 0 and "Traceback" not in status.stderr, status.stderr
