@@ -1,3 +1,3 @@
-from memfs.cli import main
+from memfs.cli import script
 
-raise SystemExit(main())
+script()
