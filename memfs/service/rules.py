@@ -76,8 +76,11 @@ def upper_bound(prefix_with_slash: str) -> str:
     return prefix_with_slash[:-1] + "0"
 
 
+# Ids are generated here and never hold NUL; PostgreSQL's text cannot even be asked about one
+# (psycopg refuses the parameter), so such an id is answered "not found" before any query, the
+# same answer on every backend.
 def _require_store(tx: Tx, store_id: str) -> StoreRecord:
-    store = tx.store(store_id)
+    store = None if "\x00" in store_id else tx.store(store_id)
     if store is None:
         raise NotFound(f"memory store {store_id} not found")
     return store
@@ -91,7 +94,7 @@ def _require_writable(tx: Tx, store_id: str) -> StoreRecord:
 
 
 def _live_memory(tx: Tx, store_id: str, memory_id: str, *, content: bool = True) -> MemoryRecord:
-    mem = tx.live_memory(store_id, memory_id, content=content)
+    mem = None if "\x00" in memory_id else tx.live_memory(store_id, memory_id, content=content)
     if mem is None:
         raise NotFound(f"memory {memory_id} not found in memory store {store_id}")
     return mem
@@ -500,7 +503,7 @@ class StoreService:
     @staticmethod
     def _version(tx: Tx, store_id: str, version_id: str) -> VersionRecord:
         _require_store(tx, store_id)
-        v = tx.version(store_id, version_id)
+        v = None if "\x00" in version_id else tx.version(store_id, version_id)
         if v is None:
             raise NotFound(f"memory version {version_id} not found in memory store {store_id}")
         return v

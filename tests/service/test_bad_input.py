@@ -434,3 +434,60 @@ def test_content_length_lies_and_empty_bodies(service):
         assert r.status_code == 400 and "path: is required" in r.json()["error"]["message"]
         assert c.post(f"/v1/memory_stores/{store}", content=b"").status_code == 200  # empty update: no-op
         assert c.get(f"/v1/memory_stores/{store}").json()["name"] == "s"
+
+
+def test_a_nul_anywhere_in_a_request_gets_the_same_clear_answer_on_every_backend(service):
+    """PostgreSQL's text cannot hold NUL (psycopg refuses such a parameter), SQLite's can: an id, a
+    filter or a field with NUL must get the same answer on both, never a 500. Content may hold
+    NUL (it is bytea on PostgreSQL, docs/SEMANTICS.md#d-storage)."""
+    store = service.create_store("nul")["id"]
+    base = f"/v1/memory_stores/{store}"
+    with service.admin_client() as c:
+        mem = c.post(f"{base}/memories", json={"path": "/keep.md", "content": "safe"}).json()
+        version = c.get(f"{base}/memory_versions").json()["data"][0]["id"]
+    sess = service.create_session([(store, "read_write")])
+    nul, z = "%00", chr(0)
+    not_found, invalid = (404, "not_found_error"), (400, "invalid_request_error")
+    cases = [  # (method, url, body, expected answer)
+        ("GET", f"/v1/memory_stores/{store}{nul}x", None, not_found),
+        ("GET", f"{base}{nul}/memories", None, not_found),
+        ("GET", f"{base}/memories/{mem['id']}{nul}", None, not_found),
+        ("POST", f"{base}/memories/{mem['id']}{nul}", {"content": "x"}, not_found),
+        ("DELETE", f"{base}/memories/{mem['id']}{nul}", None, not_found),
+        ("GET", f"{base}/memory_versions/{version}{nul}", None, not_found),
+        ("POST", f"{base}/memory_versions/{version}{nul}/redact", None, not_found),
+        ("POST", f"{base}{nul}/archive", None, not_found),
+        ("DELETE", f"{base}{nul}", None, not_found),
+        ("GET", f"{base}{nul}/counter", None, not_found),
+        ("GET", f"{base}{nul}/changes?since=0", None, not_found),
+        ("GET", f"{base}{nul}/snapshot", None, not_found),
+        ("POST", f"{base}{nul}/memory_batch", {"ops": []}, invalid),  # the body is checked first
+        ("GET", f"{base}{nul}/memory_versions", None, not_found),
+        ("GET", f"{base}/memories?path_prefix=/a{nul}/", None, invalid),
+        ("GET", f"{base}/memories?page=abc{nul}", None, invalid),
+        ("GET", f"{base}/memory_versions?memory_id=mem{nul}", None, invalid),
+        ("GET", f"{base}/memory_versions?session_id=sesn{nul}", None, invalid),
+        ("GET", f"/v1/memory_stores?page=x{nul}", None, invalid),
+        ("GET", f"/v1/sessions/{sess['id']}{nul}", None, invalid),
+        ("POST", f"{base}/memories", {"path": f"/a{z}b.md", "content": "x"}, invalid),
+        ("POST", "/v1/memory_stores", {"name": f"n{z}"}, invalid),
+        ("POST", "/v1/memory_stores", {"name": "n", "description": f"d{z}"}, invalid),
+        ("POST", "/v1/memory_stores", {"name": "n", "metadata": {f"k{z}": "v"}}, invalid),
+        ("POST", "/v1/memory_stores", {"name": "n", "metadata": {"k": f"v{z}"}}, invalid),
+        ("POST", f"{base}/memories", {"path": "/nul-content.md", "content": f"a{z}b"}, (200, None)),
+    ]
+    with service.admin_client() as c:
+        got = {}
+        for method, url, body, _want in cases:
+            r = c.request(method, url, json=body)
+            got[(method, url)] = (r.status_code, r.json().get("error", {}).get("type"))
+        res = [{"type": "memory_store", "memory_store_id": f"{store}{z}", "access": "read_write"}]
+        r = c.post(
+            "/v1/sessions", json={"resources": res}, headers={"anthropic-beta": "managed-agents-2026-04-01"}
+        )
+        got[("POST", "/v1/sessions")] = (r.status_code, r.json().get("error", {}).get("type"))
+        cases.append(("POST", "/v1/sessions", res, invalid))
+        assert got == {(m, u): want for m, u, _b, want in cases}
+        assert c.get(f"{base}/memories/{mem['id']}").json()["content"] == "safe"
+        listed = c.get(f"{base}/memories", params={"view": "full", "path_prefix": "/"}).json()["data"]
+        assert {m["path"]: m["content"] for m in listed} == {"/keep.md": "safe", "/nul-content.md": f"a{z}b"}
