@@ -192,7 +192,14 @@ class CounterPath:
         its prepared form, `postgres_storage.COUNTERS_BATCH`). While MAX_STATEMENTS_OUT are at
         the database the batch stays open, and every request arriving meanwhile joins it. A
         batch is joined only before its statement is sent, so every answer is read after its
-        request arrived."""
+        request arrived.
+
+        An id holding a NUL names no store (the service makes the ids), and PostgreSQL cannot
+        even be asked about one: a text parameter cannot hold it, the statement fails, and with
+        it every read of the batch went to the full path. Such a read is left to the full path
+        alone (which says what is wrong with it), before it joins."""
+        if any("\x00" in sid for sid in ids):
+            return None
         batch = self._batch
         lead = batch is None
         if batch is None:

@@ -2,7 +2,8 @@
 waves, creates), each stage concurrently and bounded; as batch writes where the service has them
 (a memfs service), else one request per change (the hosted API). Every answer is booked as it
 comes: a landed change moves the baseline, a refusal is remembered until the file changes, and
-someone else's change (404/409) waits for the next pull, where the store wins.
+someone else's change (404/409) waits for the next pull, where the store wins, and is not sent
+again before it: the same request would only meet the same answer.
 
 The engine decides *when* a store pushes and what a failed push means for the next tick; this
 module only sends and books.
@@ -61,6 +62,11 @@ class Pusher:
         self.state = state
         self.fs = fs
         self.has_batch: bool | None = None  # the batch-write extension; learned on the first push
+        # store id -> (the counter applied when they were answered, the changes answered 404/409):
+        # someone else's change, settled by the next pull. Until a pull applies a new counter the
+        # plan, standing on the same baseline, asks for them again (a busy live mount's next wave
+        # after progress); sent again they would meet the same answer, so they wait for that pull.
+        self._answered: dict[str, tuple[int, set[Sent]]] = {}
 
     async def push_store(
         self,
@@ -79,12 +85,37 @@ class Pusher:
             await self._push_one(store, a, report, tally)
 
         for stage in stages:
+            stage = self._not_answered(store, stage)
             left = (
                 await self._push_batched(store, stage, report, tally)
                 if batches and self.has_batch is not False
                 else list(stage)
             )
             await gather(left, one, PUSH_CONCURRENCY)
+
+    def _not_answered(self, store: StoreInfo, stage: tuple[P.PushAction, ...]) -> tuple[P.PushAction, ...]:
+        """`stage` less the changes answered 404/409 since the last pull applied (see `_answered`)."""
+        sid = store.store_id
+        counter, answered = self._answered.get(sid, (None, set()))
+        if counter is None or counter != self.state.store_counter(sid):
+            self._answered.pop(sid, None)  # a pull applied since: the plan stands on what it read
+            return stage
+        waiting = [a for a in stage if a in answered]
+        if not waiting:
+            return stage
+        log.debug("%s: %d change(s) answered 404/409 wait for the next pull", store.slug, len(waiting))
+        return tuple(a for a in stage if a not in answered)
+
+    def _answered_conflict(self, store: StoreInfo, a: Sent) -> None:
+        """Remember `a` was answered 404/409 at the applied counter. A store with no counter (the
+        hosted API) lists on every tick, and a listing settles the conflict: nothing to remember."""
+        sid = store.store_id
+        counter = self.state.store_counter(sid)
+        if counter is None:
+            return
+        if self._answered.get(sid, (None, set()))[0] != counter:
+            self._answered[sid] = (counter, set())
+        self._answered[sid][1].add(a)
 
     async def _push_batched(
         self, store: StoreInfo, stage: tuple[P.PushAction, ...], report: TickReport, tally: StoreSync
@@ -208,5 +239,6 @@ class Pusher:
         elif exc.status in (404, 409):
             # Someone else changed the store: no retry; the next tick's listing settles it.
             log.info("%s: %s answered %s; the next tick settles it", store.slug, type(a).__name__, exc.type)
+            self._answered_conflict(store, a)
         else:
             raise exc

@@ -61,7 +61,7 @@ class Api:
         out: dict[str, dict] = {}
         page = None
         while True:
-            params = {"view": "full", "limit": 20, **({"page": page} if page else {})}
+            params: dict[str, str | int] = {"view": "full", "limit": 20, **({"page": page} if page else {})}
             body = self._ok(
                 self.http.get(f"/v1/memory_stores/{store}/memories", params=params, headers=MEMORY_BETA)
             )

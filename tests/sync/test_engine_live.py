@@ -8,8 +8,11 @@ is timed: every wait polls with a generous deadline.
 
 from __future__ import annotations
 
+import json
 import math
+import re
 from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
 
 import pytest
 import trio
@@ -142,3 +145,61 @@ async def test_a_pull_that_lacks_most_of_the_store_takes_one_snapshot_instead_of
     m.transport.clear()
     assert (await m.sync())["pulled"] == 3
     assert m.transport.count("GET", "/snapshot$") == 0 and m.transport.count("GET", r"/memories/mem_") == 3
+
+
+def sent_updates(m: EngineMount) -> list[str]:
+    """Every update the mount sends from now on, by memory id, whether in a batch write or alone."""
+    sent: list[str] = []
+
+    async def record(request) -> None:
+        if request.url.path.endswith("/memory_batch"):
+            ops = json.loads(request.content)["operations"]
+            sent.extend(op["memory_id"] for op in ops if op["type"] == "update")
+        else:
+            sent.append(request.url.path.rsplit("/", 1)[1])
+
+    m.transport.add("POST", r"/memory_batch$", before=record, times=None)
+    m.transport.add("POST", r"/memories/mem_[^/]+$", before=record, times=None)
+    return sent
+
+
+@pytest.mark.parametrize("batches", [True, False], ids=["batch-write", "single-requests"])
+async def test_a_busy_mounts_update_answered_409_is_sent_once_though_the_rest_of_its_wave_landed(
+    world, batches
+):
+    """A busy mount's push wave: one update meets a 409 (someone else changed that memory), the
+    other lands. The landed one is progress, so one more wave looks; the 409 waits for the pull
+    (the mount is busy, so none comes) and must not go out again to meet the same 409: nothing
+    changed since it was answered. The pull at the next `memfs sync` settles it, the store wins."""
+    async with trio.open_nursery() as nursery:
+        m = await live_mount(world, nursery, {"/a.md": "alpha", "/b.md": "beta"})
+        if not batches:
+            m.engine.pusher.has_batch = False
+        a, b = world.ids["/a.md"], world.ids["/b.md"]
+        await world.svc.update(world.notes, a, content="alpha from elsewhere")
+        moved = await store_counter(world)
+        assert await until(lambda: m.store_status("notes")["counter_seen"] == moved)
+        sent = sent_updates(m)
+        m.write("/notes/a.md", b"alpha, mine")
+        m.write("/notes/b.md", b"beta, mine")
+        assert await until(lambda: _has(world, {"/b.md": "beta, mine"})), await world.svc.contents(
+            world.notes
+        )
+        # the engine is done with this state: no further live wave for it
+        sid = world.notes
+        assert await until(
+            lambda: (
+                m.engine.push_done.is_set() and m.engine._handled.get(sid) == m.engine.state.generation(sid)
+            )
+        )
+        assert sorted(sent) == sorted([a, b]), [{a: "a", b: "b"}[x] for x in sent]
+        assert (await world.svc.contents(world.notes))["/a.md"] == "alpha from elsewhere"
+        result = await m.sync(force=False)  # between commands: the pull settles the conflict
+        assert result["ran"] and m.read("/notes/a.md") == b"alpha from elsewhere"
+        assert sorted(sent) == sorted([a, b]), sent  # the pull settled it: nothing sent again
+        [notice] = [n for n in m.notices("notes") if "/a.md" in n]
+        assert "store-won-conflict" in notice
+        kept = Path(re.search(r"kept at (\S+?)\)", notice).group(1))
+        assert kept.read_bytes() == b"alpha, mine"
+        world.svc.app.watch_hub.close()
+        nursery.cancel_scope.cancel()

@@ -271,3 +271,35 @@ def test_a_report_only_a_read_can_tell_reads_again(storage):
 
     anyio.run(main)
     assert isinstance(outcome[1], NotFound)
+
+
+def test_a_store_id_holding_nul_is_left_to_the_full_path_alone_and_its_batch_is_answered(storage):
+    """No store id holds a NUL, and PostgreSQL cannot even be asked about one (a text parameter
+    cannot hold it: the statement fails). A read naming one must not take the reads of its loop
+    step down with it (they all went to the full path, one slow request each): it alone is left
+    to the full path, the others are answered by the one statement, which never names it."""
+    a, b, c = _world(storage)
+    path, counting = _batching_path(storage)
+    asks = {
+        "admin": (None, [a, b]),
+        "t1": (hash_token("t1"), [a]),
+        "nul": (None, [a, "memstore_x\x00y"]),
+        "nul for t2": (hash_token("t2"), ["\x00"]),
+        "t2": (hash_token("t2"), [c]),
+    }
+    answers: dict[str, dict[str, int] | None] = {}
+
+    async def main() -> None:
+        async def ask(name: str) -> None:
+            answers[name] = await path._read(*asks[name])
+
+        async with anyio.create_task_group() as tg:
+            for name in asks:
+                tg.start_soon(ask, name)
+
+    anyio.run(main)
+    assert answers == {"admin": {a: 2, b: 0}, "t1": {a: 2}, "nul": None, "nul for t2": None, "t2": {c: 0}}
+    assert len(counting.batches) == 1
+    assert not any("\x00" in sid for sid in counting.batches[0][1])
+    assert anyio.run(path.watched_counters, [b, "x\x00"]) is None  # the watch hub's reads too
+    assert anyio.run(path.watched_counters, [b]) == {b: 0}
