@@ -131,6 +131,21 @@ class _Service:
         self._limit("session:" + session.id, "session", f"session {session.id}")
         return Principal(Actor("session_actor", session.id), session)
 
+    def _session_token(self, request: Request) -> str | None:
+        """The hash of the request's credential when it is a session token that the list route may
+        check in the same hop as its page: right beta header, not the admin key, no rate limiter
+        (a limited caller is checked, and refused, before anything is read). None: use `principal`."""
+        if self.rate_limiter is not None:
+            return None
+        try:
+            check_memory_beta(request)
+        except ApiError:
+            return None
+        cred = presented_credential(request)
+        if cred is None or is_admin_key(cred, self._admin_key):
+            return None
+        return hash_token(cred)
+
     def _limit(self, key: str, kind: str, who: str) -> None:
         """Per-credential rate limit, after authentication: only a known caller has a bucket (a
         bad credential is a 401, whatever its rate). Health and metrics never come here."""
@@ -236,22 +251,50 @@ class _Service:
 
     async def list_memories(self, request: Request) -> Response:
         sid = request.path_params["store_id"]
-        (await self.principal(request)).require_store(sid)
-        full = params.q_view(request, "basic")
-        depth = request.query_params.get("depth", "0")
-        if depth not in ("0", "1"):
-            raise invalid(f"depth: must be 0 (whole subtree) or 1 (direct children) (got {depth!r})")
-        prefix, limit = params.q_path_prefix(request), params.q_limit(request, full)
-        listing = ("memories", sid, prefix, int(depth), full)
-        page = await self.call(
-            self.storage.list_memories,
-            sid,
-            path_prefix=prefix,
-            depth=int(depth),
-            limit=limit,
-            after=self.after(request, listing),
-            with_content=full,
-        )
+        token = self._session_token(request)
+        if token is None:  # the admin key, or an error to answer (neither needs the database)
+            (await self.principal(request)).require_store(sid)
+        try:
+            full = params.q_view(request, "basic")
+            depth = request.query_params.get("depth", "0")
+            if depth not in ("0", "1"):
+                raise invalid(f"depth: must be 0 (whole subtree) or 1 (direct children) (got {depth!r})")
+            prefix, limit = params.q_path_prefix(request), params.q_limit(request, full)
+            listing = ("memories", sid, prefix, int(depth), full)
+            after = self.after(request, listing)
+        except ApiError:
+            if token is not None:  # a bad credential is answered before a bad parameter
+                (await self.principal(request)).require_store(sid)
+            raise
+        if token is None:
+            page = await self.call(
+                self.storage.list_memories,
+                sid,
+                path_prefix=prefix,
+                depth=int(depth),
+                limit=limit,
+                after=after,
+                with_content=full,
+            )
+        else:
+            # A session token: its session looked up and the page read in one worker-thread hop
+            # (one read transaction), where `principal` and the page took a hop each: a hosted
+            # tick is hundreds of pages (PERFORMANCE.md, network section).
+            session, found = await self.call(
+                self.storage.list_memories_as,
+                token,
+                sid,
+                path_prefix=prefix,
+                depth=int(depth),
+                limit=limit,
+                after=after,
+                with_content=full,
+            )
+            if session is None:
+                raise unauthenticated("invalid API key or session token")
+            Principal(Actor("session_actor", session.id), session).require_store(sid)
+            assert found is not None  # the store is attached: it was read
+            page = found
         next_page = self.cursors.encode(listing, page.next_after)
         return _json(
             {"data": [wire.list_item(i, full) for i in page.items], "next_page": next_page},
