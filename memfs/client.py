@@ -414,7 +414,7 @@ class StoreClient:
             await trio.sleep(wait)
         raise AssertionError("unreachable")  # the last attempt returns or raises
 
-    async def _get(self, url: httpx.URL) -> tuple[bytes, str | None]:
+    async def _get(self, endpoint: httpx.URL, query: bytes) -> tuple[bytes, str | None]:
         """A listing page's GET: (body, its counter header or None), retried as `_request`.
 
         With the client's own pools (not a test's transport) it goes straight to httpcore: a hosted
@@ -425,16 +425,21 @@ class StoreClient:
         client's timeouts, the same connections."""
         pools = self._pools
         if pools is None:
-            resp = await self._request("GET", url)
+            resp = await self._request("GET", httpx.URL(endpoint, query=query))
             return resp.content, resp.headers.get(COUNTER_HEADER)
-        target = url.raw_path  # path and query, as sent
-        core_url = httpcore.URL(scheme=url.raw_scheme, host=url.raw_host, port=url.port, target=target)
+        # The target put together here: an httpx.URL per page parsed and re-quoted the whole URL
+        # (~9 % of the daemon's CPU in a hosted tick, py-spy). `query` is percent-encoded ASCII.
+        target = endpoint.raw_path + b"?" + query
+        core_url = httpcore.URL(
+            scheme=endpoint.raw_scheme, host=endpoint.raw_host, port=endpoint.port, target=target
+        )
         for attempt in range(self.retries + 1):
             self.requests_sent += 1
             try:
                 async with self.slots:
                     status, headers, body = await pools.get(core_url, self._get_headers, self._get_timeout)
             except _HTTPCORE_ERRORS as exc:
+                url = f"{endpoint}?{query.decode('ascii')}"
                 raise Unreachable(f"GET {url}: {type(exc).__name__}: {exc or '(no details)'}") from exc
             encoding = counter = None
             for name, value in headers:
@@ -444,15 +449,17 @@ class StoreClient:
                 elif name == COUNTER_HEADER_BYTES:
                     counter = value.decode("latin-1")
             if encoding not in (None, b"identity", b"gzip"):
-                raise Unreachable(f"GET {url}: answer in an encoding it was not asked for: {encoding!r}")
+                raise Unreachable(f"GET {endpoint}: answer in an encoding it was not asked for: {encoding!r}")
             if encoding == b"gzip":
                 try:
                     body = zlib.decompress(body, wbits=31)
                 except zlib.error as exc:
-                    raise Unreachable(f"GET {url}: gzip answer does not decode") from exc
+                    raise Unreachable(f"GET {endpoint}: gzip answer does not decode") from exc
             if status < 400:
                 return body, counter
-            resp = httpx.Response(status, headers=headers, content=body, request=httpx.Request("GET", url))
+            resp = httpx.Response(
+                status, headers=headers, content=body, request=httpx.Request("GET", endpoint)
+            )
             wait = self._retry_wait(resp, attempt)
             if wait is None:
                 raise _api_error(resp)
@@ -613,7 +620,7 @@ class StoreClient:
                 query += "&path_prefix=" + quote(prefix, safe="/")
             if cursor:
                 query += "&page=" + quote(cursor, safe="")
-            content, counter = await self._get(httpx.URL(endpoint, query=query.encode("ascii")))
+            content, counter = await self._get(endpoint, query.encode("ascii"))
             listing.requests += 1
             try:
                 body = orjson.loads(content)  # full-view pages are a first download's bulk
