@@ -102,3 +102,44 @@ def test_a_session_tokens_list_page_is_one_storage_call_with_the_same_answers(ap
     sessions_admin = {"x-api-key": ADMIN, **SESSIONS}
     assert c.post(f"/v1/sessions/{session_id}/archive", headers=sessions_admin).status_code == 200
     assert c.get(url, headers=bearer).status_code == 401
+
+
+@pytest.mark.timeout(60)
+def test_a_list_page_is_answered_without_the_router_and_an_error_through_it(tmp_path):
+    """A successful list page skips Starlette's middleware and router (app.py `_list_page`); any
+    error goes through the full path, which answers it; the metrics still name the route."""
+    storage = open_storage(tmp_path / "store.db")
+    frame = create_app(storage, ADMIN, extensions=False)
+    through: list[str] = []
+    inner = frame.app
+
+    async def router(scope, receive, send):
+        if scope["type"] == "http":
+            through.append(scope["path"])
+        await inner(scope, receive, send)
+
+    frame.app = router
+    try:
+        with TestClient(frame) as c:
+            admin = {"x-api-key": ADMIN, **MEMORY}
+            sid = c.post("/v1/memory_stores", json={"name": "a"}, headers=admin).json()["id"]
+            c.post(f"/v1/memory_stores/{sid}/memories", json={"path": "/x.md", "content": "x"}, headers=admin)
+            _sid, token = _token(c, [sid])
+            through.clear()
+            for headers in (admin, {"authorization": f"Bearer {token}", **MEMORY}):
+                r = c.get(f"/v1/memory_stores/{sid}/memories", params={"depth": "1"}, headers=headers)
+                assert r.status_code == 200 and [m["path"] for m in r.json()["data"]] == ["/x.md"]
+                assert r.headers["request-id"]
+            assert through == []  # was: every page through the router
+            bad = c.get(f"/v1/memory_stores/{sid}/memories", params={"depth": "2"}, headers=admin)
+            assert bad.status_code == 400 and bad.json()["error"]["type"] == "invalid_request_error"
+            assert c.get("/v1/memory_stores/memstore_nope/memories", headers=admin).status_code == 404
+            assert through == [
+                f"/v1/memory_stores/{sid}/memories",
+                "/v1/memory_stores/memstore_nope/memories",
+            ]
+            metrics = c.get("/metrics").text
+            assert 'route="/v1/memory_stores/{store_id}/memories",status="200"' in metrics
+            assert 'route="/v1/memory_stores/{store_id}/memories",status="400"' in metrics
+    finally:
+        storage.close()
