@@ -15,12 +15,14 @@ import base64
 import email.utils
 import json
 import time
+import zlib
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from operator import itemgetter
 from typing import Any, Protocol
 from urllib.parse import quote
 
+import httpcore
 import httpx
 import orjson
 import trio
@@ -39,6 +41,7 @@ BATCH_MAX_BYTES = 1024 * 1024 - 4096
 
 
 POOL_SHARD = 1  # connections per pool (see `_Pools`)
+COUNTER_HEADER_BYTES = COUNTER_HEADER.lower().encode("ascii")
 
 
 class _Pools(httpx.AsyncBaseTransport):
@@ -73,9 +76,39 @@ class _Pools(httpx.AsyncBaseTransport):
         resp.stream = _Counted(resp.stream, self._busy, i)
         return resp
 
+    async def get(
+        self, url: httpcore.URL, headers: list[tuple[bytes, bytes]], timeout: dict[str, float | None]
+    ) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
+        """One GET, its body read whole, through the least busy pool, straight to httpcore's pool
+        under httpx's transport (the listing pages, `StoreClient._get`): (status, headers, body).
+        httpcore's errors are raised as they are (`_HTTPCORE_ERRORS`)."""
+        i = min(range(len(self._pools)), key=self._busy.__getitem__)
+        self._busy[i] += 1
+        try:
+            pool: httpcore.AsyncConnectionPool = self._pools[i]._pool
+            request = httpcore.Request(b"GET", url, headers=headers, extensions={"timeout": timeout})
+            resp = await pool.handle_async_request(request)
+            try:
+                body = b"".join([chunk async for chunk in resp.stream])  # type: ignore[union-attr]
+            finally:
+                await resp.aclose()
+        finally:
+            self._busy[i] -= 1
+        return resp.status, resp.headers, body
+
     async def aclose(self) -> None:
         for pool in self._pools:
             await pool.aclose()
+
+
+# What httpcore raises for a request that got no (whole) answer; httpx maps the same ones.
+_HTTPCORE_ERRORS = (
+    httpcore.TimeoutException,
+    httpcore.NetworkError,
+    httpcore.ProtocolError,
+    httpcore.ProxyError,
+    httpcore.UnsupportedProtocol,
+)
 
 
 class _Counted(httpx.AsyncByteStream):
@@ -328,8 +361,9 @@ class StoreClient:
         # An http:// service never does TLS (redirects are not followed), so don't build a
         # verifying SSL context: loading the CA bundle costs ~0.25 s of every mount's start.
         verify = self.base_url.startswith("https:")
+        self._pools: _Pools | None = None  # the client's own pools (None: a test's transport)
         if transport is None:
-            transport = _Pools(concurrency, verify=verify)
+            transport = self._pools = _Pools(concurrency, verify=verify)
         self._http = httpx.AsyncClient(
             base_url=self.base_url,
             headers={"authorization": f"Bearer {token}", "anthropic-beta": MEMORY_BETA},
@@ -339,6 +373,14 @@ class StoreClient:
         )
         self.requests_sent = 0
         self.retried = 0  # requests sent again after a retry-after (for the logs and tests)
+        # `_get`'s request headers: the client's own (as httpx sends them), gzip the only encoding
+        # asked for (the one decoded there), and the host.
+        host = self._http.base_url.netloc
+        self._get_headers = [(b"host", host)] + [
+            (name, value) for name, value in self._http.headers.raw if name.lower() != b"accept-encoding"
+        ]
+        self._get_headers.append((b"accept-encoding", b"gzip"))
+        self._get_timeout = self._http.timeout.as_dict()
 
     @property
     def slots(self) -> trio.CapacityLimiter:
@@ -366,6 +408,58 @@ class StoreClient:
                 raise Unreachable(f"{method} {url}: {_describe(exc)}") from exc
             if resp.status_code < 400:
                 return resp
+            wait = self._retry_wait(resp, attempt)
+            if wait is None:
+                raise _api_error(resp)
+            await trio.sleep(wait)
+        raise AssertionError("unreachable")  # the last attempt returns or raises
+
+    async def _get(self, endpoint: httpx.URL, query: bytes) -> tuple[bytes, str | None]:
+        """A listing page's GET: (body, its counter header or None), retried as `_request`.
+
+        With the client's own pools (not a test's transport) it goes straight to httpcore: a hosted
+        tick is hundreds of pages, and httpx's client layers (request and response models, auth,
+        redirects, cookies, the transport's stream wrappers) were ~30 % of the daemon's CPU for
+        them (py-spy of the daemon over hosted ticks, PERFORMANCE.md's network section). The
+        request is the same one: the client's headers, `accept-encoding: gzip` (decoded here), the
+        client's timeouts, the same connections."""
+        pools = self._pools
+        if pools is None:
+            resp = await self._request("GET", httpx.URL(endpoint, query=query))
+            return resp.content, resp.headers.get(COUNTER_HEADER)
+        # The target put together here: an httpx.URL per page parsed and re-quoted the whole URL
+        # (~9 % of the daemon's CPU in a hosted tick, py-spy). `query` is percent-encoded ASCII.
+        target = endpoint.raw_path + b"?" + query
+        core_url = httpcore.URL(
+            scheme=endpoint.raw_scheme, host=endpoint.raw_host, port=endpoint.port, target=target
+        )
+        for attempt in range(self.retries + 1):
+            self.requests_sent += 1
+            try:
+                async with self.slots:
+                    status, headers, body = await pools.get(core_url, self._get_headers, self._get_timeout)
+            except _HTTPCORE_ERRORS as exc:
+                url = f"{endpoint}?{query.decode('ascii')}"
+                raise Unreachable(f"GET {url}: {type(exc).__name__}: {exc or '(no details)'}") from exc
+            encoding = counter = None
+            for name, value in headers:
+                name = name.lower()
+                if name == b"content-encoding":
+                    encoding = value.strip().lower()
+                elif name == COUNTER_HEADER_BYTES:
+                    counter = value.decode("latin-1")
+            if encoding not in (None, b"identity", b"gzip"):
+                raise Unreachable(f"GET {endpoint}: answer in an encoding it was not asked for: {encoding!r}")
+            if encoding == b"gzip":
+                try:
+                    body = zlib.decompress(body, wbits=31)
+                except zlib.error as exc:
+                    raise Unreachable(f"GET {endpoint}: gzip answer does not decode") from exc
+            if status < 400:
+                return body, counter
+            resp = httpx.Response(
+                status, headers=headers, content=body, request=httpx.Request("GET", endpoint)
+            )
             wait = self._retry_wait(resp, attempt)
             if wait is None:
                 raise _api_error(resp)
@@ -526,14 +620,14 @@ class StoreClient:
                 query += "&path_prefix=" + quote(prefix, safe="/")
             if cursor:
                 query += "&page=" + quote(cursor, safe="")
-            resp = await self._request("GET", httpx.URL(endpoint, query=query.encode("ascii")))
+            content, counter = await self._get(endpoint, query.encode("ascii"))
             listing.requests += 1
             try:
-                body = orjson.loads(resp.content)  # full-view pages are a first download's bulk
+                body = orjson.loads(content)  # full-view pages are a first download's bulk
             except ValueError as exc:
                 raise Unreachable(f"GET {url}: answer is not JSON") from exc
-            if COUNTER_HEADER in resp.headers:
-                listing.counters.add(int(resp.headers[COUNTER_HEADER]))
+            if counter is not None:
+                listing.counters.add(int(counter))
             return body
 
         items = listing.items

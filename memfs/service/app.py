@@ -15,6 +15,7 @@ import json
 import logging
 import secrets
 import time
+import types
 
 import anyio
 import anyio.to_thread
@@ -131,6 +132,21 @@ class _Service:
         self._limit("session:" + session.id, "session", f"session {session.id}")
         return Principal(Actor("session_actor", session.id), session)
 
+    def _session_token(self, request: Request) -> str | None:
+        """The hash of the request's credential when it is a session token that the list route may
+        check in the same hop as its page: right beta header, not the admin key, no rate limiter
+        (a limited caller is checked, and refused, before anything is read). None: use `principal`."""
+        if self.rate_limiter is not None:
+            return None
+        try:
+            check_memory_beta(request)
+        except ApiError:
+            return None
+        cred = presented_credential(request)
+        if cred is None or is_admin_key(cred, self._admin_key):
+            return None
+        return hash_token(cred)
+
     def _limit(self, key: str, kind: str, who: str) -> None:
         """Per-credential rate limit, after authentication: only a known caller has a bucket (a
         bad credential is a 401, whatever its rate). Health and metrics never come here."""
@@ -236,22 +252,50 @@ class _Service:
 
     async def list_memories(self, request: Request) -> Response:
         sid = request.path_params["store_id"]
-        (await self.principal(request)).require_store(sid)
-        full = params.q_view(request, "basic")
-        depth = request.query_params.get("depth", "0")
-        if depth not in ("0", "1"):
-            raise invalid(f"depth: must be 0 (whole subtree) or 1 (direct children) (got {depth!r})")
-        prefix, limit = params.q_path_prefix(request), params.q_limit(request, full)
-        listing = ("memories", sid, prefix, int(depth), full)
-        page = await self.call(
-            self.storage.list_memories,
-            sid,
-            path_prefix=prefix,
-            depth=int(depth),
-            limit=limit,
-            after=self.after(request, listing),
-            with_content=full,
-        )
+        token = self._session_token(request)
+        if token is None:  # the admin key, or an error to answer (neither needs the database)
+            (await self.principal(request)).require_store(sid)
+        try:
+            full = params.q_view(request, "basic")
+            depth = request.query_params.get("depth", "0")
+            if depth not in ("0", "1"):
+                raise invalid(f"depth: must be 0 (whole subtree) or 1 (direct children) (got {depth!r})")
+            prefix, limit = params.q_path_prefix(request), params.q_limit(request, full)
+            listing = ("memories", sid, prefix, int(depth), full)
+            after = self.after(request, listing)
+        except ApiError:
+            if token is not None:  # a bad credential is answered before a bad parameter
+                (await self.principal(request)).require_store(sid)
+            raise
+        if token is None:
+            page = await self.call(
+                self.storage.list_memories,
+                sid,
+                path_prefix=prefix,
+                depth=int(depth),
+                limit=limit,
+                after=after,
+                with_content=full,
+            )
+        else:
+            # A session token: its session looked up and the page read in one worker-thread hop
+            # (one read transaction), where `principal` and the page took a hop each: a hosted
+            # tick is hundreds of pages (PERFORMANCE.md, network section).
+            session, found = await self.call(
+                self.storage.list_memories_as,
+                token,
+                sid,
+                path_prefix=prefix,
+                depth=int(depth),
+                limit=limit,
+                after=after,
+                with_content=full,
+            )
+            if session is None:
+                raise unauthenticated("invalid API key or session token")
+            Principal(Actor("session_actor", session.id), session).require_store(sid)
+            assert found is not None  # the store is attached: it was read
+            page = found
         next_page = self.cursors.encode(listing, page.next_after)
         return _json(
             {"data": [wire.list_item(i, full) for i in page.items], "next_page": next_page},
@@ -666,6 +710,11 @@ _REQUEST_ID_PREFIX = "req_" + secrets.token_hex(4)
 _request_seq = itertools.count()
 
 
+_STORES_PREFIX = STORES_PATH + "/"
+_MEMORIES = "/memories"
+_LIST_ROUTE = types.SimpleNamespace(path=STORES_PATH + "/{store_id}/memories")  # as a Route names it
+
+
 def _next_request_id() -> str:
     return f"{_REQUEST_ID_PREFIX}{next(_request_seq):016x}"
 
@@ -678,11 +727,19 @@ class _RequestFrame:
     everywhere.
     """
 
-    def __init__(self, app, metrics: Metrics, watch_hub: WatchHub, counter_path: CounterPath | None = None):
+    def __init__(
+        self,
+        app,
+        metrics: Metrics,
+        watch_hub: WatchHub,
+        counter_path: CounterPath | None = None,
+        list_route=None,
+    ):
         self.app = app
         self.metrics = metrics
         self.watch_hub = watch_hub  # for server.py, which closes it at SIGTERM
         self.counter_path = counter_path  # answers plain counter reads without the router
+        self.list_route = list_route  # the list route's handler, called without the router (`_list_page`)
 
     async def __call__(self, scope, receive, send) -> None:
         if scope["type"] != "http":
@@ -711,6 +768,8 @@ class _RequestFrame:
                 return
             if self.counter_path is not None and await self.counter_path.answer(scope, send_with_id):
                 return
+            if self.list_route is not None and await self._list_page(scope, raw, receive, send_with_id):
+                return
             await self.app(scope, body.replaying(raw, receive), send_with_id)
         except Exception:
             # Starlette already answered with the envelope (handler for Exception) and re-raised.
@@ -725,6 +784,28 @@ class _RequestFrame:
             self.metrics.observe(scope["method"], route, code, seconds)
             # Path only: no query string (it can hold path prefixes), never headers (credentials).
             access_log.info("%s %s %d %.1fms", scope["method"], scope["path"], code, seconds * 1000)
+
+    async def _list_page(self, scope, raw: bytes, receive, send) -> bool:
+        """`GET …/{store_id}/memories` answered by its handler without Starlette's middleware
+        stack and router (~30 routes matched in turn): a hosted tick is hundreds of these pages,
+        and that stack was a large share of the service's CPU per page (PERFORMANCE.md, network
+        section). Only a success is answered here; on any error the request goes through the
+        full path, which answers it as always (a read: doing it twice changes nothing). False:
+        not this route, or not answered."""
+        path = scope["path"]
+        if scope["method"] != "GET" or not path.startswith(_STORES_PREFIX) or not path.endswith(_MEMORIES):
+            return False
+        store_id = path[len(_STORES_PREFIX) : -len(_MEMORIES)]
+        if not store_id or "/" in store_id:
+            return False
+        scope["path_params"] = {"store_id": store_id}
+        try:
+            response = await self.list_route(Request(scope, body.replaying(raw, receive)))
+        except Exception:
+            return False
+        scope["route"] = _LIST_ROUTE  # what the metrics read
+        await response(scope, receive, send)
+        return True
 
     @staticmethod
     async def _refuse_body(exc: Exception, request_id: str, scope, receive, send) -> None:
@@ -792,4 +873,7 @@ def create_app(
             Exception: _on_unexpected,
         },
     )
-    return _RequestFrame(app, metrics, hub, fast)
+    # The list route without the router, unless a rate limiter is on: a page it refuses would be
+    # asked again through the full path, and counted twice.
+    list_route = service.list_memories if rate_limiter is None else None
+    return _RequestFrame(app, metrics, hub, fast, list_route)

@@ -86,6 +86,61 @@ def _require_store(tx: Tx, store_id: str) -> StoreRecord:
     return store
 
 
+def _list_page(
+    tx: Tx, store_id: str, path_prefix: str, depth: int, limit: int, after: str | None, with_content: bool
+) -> Page:
+    """One page of a listing, read in `tx` (StoreService.list_memories, list_memories_as)."""
+    hi = upper_bound(path_prefix)
+    # Resume after the last item of the previous page; a roll-up item resumes after its subtree.
+    lo, inclusive = path_prefix, True
+    if after is not None:
+        lo, inclusive = (upper_bound(after), True) if after.endswith("/") else (after, False)
+    items: list = []
+    _require_store(tx, store_id)
+    counter = tx.counter(store_id)
+    if depth == 0:
+        items = tx.list_live(
+            store_id, lo=lo, lo_inclusive=inclusive, hi=hi, limit=limit + 1, content=with_content
+        )
+    else:
+        # Walk the children in path order; each deeper subtree is one roll-up, skipped at
+        # once. The walk reads no content (a page of 20 full-view roll-ups read 20 whole
+        # memories only to name their prefixes) and reads a few rows per query: a run of
+        # direct children is one query, not one each, and a roll-up skips the rest of
+        # its subtree in the rows already read.
+        while len(items) <= limit:
+            rows = tx.list_live(
+                store_id, lo=lo, lo_inclusive=inclusive, hi=hi, limit=_WALK_ROWS, content=False
+            )
+            if not rows:
+                break
+            for row in rows:
+                if len(items) > limit:
+                    break
+                if row.path < lo or (row.path == lo and not inclusive):
+                    continue  # inside the subtree just rolled up
+                rest = row.path[len(path_prefix) :]
+                if "/" in rest:
+                    sub = path_prefix + rest.split("/", 1)[0] + "/"
+                    items.append(PrefixRecord(sub))
+                    lo, inclusive = upper_bound(sub), True
+                else:
+                    items.append(row)
+                    lo, inclusive = row.path, False
+        if with_content:  # the page's memories, whole, in the same read transaction
+            wanted = [i.id for i in items if isinstance(i, MemoryRecord)]
+            content = tx.contents(store_id, wanted) if wanted else {}
+            items = [
+                dataclasses.replace(i, content=content[i.id]) if isinstance(i, MemoryRecord) else i
+                for i in items
+            ]
+    nxt = None
+    if len(items) > limit:
+        items = items[:limit]
+        nxt = items[-1].path
+    return Page(items, nxt, counter)
+
+
 def _require_writable(tx: Tx, store_id: str) -> StoreRecord:
     store = _require_store(tx, store_id)
     if store.archived_at is not None:
@@ -316,56 +371,31 @@ class StoreService:
         after: str | None,
         with_content: bool,
     ) -> Page:
-        hi = upper_bound(path_prefix)
-        # Resume after the last item of the previous page; a roll-up item resumes after its subtree.
-        lo, inclusive = path_prefix, True
-        if after is not None:
-            lo, inclusive = (upper_bound(after), True) if after.endswith("/") else (after, False)
-        items: list = []
         with self.backend.read() as tx:
-            _require_store(tx, store_id)
-            counter = tx.counter(store_id)
-            if depth == 0:
-                items = tx.list_live(
-                    store_id, lo=lo, lo_inclusive=inclusive, hi=hi, limit=limit + 1, content=with_content
-                )
-            else:
-                # Walk the children in path order; each deeper subtree is one roll-up, skipped at
-                # once. The walk reads no content (a page of 20 full-view roll-ups read 20 whole
-                # memories only to name their prefixes) and reads a few rows per query: a run of
-                # direct children is one query, not one each, and a roll-up skips the rest of
-                # its subtree in the rows already read.
-                while len(items) <= limit:
-                    rows = tx.list_live(
-                        store_id, lo=lo, lo_inclusive=inclusive, hi=hi, limit=_WALK_ROWS, content=False
-                    )
-                    if not rows:
-                        break
-                    for row in rows:
-                        if len(items) > limit:
-                            break
-                        if row.path < lo or (row.path == lo and not inclusive):
-                            continue  # inside the subtree just rolled up
-                        rest = row.path[len(path_prefix) :]
-                        if "/" in rest:
-                            sub = path_prefix + rest.split("/", 1)[0] + "/"
-                            items.append(PrefixRecord(sub))
-                            lo, inclusive = upper_bound(sub), True
-                        else:
-                            items.append(row)
-                            lo, inclusive = row.path, False
-                if with_content:  # the page's memories, whole, in the same read transaction
-                    wanted = [i.id for i in items if isinstance(i, MemoryRecord)]
-                    content = tx.contents(store_id, wanted) if wanted else {}
-                    items = [
-                        dataclasses.replace(i, content=content[i.id]) if isinstance(i, MemoryRecord) else i
-                        for i in items
-                    ]
-        nxt = None
-        if len(items) > limit:
-            items = items[:limit]
-            nxt = items[-1].path
-        return Page(items, nxt, counter)
+            return _list_page(tx, store_id, path_prefix, depth, limit, after, with_content)
+
+    def list_memories_as(
+        self,
+        token_hash: str,
+        store_id: str,
+        *,
+        path_prefix: str,
+        depth: int,
+        limit: int,
+        after: str | None,
+        with_content: bool,
+    ) -> tuple[SessionRecord | None, Page | None]:
+        """A session token's listing page, with its session, looked up and read in one read
+        transaction (so one worker-thread hop per page, not two: a hosted tick is hundreds of
+        pages, PERFORMANCE.md's network section). (None, None): no live session holds the token;
+        (session, None): the session does not attach the store. Either way nothing was read, and
+        the caller answers the error as `list_memories` after `session_for_token` would."""
+        with self.backend.read() as tx:
+            sid = tx.session_id_for_token(token_hash)
+            session = self._session(tx, sid) if sid else None
+            if session is None or session.resource_for(store_id) is None:
+                return session, None
+            return session, _list_page(tx, store_id, path_prefix, depth, limit, after, with_content)
 
     def get_memory(self, store_id: str, memory_id: str) -> MemoryRecord:
         with self.backend.read() as tx:

@@ -288,6 +288,17 @@ class Storage(Protocol):
         after: str | None,
         with_content: bool,
     ) -> Page: ...
+    def list_memories_as(
+        self,
+        token_hash: str,
+        store_id: str,
+        *,
+        path_prefix: str,
+        depth: int,
+        limit: int,
+        after: str | None,
+        with_content: bool,
+    ) -> tuple[SessionRecord | None, Page | None]: ...
     def get_memory(self, store_id: str, memory_id: str) -> MemoryRecord: ...
     def update_memory(
         self,
