@@ -11,21 +11,27 @@ a 409 is an answer, not a fault (SEMANTICS.md#d-three-way).
 
 from __future__ import annotations
 
-import base64
 import email.utils
-import json
 import time
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from operator import itemgetter
-from typing import Any, Protocol
+from typing import Any
 from urllib.parse import quote
 
 import httpx
 import orjson
 import trio
 
+from memfs.errors import ApiError, Unreachable
 from memfs.protocol import COUNTER_HEADER, MEMORY_BETA, SESSIONS_BETA
+from memfs.snapshot_stream import (
+    SNAPSHOT_CHUNK_BYTES,
+    SNAPSHOT_CHUNKS_AHEAD,
+    SnapshotParser,
+    SnapshotSink,
+)
+from memfs.work_secret import sessions_token_from_secret as sessions_token_from_secret  # its old home
 
 CONCURRENCY = 32  # requests in flight per client (all stores together): a WAN's latency, bounded
 RETRY_WITHIN = 4.0  # seconds: the longest retry-after honoured inside a tick (the interval is >= 5 s)
@@ -97,33 +103,6 @@ class _Counted(httpx.AsyncByteStream):
                 self._i = -1
 
 
-class ApiError(Exception):
-    """The service answered with an error status."""
-
-    def __init__(
-        self, status: int, type_: str, message: str, body: Any = None, retry_after: float | None = None
-    ):
-        super().__init__(f"{status} {type_}: {message}")
-        self.status = status
-        self.type = type_
-        self.message = message
-        self.body = body
-        self.retry_after = retry_after  # seconds the service asked us to wait (429/5xx), if it said
-
-    @property
-    def retryable(self) -> bool:
-        return self.status in (408, 429) or self.status >= 500
-
-    @property
-    def refused(self) -> bool:
-        """The service will never accept this request as it is (bad path, too big, not UTF-8...)."""
-        return self.status in (400, 413, 422)
-
-
-class Unreachable(Exception):
-    """No answer: connection refused or reset, timeout, truncated body."""
-
-
 @dataclass(frozen=True)
 class Change:
     memory_id: str
@@ -166,75 +145,9 @@ class Changes:
     changes: list[Change]
 
 
-# A first download's snapshot is received in chunks of about this size and parsed, hashed and
-# stored from a worker thread while the next chunks arrive; at most this many wait in between.
-SNAPSHOT_CHUNK_BYTES = 1024 * 1024
-SNAPSHOT_CHUNKS_AHEAD = 2
-
-
-class SnapshotSink(Protocol):
-    """Where a snapshot's memories go as they arrive (StoreClient.snapshot)."""
-
-    def put(self, memories: list[dict[str, Any]]) -> None:
-        """Take one chunk's memories (each the API's memory object, content included). Called
-        from a worker thread, one chunk at a time, in the stream's order."""
-
-
-class _SnapshotParser:
-    """Turns a snapshot's JSON lines, arriving in arbitrary byte chunks, into memories for a sink.
-    Called from one worker thread at a time (the chunks are handed over one after the other)."""
-
-    def __init__(self, url: str, sink: SnapshotSink):
-        self.url = url
-        self.sink = sink
-        self.rest = b""  # an incomplete last line, completed by the next chunk
-        self.counter: int | None = None  # from the header line
-        self.seen = 0
-        self.ended = False
-
-    def feed(self, data: bytes) -> None:
-        lines = (self.rest + data).split(b"\n") if self.rest else data.split(b"\n")
-        self.rest = lines.pop()
-        memories: list[dict[str, Any]] = []
-        for line in lines:
-            item = self._parse(line)
-            if item is None:
-                continue
-            kind = item.get("type")
-            if kind == "memory":
-                if self.counter is None or self.ended:
-                    raise Unreachable(f"GET {self.url}: a memory outside the snapshot's header and end")
-                memories.append(item)
-            elif kind == "memory_store_snapshot":
-                self.counter = int(item["counter"])
-            elif kind == "snapshot_end":
-                self.ended = int(item.get("count", -1)) == self.seen + len(memories)
-        self.seen += len(memories)
-        if memories:
-            self.sink.put(memories)
-
-    def finish(self) -> int:
-        """The snapshot's counter, once the stream ended where the service said it would."""
-        self.feed(b"\n")  # the last line may lack its newline
-        if self.counter is None or not self.ended:
-            raise Unreachable(f"GET {self.url}: snapshot stream was truncated")
-        return self.counter
-
-    def _parse(self, line: bytes) -> dict[str, Any] | None:
-        if not line.strip():
-            return None
-        try:
-            item = orjson.loads(line)  # a first download's hot loop: see the service's snapshot
-        except ValueError as exc:
-            raise Unreachable(f"GET {self.url}: malformed snapshot line") from exc
-        if not isinstance(item, dict):
-            raise Unreachable(f"GET {self.url}: malformed snapshot line")
-        return item
-
-
 async def _stream_snapshot(url: str, resp: httpx.Response, sink: SnapshotSink) -> int:
     """Receive on this task, parse and hand over on a worker thread, a bounded queue between."""
-    parser = _SnapshotParser(url, sink)
+    parser = SnapshotParser(url, sink)
     send, receive = trio.open_memory_channel[bytes](SNAPSHOT_CHUNKS_AHEAD)
     failure: list[BaseException] = []
 
@@ -270,18 +183,6 @@ async def _stream_snapshot(url: str, resp: httpx.Response, sink: SnapshotSink) -
     if failure:  # the first is the cause: the other task was cancelled because of it
         raise failure[0]
     return parser.finish()
-
-
-def sessions_token_from_secret(secret: str | None) -> str | None:
-    """The `sessions_token` inside a work secret (url-safe base64 JSON, padding optional)."""
-    if not secret:
-        return None
-    try:
-        payload = json.loads(base64.urlsafe_b64decode(secret + "=" * (-len(secret) % 4)))
-    except (ValueError, TypeError):
-        return None
-    token = payload.get("sessions_token") if isinstance(payload, dict) else None
-    return token if isinstance(token, str) and token else None
 
 
 def retry_after(resp: httpx.Response) -> float | None:
