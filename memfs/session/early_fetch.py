@@ -41,6 +41,9 @@ EARLY_ENV = "MEMFS_EARLY_DOWNLOAD"  # "off": every mount starts the old way (com
 _PLAIN_ID = re.compile(r"[A-Za-z0-9_-]{1,200}")  # ids that go into a path as they are
 _PLAIN_PATH = re.compile(r"[A-Za-z0-9_./~-]*")
 _FRAME = struct.Struct("<I")
+# Snapshots streamed at once: stores then end one after another, and the daemon places each (plan,
+# 2,000 files: ~0.13 s) while the helper streams the next, instead of placing all 8 at the end.
+EARLY_STREAMS = 4
 
 Snapshot = tuple[int, list, set]  # counter, entries (snapshot_stream.SnapshotEntry), shas stored
 
@@ -100,11 +103,11 @@ class EarlyFetch:
                 self._done = True
                 self._cond.notify_all()
 
-    def _wait(self, *key: str) -> Any:
+    def _wait(self, *key: str, pop: bool = False) -> Any:
         with self._cond:
             while key not in self._results and not self._done:
                 self._cond.wait()
-            return self._results.get(key)
+            return self._results.pop(key, None) if pop else self._results.get(key)
 
     def session(self) -> dict[str, Any] | None:
         """The session as the service answered it (200), or None: the daemon asks itself."""
@@ -150,6 +153,8 @@ class EarlyFetch:
         except ChildProcessError:
             pass
         self._reader.join(timeout=5)
+        with self._cond:
+            self._results.clear()  # the daemon keeps this object for the session: not what it read
 
 
 class _Take:
@@ -160,7 +165,7 @@ class _Take:
         self.store_id = store_id
 
     def take(self) -> Snapshot | None:
-        got = self.fetch._wait("snapshot", self.store_id)
+        got = self.fetch._wait("snapshot", self.store_id, pop=True)  # held once: 2,000 entries a store
         if got is not None:
             self.fetch.taken.add(self.store_id)
         return got
@@ -291,8 +296,10 @@ def _helper(target: tuple[str, int, str], token: str, session_id: str, db_path: 
     if os.read(go_fd, 1) != b"1":
         return 0
     blobs = _Blobs(db_path)
+    turns = threading.Semaphore(EARLY_STREAMS)
     threads = [
-        threading.Thread(target=_stream_one, args=(target, get, send, blobs, sid, timeout)) for sid in ids
+        threading.Thread(target=_stream_one, args=(target, get, send, blobs, sid, timeout, turns))
+        for sid in ids
     ]
     for t in threads:
         t.start()
@@ -302,8 +309,14 @@ def _helper(target: tuple[str, int, str], token: str, session_id: str, db_path: 
     return 0
 
 
-def _stream_one(target, get, send, blobs: _Blobs, store_id: str, timeout: float) -> None:
+def _stream_one(target, get, send, blobs: _Blobs, store_id: str, timeout: float,
+                turns: threading.Semaphore) -> None:  # fmt: skip
     """One store's snapshot, stored as it streams; sent to the daemon only once it ended whole."""
+    with turns:
+        _stream_store(target, get, send, blobs, store_id, timeout)
+
+
+def _stream_store(target, get, send, blobs: _Blobs, store_id: str, timeout: float) -> None:
     import http.client
 
     from memfs.snapshot_stream import SNAPSHOT_CHUNK_BYTES, SnapshotParser, StreamedSnapshot
