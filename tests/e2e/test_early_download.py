@@ -221,3 +221,17 @@ def test_a_hosted_service_without_snapshots_still_mounts(tmp_path):
                 box.close()
     finally:
         svc.stop()
+
+
+@pytest.mark.timeout(120)
+def test_an_early_stream_that_never_answers_times_out_and_is_asked_again(rig):
+    # The helper's request gets no answer: after the mount's request timeout (10 s) it gives up,
+    # and the daemon downloads that store itself.
+    held = rig.proxy.add("GET", rf"/memory_stores/{rig.big}/snapshot$", "blackhole", times=1)
+    box = rig.box()
+    box.mount()
+    assert held.hits == 1
+    rig.assert_whole(box)
+    assert rig.requests(rf"/memory_stores/{rig.big}/snapshot$") == 2
+    assert "early download: 1 of 2 store(s) streamed" in _log(box)
+    assert "timed out" in _log(box)
