@@ -189,6 +189,7 @@ def begin(root: str, state_dir: Path, session_id: str, base_url: str, token: str
         return None
     go_r, go_w = os.pipe()
     results_r, results_w = os.pipe()
+    daemon = os.getpid()
     pid = os.fork()
     if pid == 0:  # the helper
         code = 1
@@ -196,6 +197,7 @@ def begin(root: str, state_dir: Path, session_id: str, base_url: str, token: str
             os.close(go_w)
             os.close(results_r)
             _close_all_but(go_r, results_w)
+            _die_with(daemon)
             code = _helper(target, token, session_id, state_dir / "state.db", go_r, results_w, timeout)
         finally:
             os._exit(code)
@@ -227,6 +229,20 @@ def begin(root: str, state_dir: Path, session_id: str, base_url: str, token: str
         fetch.reasons["snapshots"] = "the state dir holds a mount's state (not a first download)"
     fetch.go(fetch.fresh)
     return fetch
+
+
+def _die_with(parent: int) -> None:
+    """A daemon that dies (SIGKILL) while the helper streams takes the helper with it: nothing
+    writes into a state dir whose lock a later mount may hold by then."""
+    import ctypes
+    import signal
+
+    try:
+        ctypes.CDLL(None).prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass  # not Linux: the helper ends with its streams (each bounded by the request timeout)
+    if os.getppid() != parent:  # the daemon died before the prctl took effect
+        os._exit(1)
 
 
 def _close_all_but(*keep: int) -> None:

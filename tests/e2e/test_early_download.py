@@ -235,3 +235,64 @@ def test_an_early_stream_that_never_answers_times_out_and_is_asked_again(rig):
     assert rig.requests(rf"/memory_stores/{rig.big}/snapshot$") == 2
     assert "early download: 1 of 2 store(s) streamed" in _log(box)
     assert "timed out" in _log(box)
+
+
+def _children(pid: int) -> list[int]:
+    out = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_text()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+                out.append(int(entry))
+    return out
+
+
+def _gone(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return True
+    return state == "Z"
+
+
+@pytest.mark.timeout(120)
+def test_the_helper_dies_with_a_killed_daemon(rig):
+    """Nothing writes into the state dir after its daemon is gone (a later mount may hold it)."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    held = rig.proxy.add("GET", rf"/memory_stores/{rig.big}/snapshot$", "blackhole", times=1)
+    box = rig.box()
+    cli = subprocess.Popen(
+        [sys.executable, "-m", "memfs", "mount", "--root", str(box.root), "--state-dir", str(box.state_dir)],
+        env=box.env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while held.hits == 0 and time.monotonic() < deadline:  # the helper's stream is held
+            time.sleep(0.05)
+        assert held.hits == 1
+        daemon = box.daemon_pid()
+        assert daemon is not None
+        helpers = _children(daemon)
+        assert len(helpers) == 1, helpers
+        os.kill(daemon, signal.SIGKILL)
+        deadline = time.monotonic() + 5  # well within the helper's own request timeout (10 s)
+        while not _gone(helpers[0]) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert _gone(helpers[0]), "the helper outlived its daemon"
+        _out, err = cli.communicate(timeout=30)
+        assert cli.returncode != 0 and "daemon exited" in err, err
+    finally:
+        if cli.poll() is None:
+            cli.kill()
+            cli.wait()
+        rig.proxy.release()
