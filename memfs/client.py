@@ -64,11 +64,18 @@ class _Pools(httpx.AsyncBaseTransport):
     def __init__(self, connections: int, *, verify: bool):
         n = max(1, -(-connections // POOL_SHARD))
         per = -(-connections // n)
-        limits = httpx.Limits(max_connections=per, max_keepalive_connections=per)
-        self._pools = [httpx.AsyncHTTPTransport(verify=verify, limits=limits) for _ in range(n)]
+        self._limits = httpx.Limits(max_connections=per, max_keepalive_connections=per)
+        self._verify = verify
+        # Made at the first request: the first transport imports httpcore, h11 and h2 (~0.05 s),
+        # which a mount whose start the early download served needs only after it is ready.
+        self._pools: list[httpx.AsyncHTTPTransport] = []
         self._busy = [0] * n
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        if not self._pools:
+            self._pools = [
+                httpx.AsyncHTTPTransport(verify=self._verify, limits=self._limits) for _ in self._busy
+            ]
         i = min(range(len(self._pools)), key=self._busy.__getitem__)
         self._busy[i] += 1
         try:
