@@ -20,7 +20,8 @@ that goes wrong (an HTTP error, auth, a broken or short stream, a timeout, the h
 means "not fetched early": the daemon then asks as it always did, with the same retries and the
 same error messages. It runs only for an `http://` base URL without credentials or query in it
 (what the client would do with TLS, proxies or URL credentials is not repeated here: those mounts
-start as before), and not at all with `MEMFS_EARLY_DOWNLOAD=off`.
+start as before), not for a root with a mount on it (the daemon's preflight clears a dead one
+and logs it, after logging is set up), and not at all with `MEMFS_EARLY_DOWNLOAD=off`.
 """
 
 from __future__ import annotations
@@ -176,6 +177,7 @@ def begin(root: str, state_dir: Path, session_id: str, base_url: str, token: str
     """Start the early download, in the forked daemon before its heavy imports; None when it does
     not apply (then, or on any failure here, the daemon starts exactly as without it: it runs its
     own preflight and opens the state dir, with the error messages it always gave)."""
+    from memfs.mount.mount_table import fuse_mount_at
     from memfs.session.preflight import MountError, preflight_root
 
     if os.environ.get(EARLY_ENV) == "off" or not token or not _PLAIN_ID.fullmatch(session_id):
@@ -183,6 +185,8 @@ def begin(root: str, state_dir: Path, session_id: str, base_url: str, token: str
     target = early_target(base_url)
     if target is None:
         return None
+    if fuse_mount_at(root) is not None:
+        return None  # a dead mount to clear first: the daemon's preflight does it, and logs it
     try:
         preflight_root(root)
     except (MountError, OSError):
