@@ -11,23 +11,31 @@ a 409 is an answer, not a fault (SEMANTICS.md#d-three-way).
 
 from __future__ import annotations
 
-import base64
 import email.utils
-import json
 import time
 import zlib
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from operator import itemgetter
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
-import httpcore
 import httpx
 import orjson
 import trio
 
+if TYPE_CHECKING:  # httpcore is imported with the first transport (see `_Pools`)
+    import httpcore
+
+from memfs.errors import ApiError, Unreachable
 from memfs.protocol import COUNTER_HEADER, MEMORY_BETA, SESSIONS_BETA
+from memfs.snapshot_stream import (
+    SNAPSHOT_CHUNK_BYTES,
+    SNAPSHOT_CHUNKS_AHEAD,
+    SnapshotParser,
+    SnapshotSink,
+)
+from memfs.work_secret import sessions_token_from_secret as sessions_token_from_secret  # its old home
 
 CONCURRENCY = 32  # requests in flight per client (all stores together): a WAN's latency, bounded
 RETRY_WITHIN = 4.0  # seconds: the longest retry-after honoured inside a tick (the interval is >= 5 s)
@@ -61,11 +69,34 @@ class _Pools(httpx.AsyncBaseTransport):
     def __init__(self, connections: int, *, verify: bool):
         n = max(1, -(-connections // POOL_SHARD))
         per = -(-connections // n)
-        limits = httpx.Limits(max_connections=per, max_keepalive_connections=per)
-        self._pools = [httpx.AsyncHTTPTransport(verify=verify, limits=limits) for _ in range(n)]
+        self._limits = httpx.Limits(max_connections=per, max_keepalive_connections=per)
+        self._verify = verify
+        # Made at the first request: the first transport imports httpcore, h11 and h2 (~0.05 s),
+        # which a mount whose start the early download served needs only after it is ready.
+        self._pools: list[httpx.AsyncHTTPTransport] = []
         self._busy = [0] * n
+        self._direct: bool | None = None
+
+    def _transports(self) -> list[httpx.AsyncHTTPTransport]:
+        if not self._pools:
+            self._pools = [
+                httpx.AsyncHTTPTransport(verify=self._verify, limits=self._limits) for _ in self._busy
+            ]
+        return self._pools
+
+    def direct(self) -> bool:
+        """Whether `get` can go to httpcore's pool under each httpx transport. It reads httpx's
+        private `AsyncHTTPTransport._pool` (httpx 0.27-0.28): where a release has no such pool,
+        the listing pages take httpx's path like every other request."""
+        if self._direct is None:
+            import httpcore
+
+            pool = getattr(self._transports()[0], "_pool", None)
+            self._direct = isinstance(pool, httpcore.AsyncConnectionPool)
+        return self._direct
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        self._transports()
         i = min(range(len(self._pools)), key=self._busy.__getitem__)
         self._busy[i] += 1
         try:
@@ -81,11 +112,14 @@ class _Pools(httpx.AsyncBaseTransport):
     ) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
         """One GET, its body read whole, through the least busy pool, straight to httpcore's pool
         under httpx's transport (the listing pages, `StoreClient._get`): (status, headers, body).
-        httpcore's errors are raised as they are (`_HTTPCORE_ERRORS`)."""
-        i = min(range(len(self._pools)), key=self._busy.__getitem__)
+        httpcore's errors are raised as they are (`httpcore_errors`). Only where `direct()`."""
+        import httpcore
+
+        pools = self._transports()
+        i = min(range(len(pools)), key=self._busy.__getitem__)
         self._busy[i] += 1
         try:
-            pool: httpcore.AsyncConnectionPool = self._pools[i]._pool
+            pool: httpcore.AsyncConnectionPool = pools[i]._pool
             request = httpcore.Request(b"GET", url, headers=headers, extensions={"timeout": timeout})
             resp = await pool.handle_async_request(request)
             try:
@@ -101,14 +135,17 @@ class _Pools(httpx.AsyncBaseTransport):
             await pool.aclose()
 
 
-# What httpcore raises for a request that got no (whole) answer; httpx maps the same ones.
-_HTTPCORE_ERRORS = (
-    httpcore.TimeoutException,
-    httpcore.NetworkError,
-    httpcore.ProtocolError,
-    httpcore.ProxyError,
-    httpcore.UnsupportedProtocol,
-)
+def httpcore_errors() -> tuple[type[Exception], ...]:
+    """What httpcore raises for a request that got no (whole) answer; httpx maps the same ones."""
+    import httpcore
+
+    return (
+        httpcore.TimeoutException,
+        httpcore.NetworkError,
+        httpcore.ProtocolError,
+        httpcore.ProxyError,
+        httpcore.UnsupportedProtocol,
+    )
 
 
 class _Counted(httpx.AsyncByteStream):
@@ -128,33 +165,6 @@ class _Counted(httpx.AsyncByteStream):
             if self._i >= 0:
                 self._busy[self._i] -= 1
                 self._i = -1
-
-
-class ApiError(Exception):
-    """The service answered with an error status."""
-
-    def __init__(
-        self, status: int, type_: str, message: str, body: Any = None, retry_after: float | None = None
-    ):
-        super().__init__(f"{status} {type_}: {message}")
-        self.status = status
-        self.type = type_
-        self.message = message
-        self.body = body
-        self.retry_after = retry_after  # seconds the service asked us to wait (429/5xx), if it said
-
-    @property
-    def retryable(self) -> bool:
-        return self.status in (408, 429) or self.status >= 500
-
-    @property
-    def refused(self) -> bool:
-        """The service will never accept this request as it is (bad path, too big, not UTF-8...)."""
-        return self.status in (400, 413, 422)
-
-
-class Unreachable(Exception):
-    """No answer: connection refused or reset, timeout, truncated body."""
 
 
 @dataclass(frozen=True)
@@ -199,75 +209,9 @@ class Changes:
     changes: list[Change]
 
 
-# A first download's snapshot is received in chunks of about this size and parsed, hashed and
-# stored from a worker thread while the next chunks arrive; at most this many wait in between.
-SNAPSHOT_CHUNK_BYTES = 1024 * 1024
-SNAPSHOT_CHUNKS_AHEAD = 2
-
-
-class SnapshotSink(Protocol):
-    """Where a snapshot's memories go as they arrive (StoreClient.snapshot)."""
-
-    def put(self, memories: list[dict[str, Any]]) -> None:
-        """Take one chunk's memories (each the API's memory object, content included). Called
-        from a worker thread, one chunk at a time, in the stream's order."""
-
-
-class _SnapshotParser:
-    """Turns a snapshot's JSON lines, arriving in arbitrary byte chunks, into memories for a sink.
-    Called from one worker thread at a time (the chunks are handed over one after the other)."""
-
-    def __init__(self, url: str, sink: SnapshotSink):
-        self.url = url
-        self.sink = sink
-        self.rest = b""  # an incomplete last line, completed by the next chunk
-        self.counter: int | None = None  # from the header line
-        self.seen = 0
-        self.ended = False
-
-    def feed(self, data: bytes) -> None:
-        lines = (self.rest + data).split(b"\n") if self.rest else data.split(b"\n")
-        self.rest = lines.pop()
-        memories: list[dict[str, Any]] = []
-        for line in lines:
-            item = self._parse(line)
-            if item is None:
-                continue
-            kind = item.get("type")
-            if kind == "memory":
-                if self.counter is None or self.ended:
-                    raise Unreachable(f"GET {self.url}: a memory outside the snapshot's header and end")
-                memories.append(item)
-            elif kind == "memory_store_snapshot":
-                self.counter = int(item["counter"])
-            elif kind == "snapshot_end":
-                self.ended = int(item.get("count", -1)) == self.seen + len(memories)
-        self.seen += len(memories)
-        if memories:
-            self.sink.put(memories)
-
-    def finish(self) -> int:
-        """The snapshot's counter, once the stream ended where the service said it would."""
-        self.feed(b"\n")  # the last line may lack its newline
-        if self.counter is None or not self.ended:
-            raise Unreachable(f"GET {self.url}: snapshot stream was truncated")
-        return self.counter
-
-    def _parse(self, line: bytes) -> dict[str, Any] | None:
-        if not line.strip():
-            return None
-        try:
-            item = orjson.loads(line)  # a first download's hot loop: see the service's snapshot
-        except ValueError as exc:
-            raise Unreachable(f"GET {self.url}: malformed snapshot line") from exc
-        if not isinstance(item, dict):
-            raise Unreachable(f"GET {self.url}: malformed snapshot line")
-        return item
-
-
 async def _stream_snapshot(url: str, resp: httpx.Response, sink: SnapshotSink) -> int:
     """Receive on this task, parse and hand over on a worker thread, a bounded queue between."""
-    parser = _SnapshotParser(url, sink)
+    parser = SnapshotParser(url, sink)
     send, receive = trio.open_memory_channel[bytes](SNAPSHOT_CHUNKS_AHEAD)
     failure: list[BaseException] = []
 
@@ -303,18 +247,6 @@ async def _stream_snapshot(url: str, resp: httpx.Response, sink: SnapshotSink) -
     if failure:  # the first is the cause: the other task was cancelled because of it
         raise failure[0]
     return parser.finish()
-
-
-def sessions_token_from_secret(secret: str | None) -> str | None:
-    """The `sessions_token` inside a work secret (url-safe base64 JSON, padding optional)."""
-    if not secret:
-        return None
-    try:
-        payload = json.loads(base64.urlsafe_b64decode(secret + "=" * (-len(secret) % 4)))
-    except (ValueError, TypeError):
-        return None
-    token = payload.get("sessions_token") if isinstance(payload, dict) else None
-    return token if isinstance(token, str) and token else None
 
 
 def retry_after(resp: httpx.Response) -> float | None:
@@ -424,9 +356,12 @@ class StoreClient:
         request is the same one: the client's headers, `accept-encoding: gzip` (decoded here), the
         client's timeouts, the same connections."""
         pools = self._pools
-        if pools is None:
+        if pools is None or not pools.direct():
             resp = await self._request("GET", httpx.URL(endpoint, query=query))
             return resp.content, resp.headers.get(COUNTER_HEADER)
+        import httpcore
+
+        errors = httpcore_errors()
         # The target put together here: an httpx.URL per page parsed and re-quoted the whole URL
         # (~9 % of the daemon's CPU in a hosted tick, py-spy). `query` is percent-encoded ASCII.
         target = endpoint.raw_path + b"?" + query
@@ -438,7 +373,7 @@ class StoreClient:
             try:
                 async with self.slots:
                     status, headers, body = await pools.get(core_url, self._get_headers, self._get_timeout)
-            except _HTTPCORE_ERRORS as exc:
+            except errors as exc:
                 url = f"{endpoint}?{query.decode('ascii')}"
                 raise Unreachable(f"GET {url}: {type(exc).__name__}: {exc or '(no details)'}") from exc
             encoding = counter = None

@@ -49,3 +49,25 @@ def test_the_old_import_did_run_ldconfig():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert "ldconfig" in out.stdout
+
+
+def test_the_mount_forks_and_starts_its_early_download_before_the_heavy_imports():
+    # Everything `memfs mount` runs before the daemon's fork, and the daemon before it forks its
+    # early download (memfs/session/early_fetch.py), must leave trio, httpx and pyfuse3 for the
+    # daemon to import while the helper streams: importing one of them first would serialise
+    # the two halves of a mount's start again.
+    code = textwrap.dedent(
+        """
+        import sys
+        import memfs.cli, memfs.session.commands, memfs.session.early_fetch, memfs.session.preflight
+        import memfs.snapshot_stream, memfs.work_secret, memfs.mount.state
+        parser = memfs.cli.build_parser()
+        parser.parse_args(["mount", "--root", "/tmp/x"])
+        from memfs.session.commands import _token
+        _token()
+        print(sorted(m for m in ("trio", "httpx", "httpcore", "pyfuse3", "anyio") if m in sys.modules))
+        """
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"

@@ -106,7 +106,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _token() -> str | None:
-    from memfs.client import sessions_token_from_secret
+    from memfs.work_secret import sessions_token_from_secret  # light: read before the heavy imports
 
     return (
         sessions_token_from_secret(os.environ.get("ANTHROPIC_WORK_SECRET"))
@@ -148,8 +148,9 @@ def import_trio_without_ldconfig() -> None:
 
 
 def cmd_mount(args: argparse.Namespace) -> int:
-    import_trio_without_ldconfig()
-    from memfs.session.daemon import MountError, check_interval
+    # Only the light checks before the fork: the daemon imports trio, httpx and pyfuse3 itself,
+    # while its early download runs (early_fetch.py); this process only waits for its answer.
+    from memfs.session.preflight import MountError, check_interval
 
     session_id = args.session_id or os.environ.get("ANTHROPIC_SESSION_ID")
     base_url = args.base_url or os.environ.get("ANTHROPIC_BASE_URL")
@@ -204,8 +205,9 @@ def _spawn_daemon(
 ) -> int:
     """Start the daemon detached and return once it reports every store readable (or fails).
 
-    The daemon is this process, forked (nothing has started a thread yet): it keeps the modules
-    already imported instead of starting a second interpreter (~0.4 s of every mount)."""
+    The daemon is this process, forked (nothing has started a thread yet) right after the
+    arguments are checked: no second interpreter to start, and the heavy imports (~0.4 s) run in
+    the daemon, beside its early download (early_fetch.py), not before the fork."""
     try:
         state_dir.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -289,6 +291,14 @@ def _run_foreground(
 ) -> int:
     """Run the daemon in this process. `ready_fd`: a pipe to report "ready …" or "error: …" on
     (the forked daemon's parent waits on it); without it the mount line goes to stdout."""
+    from memfs.session import early_fetch
+    from memfs.session.preflight import REQUEST_TIMEOUT
+
+    token = _token()
+    # First, before the imports below: the helper that reads the session and streams the
+    # snapshots into the state dir while this process imports (None: it does not apply).
+    early = early_fetch.begin(root, state_dir, session_id, base_url, token, timeout=REQUEST_TIMEOUT)
+    import_trio_without_ldconfig()
     import trio
 
     from memfs.session.daemon import Daemon, MountError, MountOptions
@@ -307,7 +317,7 @@ def _run_foreground(
         root=root,
         session_id=session_id,
         base_url=base_url,
-        token=_token(),
+        token=token,
         state_dir=state_dir,
         sync_interval=args.sync_interval,
         sync_deletions=args.sync_deletions,
@@ -329,7 +339,7 @@ def _run_foreground(
         else:
             print(text, flush=True)
 
-    daemon = Daemon(opts)
+    daemon = Daemon(opts, early)
     try:
         return trio.run(daemon.run, on_ready)
     except MountError as exc:

@@ -8,14 +8,12 @@ the signal watcher are tasks of one nursery.
 from __future__ import annotations
 
 import ctypes
-import errno
 import functools
 import json
 import logging
 import math
 import os
 import signal
-import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,16 +27,17 @@ from memfs.mount.filesystem import Filesystem
 from memfs.mount.mount_table import fuse_mount_at
 from memfs.mount.state import State, StateLocked
 from memfs.protocol import Deletions
-from memfs.records import StoreInfo
 from memfs.session import control
+from memfs.session.early_fetch import EarlyFetch
+
+# The start-up checks live in preflight.py (light enough for before the fork); this module
+# still names them for the callers and tests that import them from here.
+from memfs.session.preflight import MOUNT_PARENT as MOUNT_PARENT
+from memfs.session.preflight import REQUEST_TIMEOUT, MountError, preflight_root, stores_from_session
+from memfs.session.preflight import check_interval as check_interval
+from memfs.session.preflight import clear_stale_mount as clear_stale_mount
 
 log = logging.getLogger("memfs.mount")
-
-MOUNT_PARENT = "/mnt/memory"
-
-
-class MountError(Exception):
-    """A clear, user-facing reason the mount cannot start."""
 
 
 @dataclass
@@ -56,100 +55,15 @@ class MountOptions:
     gid: int = field(default_factory=os.getgid)
     allow_other: bool = False
     flush_timeout: float = limits.FLUSH_TIMEOUT
-    request_timeout: float = 10.0
+    request_timeout: float = REQUEST_TIMEOUT
     live: bool = True  # hold a watch when the service has one (SEMANTICS.md#d-when); False: `--live off`
-
-
-def check_interval(value: float) -> float:
-    if math.isnan(value) or value < limits.MIN_SYNC_INTERVAL:
-        raise MountError(
-            f"--sync-interval must be at least {limits.MIN_SYNC_INTERVAL:g} seconds (got {value})"
-        )
-    return value
-
-
-# -- preflight ----------------------------------------------------------------------------------
-def clear_stale_mount(root: str) -> bool:
-    """Lazily unmount a dead memfs mount at root ("Transport endpoint is not connected")."""
-    kind = fuse_mount_at(root)
-    if kind is None:
-        return False
-    try:
-        # statfs always reaches the daemon: a stat of the root may be answered from the kernel's
-        # attribute cache (60 s, SEMANTICS.md#d-kernel-cache) long after the daemon died
-        os.statvfs(root)
-        alive = True
-    except OSError as exc:
-        alive = exc.errno != errno.ENOTCONN
-    if alive:
-        raise MountError(
-            f"{root} is already a mounted {kind} filesystem; run `memfs unmount --root {root}` first"
-        )
-    if kind not in ("fuse.memfs", "fuse"):
-        raise MountError(
-            f"{root} holds a dead {kind} mount that is not memfs's; unmount it: fusermount3 -uz {root}"
-        )
-    subprocess.run(["fusermount3", "-uz", root], check=False, capture_output=True)
-    log.warning("cleared a dead memfs mount at %s", root)
-    return True
-
-
-def preflight_root(root: str) -> None:
-    clear_stale_mount(root)
-    if not os.path.exists(root):
-        raise MountError(f"the mount root does not exist: {root}; create it: mkdir -p {root}")
-    if not os.path.isdir(root):
-        raise MountError(f"something already exists at the memory mount root and is not a folder: {root}")
-    if not os.access(root, os.W_OK | os.X_OK):
-        raise MountError(
-            f"cannot use the memory mount root: {root}: not writable by uid {os.geteuid()}; "
-            "the worker host must make this mount path writable"
-        )
-    entries = os.listdir(root)
-    if entries:
-        shown = ", ".join(sorted(entries)[:5])
-        raise MountError(
-            f"something already exists at the memory store's path: {root} (holds {shown}); "
-            "memfs mounts only on an empty folder: empty it or choose another --root"
-        )
-
-
-# -- session ------------------------------------------------------------------------------------
-def stores_from_session(session: dict[str, Any], root: str) -> list[StoreInfo]:
-    resources = [r for r in session.get("resources", []) if r.get("type") == "memory_store"]
-    if not resources:
-        raise MountError(f"session {session.get('id')} has no memory stores attached: nothing to mount")
-    if len(resources) > limits.MAX_STORES_PER_SESSION:
-        raise MountError(
-            f"session {session.get('id')} attaches {len(resources)} memory stores; at most "
-            f"{limits.MAX_STORES_PER_SESSION} can be mounted"
-        )
-    stores: list[StoreInfo] = []
-    seen: set[str] = set()
-    for r in resources:
-        mount_path = r.get("mount_path") or ""
-        parent, _, slug = mount_path.rstrip("/").rpartition("/")
-        if parent != MOUNT_PARENT or not slug or slug in (".", ".."):
-            raise MountError(
-                f"memory store {r.get('memory_store_id')} has mount path {mount_path!r}, which is not a folder "
-                f"directly under {MOUNT_PARENT} (mapped to {root})"
-            )
-        if slug in seen:
-            raise MountError(f"two memory stores share the mount path {mount_path}")
-        seen.add(slug)
-        access = r.get("access", "read_write")
-        if access not in ("read_write", "read_only"):
-            raise MountError(f"memory store {r.get('memory_store_id')} has unknown access {access!r}")
-        stores.append(
-            StoreInfo(store_id=r["memory_store_id"], name=r.get("name") or slug, slug=slug, access=access)
-        )
-    return stores
 
 
 # -- the daemon ---------------------------------------------------------------------------------
 class Daemon:
-    def __init__(self, opts: MountOptions):
+    def __init__(self, opts: MountOptions, early: EarlyFetch | None = None):
         self.opts = opts
+        self.early = early  # the session, counters and snapshots read while the daemon started
         self.given_root = opts.root  # as the user spelled it (registered too: control.registry_key)
         self.stop_requested = trio.Event()
         self.stop_reason = ""
@@ -161,6 +75,15 @@ class Daemon:
 
     async def run(self, on_ready) -> int:
         """Mount, call on_ready(), serve until asked to stop; returns the exit status."""
+        try:
+            return await self._run(on_ready)
+        finally:
+            if self.early is not None:
+                self.early.close()  # also ends a helper still streaming (it stores blobs only)
+                if self.early.state is not None:  # opened for it, never taken (a failed preflight)
+                    self.early.state.close()
+
+    async def _run(self, on_ready) -> int:
         opts = self.opts
         preflight_root(opts.root)
         self.given_root = opts.root
@@ -173,16 +96,20 @@ class Daemon:
         problem = control.socket_path_problem(opts.state_dir)
         if problem:  # before anything is created there: the control socket could never be bound
             raise MountError(problem)
-        try:
-            state = State(opts.state_dir)
-        except OSError as exc:
-            raise MountError(
-                f"cannot create the state dir {opts.state_dir}: {exc.strerror}; choose a writable --state-dir"
-            ) from exc
-        try:
-            state.lock(opts.root)
-        except StateLocked as exc:
-            raise MountError(f"the state dir {opts.state_dir} is in use by a live mount: {exc}") from exc
+        if self.early is not None and self.early.state is not None:
+            state = self.early.state  # opened and locked before the early download stored into it
+            self.early.state = None  # closed below, as one opened here
+        else:
+            try:
+                state = State(opts.state_dir)
+            except OSError as exc:
+                raise MountError(
+                    f"cannot create the state dir {opts.state_dir}: {exc.strerror}; choose a writable --state-dir"
+                ) from exc
+            try:
+                state.lock(opts.root)
+            except StateLocked as exc:
+                raise MountError(f"the state dir {opts.state_dir} is in use by a live mount: {exc}") from exc
         try:
             return await self._run_locked(state, on_ready)
         except BaseExceptionGroup as group:
@@ -192,6 +119,8 @@ class Daemon:
                 raise _first_leaf(mount_errors) from group
             raise
         finally:
+            if self.early is not None:
+                self.early.close()  # no helper writes into a closed state dir
             state.close()
 
     async def _run_locked(self, state: State, on_ready) -> int:
@@ -199,15 +128,20 @@ class Daemon:
         from memfs.sync.engine import SyncEngine, TickFailed
 
         opts = self.opts
+        early = self.early
         async with StoreClient(opts.base_url, opts.token or "", timeout=opts.request_timeout) as client:
-            try:
-                session = await client.get_session(opts.session_id)
-            except ApiError as exc:
-                raise MountError(
-                    f"cannot read session {opts.session_id} from {opts.base_url}: {exc}"
-                ) from exc
-            except Unreachable as exc:
-                raise MountError(f"the store service at {opts.base_url} is unreachable: {exc}") from exc
+            session = None
+            if early is not None:  # read while this process imported: asked again when it failed
+                session = await trio.to_thread.run_sync(early.session, abandon_on_cancel=True)
+            if session is None:
+                try:
+                    session = await client.get_session(opts.session_id)
+                except ApiError as exc:
+                    raise MountError(
+                        f"cannot read session {opts.session_id} from {opts.base_url}: {exc}"
+                    ) from exc
+                except Unreachable as exc:
+                    raise MountError(f"the store service at {opts.base_url} is unreachable: {exc}") from exc
             stores = stores_from_session(session, opts.root)
             for s in stores:
                 state.set_store(s.store_id, s.name, s.slug, s.access)
@@ -236,7 +170,15 @@ class Daemon:
             self.engine = engine
             try:
                 started = time.monotonic()
-                await engine.initial()
+                counters, prefetched = None, None
+                if early is not None:
+                    counters = await trio.to_thread.run_sync(early.counters, abandon_on_cancel=True)
+                    if early.fresh:
+                        prefetched = {s.store_id: early.snapshot(s.store_id) for s in stores}
+                await engine.initial(counters, prefetched)
+                if early is not None:
+                    early.close()
+                    log.info("%s", early.describe(len(stores)))
                 totals = [fs.totals(st.store_id) for st in stores]
                 files, size = sum(t[0] for t in totals), sum(t[1] for t in totals)
                 log.info(

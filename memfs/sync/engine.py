@@ -20,7 +20,7 @@ import logging
 import math
 import os
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import trio
@@ -34,7 +34,7 @@ from memfs.sync.bounded import gather
 from memfs.sync.not_on_store import NotOnStore, not_on_store
 from memfs.sync.ports import Journal, View
 from memfs.sync.push import Pusher
-from memfs.sync.remote import Pulled, StoreReader, in_path_order, worth_a_snapshot
+from memfs.sync.remote import Prefetched, Pulled, StoreReader, in_path_order, worth_a_snapshot
 from memfs.sync.report import StoreSync, TickFailed, TickReport
 
 log = logging.getLogger("memfs.sync")
@@ -393,9 +393,20 @@ class SyncEngine:
         self._moved.clear()
 
     # -- the tick ---------------------------------------------------------------------------
-    async def initial(self) -> None:
-        """Materialise every store before the mount is shown (no pushes: those wait for a tick)."""
-        report, _pushes = await self._pull_all(initial=True)
+    async def initial(
+        self, counters: dict[str, int] | None = None, prefetched: Mapping[str, Prefetched] | None = None
+    ) -> None:
+        """Materialise every store before the mount is shown (no pushes: those wait for a tick).
+
+        `counters`, `prefetched`: what the mount's start already read (memfs/session/early_fetch.py):
+        the stores' counters (then they are not asked again), and snapshots streamed into the
+        state dir, which a first download takes instead of asking for one (one that failed is
+        asked anew)."""
+        self.reader.prefetched = dict(prefetched or {})
+        try:
+            report, _pushes = await self._pull_all(initial=True, counters=counters)
+        finally:
+            self.reader.prefetched = {}  # a store that was not downloaded by snapshot: not for later
         if not report.ok:
             raise TickFailed(report.error)
         # The download was this interval's pull: the first tick (and the first push of changes a

@@ -13,12 +13,13 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 import trio
 
-from memfs.client import CONCURRENCY, ApiError, Listing, StoreClient, Unreachable
+from memfs.client import CONCURRENCY, ApiError, Listing, StoreClient
 from memfs.records import BaseEntry, StoreInfo
+from memfs.snapshot_stream import SnapshotEntry, StreamedSnapshot
 from memfs.sync import plan as P
 from memfs.sync.bounded import gather
 from memfs.sync.ports import Journal
@@ -145,36 +146,12 @@ def worth_a_snapshot(missing: dict[str, str], remote: dict[str, P.RemoteEntry]) 
     return wanted * SNAPSHOT_SHARE >= total
 
 
-class _StreamedSnapshot:
-    """A snapshot as it streams (SEMANTICS.md#d-first-download): each chunk's content is hashed
-    and stored in the state dir's blobs from the client's worker thread as it arrives, and only
-    what the plan needs is kept (id, path, sha, size, updated_at). Nothing here is in the view:
-    the plan applies the store, whole, once the stream has ended."""
+class Prefetched(Protocol):
+    """One store's snapshot streamed before the engine asked (the mount's early download)."""
 
-    def __init__(self, state: Journal, slug: str, *, entries: bool = True):
-        self.state = state
-        self.slug = slug
-        self.keep_entries = entries  # a full-view listing has its entries in the listing itself
-        self.entries: list[tuple[str, str, str, int, str | None]] = []
-        self.shas: set[str] = set()
-
-    def put(self, memories: list[dict[str, Any]]) -> None:
-        blobs: list[tuple[str, bytes]] = []
-        for m in memories:
-            if m.get("type", "memory") != "memory":  # a listing page's prefix roll-up
-                continue
-            data = (m.get("content") or "").encode("utf-8")
-            sha = hashlib.sha256(data).hexdigest()  # releases the GIL: the trio thread reads on
-            if sha != m.get("content_sha256"):
-                raise Unreachable(
-                    f"{self.slug}: the snapshot's content of {m.get('path')!r} is not its content_sha256"
-                )
-            if sha not in self.shas:
-                self.shas.add(sha)
-                blobs.append((sha, data))
-            if self.keep_entries:
-                self.entries.append((m["id"], m["path"], sha, len(data), m.get("updated_at")))
-        self.state.put_blobs(blobs)
+    def take(self) -> tuple[int, list[SnapshotEntry], set[str]] | None:
+        """Blocks until the stream ended: (its counter, its memories, the shas it stored), or
+        None when it failed (nothing of it is in the view; the caller reads the store anew)."""
 
 
 class StoreReader:
@@ -185,6 +162,11 @@ class StoreReader:
         self.client = client
         self.state = state
         self._baselines: dict[str, Baseline] = {}
+        # store id -> a snapshot the mount's start already streamed into the state dir (the
+        # early download, memfs/session/early_fetch.py): `take()` blocks until it has ended and
+        # gives (counter, entries, shas), or None when it failed; then the store is asked anew.
+        # Taken once, by the store's first snapshot (a first download).
+        self.prefetched: dict[str, Prefetched] = {}
 
     def baseline(self, sid: str) -> Baseline:
         """The store's baseline, read again only when the state's generation moved (every write
@@ -231,11 +213,11 @@ class StoreReader:
         # No feed (the hosted API, SEMANTICS.md#d-no-counter), a counter too old for it, or no snapshot: listings by
         # path prefix, concurrently. A first download asks the full view: content comes with it,
         # and each page's is hashed and stored in the state dir from a worker thread as the page
-        # arrives, as a snapshot's is (`_StreamedSnapshot`), while the other pages are received;
+        # arrives, as a snapshot's is (`StreamedSnapshot`), while the other pages are received;
         # the apply step then places the whole store in one go (apply_stored_many) instead of
         # storing 2,000 blobs and rows one by one on the thread that serves FUSE.
         full = not base
-        stored = _StreamedSnapshot(self.state, store.slug, entries=False)
+        stored = StreamedSnapshot(self.state, store.slug, entries=False)
 
         async def store_page(data: list[dict[str, Any]]) -> None:
             await trio.to_thread.run_sync(stored.put, data)
@@ -265,15 +247,21 @@ class StoreReader:
         """The store's memories at one counter (the snapshot extension, its content stored as it
         streams, as for a first download), or None without it (the hosted API): then the caller
         fetches one by one."""
-        snap = _StreamedSnapshot(self.state, store.slug)
-        counter = await self.client.snapshot(store.store_id, snap)
-        if counter is None:
-            return None
+        early = self.prefetched.pop(store.store_id, None)
+        got = await trio.to_thread.run_sync(early.take, abandon_on_cancel=True) if early else None
+        if got is not None:  # streamed whole while the mount started: its content is stored
+            counter, entries, shas = got
+        else:
+            snap = StreamedSnapshot(self.state, store.slug)
+            streamed = await self.client.snapshot(store.store_id, snap)
+            if streamed is None:
+                return None
+            counter, entries, shas = streamed, snap.entries, snap.shas
         remote = {}
-        for memory_id, path, sha, size, updated_at in snap.entries:
+        for memory_id, path, sha, size, updated_at in entries:
             pulled.note_mtime(memory_id, updated_at)
             remote[memory_id] = P.RemoteEntry(memory_id, path, sha, size)
-        pulled.streamed = snap.shas
+        pulled.streamed = shas
         return RemoteRead(remote, in_path_order(remote), counter)
 
     async def _settle_listing(

@@ -1,0 +1,298 @@
+"""The mount's early download (memfs/session/early_fetch.py, SEMANTICS.md#d-first-download).
+
+`memfs mount` forks the daemon right after its arguments are checked; the daemon forks a helper
+that reads the session and counters and streams each store's snapshot into the state dir while
+the daemon imports trio, httpx and pyfuse3, and the first download takes those snapshots instead
+of asking again. Real `memfs serve`, real mounts, the fault proxy counting every request: the
+service sees each request once; whatever fails early (a cut stream, an error answer) is asked
+again the old way, and the mount comes up whole or fails with the old message.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import random
+import sqlite3
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from memfs.limits import RESERVED_NAMES
+from tests.support.api import Api
+from tests.support.proxy import Proxy
+from tests.support.sandbox import Sandbox, is_mounted
+from tests.support.service import ServiceProcess
+
+pytestmark = pytest.mark.timeout(180)
+
+# Several of the 1 MiB chunks the stream is parsed in (memfs/snapshot_stream.py SNAPSHOT_CHUNK_BYTES):
+# a cut halfway comes after content was stored.
+BIG_FILES = 120
+BIG_SIZE = 24 * 1024
+
+
+def _seed(rng: random.Random) -> dict[str, str]:
+    words = ["alpha", "beta", "naïve", "résumé", "✓", "line\n", "tab\tend"]
+    out = {}
+    for i in range(BIG_FILES):
+        text = " ".join(rng.choice(words) for _ in range(BIG_SIZE // 5))[:BIG_SIZE]
+        out[f"/d{i % 5}/n-{i:03d}.md"] = text
+    return out
+
+
+def _walk(top: Path) -> dict[str, str]:
+    return {
+        "/" + str(p.relative_to(top)): p.read_text()
+        for p in sorted(top.rglob("*"))
+        if p.is_file() and not (p.parent == top and p.name in RESERVED_NAMES)
+    }
+
+
+@contextlib.contextmanager
+def _db(state_dir: Path) -> Iterator[sqlite3.Connection]:
+    conn = sqlite3.connect(f"file:{state_dir / 'state.db'}?mode=ro", uri=True)
+    try:
+        yield conn
+    finally:
+        conn.close()
+
+
+def _slugs(box: Sandbox) -> dict[str, str]:
+    with _db(box.state_dir) as db:
+        return dict(db.execute("SELECT store_id, slug FROM stores"))
+
+
+def _log(box: Sandbox) -> str:
+    return (box.state_dir / "memfs.log").read_text()
+
+
+class Rig:
+    def __init__(self, service, api: Api, tmp_path: Path):
+        self.big_seed = _seed(random.Random(18))
+        self.small_seed = {"/readme.md": "small store\n", "/x/y.md": "why\n"}
+        self.big = api.create_store("Big Notes")
+        self.small = api.create_store("Small Notes")
+        for path, content in self.big_seed.items():
+            api.create(self.big, path, content)
+        for path, content in self.small_seed.items():
+            api.create(self.small, path, content)
+        self.session = api.create_session([(self.big, "read_write"), (self.small, "read_only")])
+        self.proxy = Proxy(service.base_url)
+        self.tmp = tmp_path
+        self.boxes: list[Sandbox] = []
+
+    def box(self, name: str = "a", **env: str) -> Sandbox:
+        box = Sandbox(
+            self.tmp,
+            name,
+            base_url=self.proxy.url,
+            session_id=self.session["id"],
+            work_secret=self.session["work_secret"],
+        )
+        box.env.update(env)
+        self.boxes.append(box)
+        return box
+
+    def requests(self, path_re: str) -> int:
+        return self.proxy.count("GET", path_re)
+
+    def assert_whole(self, box: Sandbox) -> None:
+        slugs = _slugs(box)
+        assert _walk(box.root / slugs[self.big]) == self.big_seed
+        assert _walk(box.root / slugs[self.small]) == self.small_seed
+        with _db(box.state_dir) as db:
+            base = dict(db.execute("SELECT path, sha FROM baseline WHERE store_id=?", (self.big,)))
+            counters = dict(db.execute("SELECT store_id, counter FROM stores"))
+        assert base == {p: hashlib.sha256(c.encode()).hexdigest() for p, c in self.big_seed.items()}
+        assert all(c is not None and c > 0 for c in counters.values()), counters
+
+    def close(self) -> None:
+        self.proxy.clear()
+        for box in self.boxes:
+            box.close()
+        self.proxy.close()
+
+
+@pytest.fixture
+def rig(service, api, tmp_path):
+    r = Rig(service, api, tmp_path)
+    try:
+        yield r
+    finally:
+        r.close()
+
+
+def test_the_first_download_takes_the_early_snapshots_and_asks_nothing_twice(rig):
+    box = rig.box()
+    box.mount()
+    rig.assert_whole(box)
+    assert rig.requests(r"^/v1/sessions/") == 1
+    assert rig.requests(r"^/v1/memory_store_counters") == 1
+    assert rig.requests(rf"/memory_stores/{rig.big}/snapshot$") == 1
+    assert rig.requests(rf"/memory_stores/{rig.small}/snapshot$") == 1
+    assert rig.requests(r"/memories") == 0  # no listing, no fetch: the snapshots were whole
+    assert "early download: 2 of 2 store(s) streamed while the mount started\n" in _log(box)
+    # The helper is gone; the daemon holds the state dir alone. A local edit pushes as usual.
+    slug = _slugs(box)[rig.big]
+    (box.root / slug / "d0" / "n-000.md").write_text("edited\n")
+    assert box.sync()["ok"]
+
+
+def test_a_cut_early_stream_is_asked_again_and_the_store_comes_up_whole(rig):
+    cut = rig.proxy.add("GET", rf"/memory_stores/{rig.big}/snapshot$", "reset_mid_body", times=1)
+    box = rig.box()
+    box.mount()
+    assert cut.hits == 1
+    rig.assert_whole(box)  # nothing of the cut stream but whole content by its sha, then all of it
+    assert rig.requests(rf"/memory_stores/{rig.big}/snapshot$") == 2
+    assert rig.requests(rf"/memory_stores/{rig.small}/snapshot$") == 1
+    log = _log(box)
+    assert "early download: 1 of 2 store(s) streamed" in log
+    assert f"snapshot:{rig.big}:" in log
+
+
+def test_an_early_session_read_that_fails_is_asked_again(rig):
+    rig.proxy.add("GET", r"^/v1/sessions/", "status", code=503, times=1)
+    box = rig.box()
+    box.mount()  # the old path would fail here: a bare 503 is not retried
+    rig.assert_whole(box)
+    assert rig.requests(r"^/v1/sessions/") == 2
+    assert "early download: 0 of 2 store(s)" in _log(box)
+
+
+@pytest.mark.expected_log(r"cannot read session")
+@pytest.mark.parametrize("code", [401, 503])
+def test_a_session_read_that_keeps_failing_fails_the_mount_as_before(rig, code):
+    """The same message with and without the early download (`MEMFS_EARLY_DOWNLOAD=off`)."""
+    messages = {}
+    for early, times in (("on", 2), ("off", 1)):
+        rule = rig.proxy.add("GET", r"^/v1/sessions/", "status", code=code, times=times)
+        box = rig.box(f"s{early}{code}", MEMFS_EARLY_DOWNLOAD=early)
+        proc = box.mount(check=False)
+        assert proc.returncode == 1 and rule.hits == times, (proc.stdout, proc.stderr)
+        assert not is_mounted(box.root) and os.listdir(box.root) == []
+        messages[early] = proc.stderr.replace(str(box.dir), "BOX")
+    assert f"cannot read session {rig.session['id']}" in messages["on"]
+    assert messages["on"] == messages["off"]
+
+
+def test_a_second_mount_of_a_state_dir_streams_no_snapshot(rig):
+    box = rig.box()
+    box.mount()
+    box.unmount()
+    rig.proxy.reset_counts()
+    box.mount()
+    rig.assert_whole(box)
+    assert rig.requests(r"/snapshot$") == 0  # the changes feed since the recorded counters
+    assert rig.requests(r"^/v1/sessions/") == 1
+    assert rig.requests(r"^/v1/memory_store_counters") == 1
+    assert "not a first download" in _log(box).rsplit("early download:", 1)[1]
+
+
+@pytest.mark.timeout(120)
+def test_a_hosted_service_without_snapshots_still_mounts(tmp_path):
+    svc = ServiceProcess(tmp_path / "hosted", hosted_api=True)
+    try:
+        api = Api(svc.base_url, svc.admin_key)
+        store = api.create_store("Hosted Notes")
+        seed = {"/a.md": "a\n", "/d/b.md": "b\n"}
+        for path, content in seed.items():
+            api.create(store, path, content)
+        session = api.create_session([(store, "read_write")])
+        api.close()
+        with Proxy(svc.base_url) as proxy:
+            box = Sandbox(
+                tmp_path,
+                "h",
+                base_url=proxy.url,
+                session_id=session["id"],
+                work_secret=session["work_secret"],
+            )
+            try:
+                box.mount()
+                assert _walk(box.root / "hosted-notes") == seed
+                assert proxy.count("GET", r"/snapshot$") == 0  # the helper stopped at the counters
+                assert proxy.count("GET", r"^/v1/sessions/") == 1
+                assert "counters: the counters answered 404" in _log(box)
+            finally:
+                box.close()
+    finally:
+        svc.stop()
+
+
+@pytest.mark.timeout(120)
+def test_an_early_stream_that_never_answers_times_out_and_is_asked_again(rig):
+    # The helper's request gets no answer: after the mount's request timeout (10 s) it gives up,
+    # and the daemon downloads that store itself.
+    held = rig.proxy.add("GET", rf"/memory_stores/{rig.big}/snapshot$", "blackhole", times=1)
+    box = rig.box()
+    box.mount()
+    assert held.hits == 1
+    rig.assert_whole(box)
+    assert rig.requests(rf"/memory_stores/{rig.big}/snapshot$") == 2
+    assert "early download: 1 of 2 store(s) streamed" in _log(box)
+    assert "timed out" in _log(box)
+
+
+def _children(pid: int) -> list[int]:
+    out = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_text()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+                out.append(int(entry))
+    return out
+
+
+def _gone(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return True
+    return state == "Z"
+
+
+@pytest.mark.timeout(120)
+def test_the_helper_dies_with_a_killed_daemon(rig):
+    """Nothing writes into the state dir after its daemon is gone (a later mount may hold it)."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    held = rig.proxy.add("GET", rf"/memory_stores/{rig.big}/snapshot$", "blackhole", times=1)
+    box = rig.box()
+    cli = subprocess.Popen(
+        [sys.executable, "-m", "memfs", "mount", "--root", str(box.root), "--state-dir", str(box.state_dir)],
+        env=box.env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while held.hits == 0 and time.monotonic() < deadline:  # the helper's stream is held
+            time.sleep(0.05)
+        assert held.hits == 1
+        daemon = box.daemon_pid()
+        assert daemon is not None
+        helpers = _children(daemon)
+        assert len(helpers) == 1, helpers
+        os.kill(daemon, signal.SIGKILL)
+        deadline = time.monotonic() + 5  # well within the helper's own request timeout (10 s)
+        while not _gone(helpers[0]) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert _gone(helpers[0]), "the helper outlived its daemon"
+        _out, err = cli.communicate(timeout=30)
+        assert cli.returncode != 0 and "daemon exited" in err, err
+    finally:
+        if cli.poll() is None:
+            cli.kill()
+            cli.wait()
+        rig.proxy.release()
