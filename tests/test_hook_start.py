@@ -118,13 +118,20 @@ def _memfs_command() -> str:
     return str(cmd)
 
 
-@pytest.mark.timeout(60)
-def test_the_memfs_command_s_sync_imports_neither_json_nor_socket_nor_re(tmp_path, monkeypatch):
-    run_dir, state, root = tmp_path / "run", tmp_path / "state", tmp_path / "root"
+@pytest.fixture
+def registered(tmp_path, monkeypatch) -> tuple[Path, Path]:
+    """(root, state dir) of a mount registered as a live daemon registers one."""
+    state, root = tmp_path / "state", tmp_path / "root"
     state.mkdir()
     root.mkdir()
-    monkeypatch.setenv("MEMFS_RUNTIME_DIR", str(run_dir))
+    monkeypatch.setenv("MEMFS_RUNTIME_DIR", str(tmp_path / "run"))
     control.register(str(root), state, os.getpid())
+    return root, state
+
+
+@pytest.mark.timeout(60)
+def test_the_memfs_command_s_sync_imports_neither_json_nor_socket_nor_re(registered):
+    root, state = registered
     daemon = _FakeDaemon(state / control.SOCKET_NAME, {"ok": True, "ran": False, "next_in": 3.0})
     try:
         env = {**os.environ, "PYTHONPROFILEIMPORTTIME": "1"}
@@ -151,12 +158,8 @@ def test_the_memfs_command_s_sync_imports_neither_json_nor_socket_nor_re(tmp_pat
 
 
 @pytest.mark.timeout(60)
-def test_the_hook_s_errors_and_json_output_still_come_from_the_full_modules(tmp_path, monkeypatch):
-    run_dir, state, root = tmp_path / "run", tmp_path / "state", tmp_path / "root"
-    state.mkdir()
-    root.mkdir()
-    monkeypatch.setenv("MEMFS_RUNTIME_DIR", str(run_dir))
-    control.register(str(root), state, os.getpid())
+def test_the_hook_s_errors_and_json_output_still_come_from_the_full_modules(registered, tmp_path):
+    root, state = registered
     answer = {"ok": False, "ran": True, "result": "failed", "error": "the store answered 503 ünïcode"}
     daemon = _FakeDaemon(state / control.SOCKET_NAME, answer)
     try:

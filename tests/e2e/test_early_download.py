@@ -10,18 +10,15 @@ again the old way, and the mount comes up whole or fails with the old message.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import os
 import random
-import sqlite3
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from memfs.limits import RESERVED_NAMES
 from tests.support.api import Api
+from tests.support.mounts import state_db, store_files
 from tests.support.proxy import Proxy
 from tests.support.sandbox import Sandbox, is_mounted
 from tests.support.service import ServiceProcess
@@ -43,30 +40,17 @@ def _seed(rng: random.Random) -> dict[str, str]:
     return out
 
 
-def _walk(top: Path) -> dict[str, str]:
-    return {
-        "/" + str(p.relative_to(top)): p.read_text()
-        for p in sorted(top.rglob("*"))
-        if p.is_file() and not (p.parent == top and p.name in RESERVED_NAMES)
-    }
-
-
-@contextlib.contextmanager
-def _db(state_dir: Path) -> Iterator[sqlite3.Connection]:
-    conn = sqlite3.connect(f"file:{state_dir / 'state.db'}?mode=ro", uri=True)
-    try:
-        yield conn
-    finally:
-        conn.close()
-
-
 def _slugs(box: Sandbox) -> dict[str, str]:
-    with _db(box.state_dir) as db:
+    with state_db(box.state_dir) as db:
         return dict(db.execute("SELECT store_id, slug FROM stores"))
 
 
 def _log(box: Sandbox) -> str:
     return (box.state_dir / "memfs.log").read_text()
+
+
+def _texts(top: Path) -> dict[str, str]:
+    return {p: c.decode() for p, c in store_files(top).items()}
 
 
 class Rig:
@@ -101,9 +85,9 @@ class Rig:
 
     def assert_whole(self, box: Sandbox) -> None:
         slugs = _slugs(box)
-        assert _walk(box.root / slugs[self.big]) == self.big_seed
-        assert _walk(box.root / slugs[self.small]) == self.small_seed
-        with _db(box.state_dir) as db:
+        assert _texts(box.root / slugs[self.big]) == self.big_seed
+        assert _texts(box.root / slugs[self.small]) == self.small_seed
+        with state_db(box.state_dir) as db:
             base = dict(db.execute("SELECT path, sha FROM baseline WHERE store_id=?", (self.big,)))
             counters = dict(db.execute("SELECT store_id, counter FROM stores"))
         assert base == {p: hashlib.sha256(c.encode()).hexdigest() for p, c in self.big_seed.items()}
@@ -213,7 +197,7 @@ def test_a_hosted_service_without_snapshots_still_mounts(tmp_path):
             )
             try:
                 box.mount()
-                assert _walk(box.root / "hosted-notes") == seed
+                assert _texts(box.root / "hosted-notes") == seed
                 assert proxy.count("GET", r"/snapshot$") == 0  # the helper stopped at the counters
                 assert proxy.count("GET", r"^/v1/sessions/") == 1
                 assert "counters: the counters answered 404" in _log(box)

@@ -8,17 +8,14 @@ file, baseline or counter of it, and nothing mounted; the retry then shows every
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import os
 import random
-import sqlite3
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from memfs.limits import RESERVED_NAMES
+from tests.support.mounts import state_db, store_files
 from tests.support.proxy import Proxy
 from tests.support.sandbox import Sandbox, is_mounted
 
@@ -41,25 +38,8 @@ def _text(rng: random.Random, n: int) -> str:
     return " ".join(out)[:n]
 
 
-def _walk(top: Path) -> dict[str, bytes]:
-    return {
-        "/" + str(p.relative_to(top)): p.read_bytes()
-        for p in sorted(top.rglob("*"))
-        if p.is_file() and not (p.parent == top and p.name in RESERVED_NAMES)
-    }
-
-
-@contextlib.contextmanager
-def _db(state_dir: Path) -> Iterator[sqlite3.Connection]:
-    conn = sqlite3.connect(f"file:{state_dir / 'state.db'}?mode=ro", uri=True)
-    try:
-        yield conn
-    finally:
-        conn.close()
-
-
 def _rows(state_dir: Path, table: str, store_id: str) -> int:
-    with _db(state_dir) as db:
+    with state_db(state_dir) as db:
         return db.execute(f"SELECT COUNT(*) FROM {table} WHERE store_id=?", (store_id,)).fetchone()[0]
 
 
@@ -94,7 +74,7 @@ def through_proxy(service, stores, tmp_path):
 
 
 def _slugs(box: Sandbox) -> dict[str, str]:
-    with _db(box.state_dir) as db:
+    with state_db(box.state_dir) as db:
         return dict(db.execute("SELECT store_id, slug FROM stores"))
 
 
@@ -113,14 +93,14 @@ def test_a_cut_snapshot_shows_nothing_and_the_retry_starts_clean(stores, through
     assert not is_mounted(box.root) and os.listdir(box.root) == []
     # Content of the cut store reached the state dir while its stream arrived (the download
     # stores as it streams) ...
-    with _db(box.state_dir) as db:
+    with state_db(box.state_dir) as db:
         stored = {sha for (sha,) in db.execute("SELECT sha FROM blobs")}
     big_shas = {hashlib.sha256(c.encode()).hexdigest() for c in big_seed.values()}
     assert 0 < len(stored & big_shas) < len(big_shas), len(stored & big_shas)
     # ... but none of it is a file, a baseline entry or a counter: no half store anywhere.
     for table in ("files", "dirs", "baseline"):
         assert _rows(box.state_dir, table, big) == 0, table
-    with _db(box.state_dir) as db:
+    with state_db(box.state_dir) as db:
         (counter,) = db.execute("SELECT counter FROM stores WHERE store_id=?", (big,)).fetchone()
     assert counter is None
     # The other store is untouched or whole, never partial.
@@ -129,8 +109,8 @@ def test_a_cut_snapshot_shows_nothing_and_the_retry_starts_clean(stores, through
     # The retry (the stream whole now) shows both stores exactly as the service has them.
     box.mount()
     slugs = _slugs(box)
-    assert _walk(box.root / slugs[big]) == {p: c.encode() for p, c in big_seed.items()}
-    assert _walk(box.root / slugs[small]) == {p: c.encode() for p, c in small_seed.items()}
+    assert store_files(box.root / slugs[big]) == {p: c.encode() for p, c in big_seed.items()}
+    assert store_files(box.root / slugs[small]) == {p: c.encode() for p, c in small_seed.items()}
     assert _rows(box.state_dir, "files", big) == len(big_seed)
     assert _rows(box.state_dir, "baseline", big) == len(big_seed)
 
@@ -142,10 +122,10 @@ def test_a_streamed_download_matches_the_store_and_its_sizes(stores, through_pro
     box.mount()
     slugs = _slugs(box)
     top = box.root / slugs[big]
-    assert _walk(top) == {p: c.encode() for p, c in big_seed.items()}
+    assert store_files(top) == {p: c.encode() for p, c in big_seed.items()}
     for path, content in list(big_seed.items())[:10]:
         assert (top / path.lstrip("/")).stat().st_size == len(content.encode())
-    with _db(box.state_dir) as db:
+    with state_db(box.state_dir) as db:
         base = dict(db.execute("SELECT path, sha FROM baseline WHERE store_id=?", (big,)))
     assert base == {p: hashlib.sha256(c.encode()).hexdigest() for p, c in big_seed.items()}
     # A local edit after the streamed download pushes as usual (the blob is really there).

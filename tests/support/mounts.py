@@ -19,6 +19,7 @@ import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -227,3 +228,27 @@ def devmounts(tmp_path) -> Iterator[list[DevMount]]:
         m.close()
     leftover = [str(m.root) for m in mounts if mounted_at(m.root)]
     assert not leftover, f"still mounted: {leftover}"
+
+
+def store_files(top: Path) -> dict[str, bytes]:
+    """A mounted store's files as the store names them ("/" + path under the store root), with
+    their bytes; the reserved names at the store root (`.sync-notices.log` and the like) left out."""
+    from memfs.limits import RESERVED_NAMES
+
+    return {
+        "/" + str(p.relative_to(top)): p.read_bytes()
+        for p in sorted(top.rglob("*"))
+        if p.is_file() and not (p.parent == top and p.name in RESERVED_NAMES)
+    }
+
+
+@contextlib.contextmanager
+def state_db(state_dir: Path) -> Iterator[Any]:
+    """The state dir's database, read-only (a sqlite3 connection), closed on leaving."""
+    import sqlite3
+
+    conn = sqlite3.connect(f"file:{state_dir / 'state.db'}?mode=ro", uri=True)
+    try:
+        yield conn
+    finally:
+        conn.close()
