@@ -52,22 +52,14 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def script() -> None:
-    """The `memfs` command (bin/memfs) and `python -m memfs`: main(), then the process's end.
-
-    `memfs sync`, the per-call hook, ends with os._exit once its answer is flushed: it holds no
-    file, thread or child to clean up, and the interpreter's orderly shutdown was ~5 ms of its
-    ~20 ms budget (docs/SEMANTICS.md#d-commands). Every other command exits normally."""
-    rc = main()
+    """The `memfs` command (bin/_memfs, which bin/memfs runs) and `python -m memfs`: main(), then
+    the process's end. `memfs sync`, the per-call hook, ends in `memfs.session.hook.run` (with
+    os._exit once its answer is flushed); every other command exits normally."""
     if sys.argv[1:2] == ["sync"]:
-        try:
-            sys.stdout.flush()
-            sys.stderr.flush()
-        except OSError:  # a closed pipe: let the normal exit report it
-            sys.exit(rc)
-        import os
+        from memfs.session.hook import run
 
-        os._exit(rc)
-    sys.exit(rc)
+        run(sys.argv[2:])
+    sys.exit(main())
 
 
 if __name__ == "__main__":

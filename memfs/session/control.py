@@ -17,8 +17,6 @@ wedged, while the request itself may take as long as it legitimately needs (`syn
 `unmount` with its 30 s final sync).
 """
 
-from __future__ import annotations
-
 import _socket
 import os
 import time
@@ -51,10 +49,10 @@ class _ScanContext:
     parse_constant = {"-Infinity": float("-inf"), "Infinity": float("inf"), "NaN": float("nan")}.__getitem__
 
 
-_scan: Any = None  # the C scanner once made; False where `_json` has none
+_scan: "Any" = None  # the C scanner once made; False where `_json` has none
 
 
-def _loads(text: str | bytes) -> Any:
+def _loads(text: str | bytes) -> "Any":
     """json.loads(text) for one JSON value with whitespace around it, through `_json`'s C scanner
     (what json.loads itself runs) without importing the json package; ValueError when the text is
     not one JSON value."""
@@ -83,7 +81,7 @@ def _loads(text: str | bytes) -> Any:
     return value
 
 
-def _dumps(value: Any) -> str:
+def _dumps(value: "Any") -> str:
     """json.dumps(value) (compact separators) for the flat requests and registry entries written
     here: strings through `_json`'s C encoder, the rest by hand; json.dumps for anything else."""
     if isinstance(value, dict) and all(isinstance(k, str) for k in value):
@@ -111,7 +109,7 @@ def _dumps(value: Any) -> str:
     return json.dumps(value, separators=(",", ":"))
 
 
-def _path(p: str) -> Path:
+def _path(p: str) -> "Path":
     from pathlib import Path
 
     return Path(p)
@@ -158,14 +156,14 @@ def _default_state_dir(root: str | os.PathLike[str]) -> str:
     return os.path.join(base, name)
 
 
-def default_state_dir(root: str | os.PathLike[str]) -> Path:
+def default_state_dir(root: str | os.PathLike[str]) -> "Path":
     """One state dir per root under /var/lib/memfs (docs/SEMANTICS.md#d-state); per-user elsewhere when not root."""
     return _path(_default_state_dir(root))
 
 
 # The daemon passes its root already resolved, and the root as the user spelled it (`given`):
 # resolving either again while the daemon serves that very mount would make it wait on itself.
-def register(real_root: str, state_dir: Path, pid: int, given: str | None = None) -> None:
+def register(real_root: str, state_dir: "Path", pid: int, given: str | None = None) -> None:
     body = _dumps({"root": real_root, "state_dir": str(state_dir), "pid": pid})
     keys = {real_root} | ({registry_key(given)} if given else set())
     for key in keys:
@@ -177,7 +175,7 @@ def register(real_root: str, state_dir: Path, pid: int, given: str | None = None
         os.replace(tmp, path)
 
 
-def registry_entry(root: str | os.PathLike[str]) -> dict[str, Any] | None:
+def registry_entry(root: str | os.PathLike[str]) -> "dict[str, Any] | None":
     """What the daemon of root registered ({root, state_dir, pid}), or None."""
     try:
         with open(_registry_file(registry_key(root))) as f:
@@ -193,12 +191,12 @@ def state_dir_of(root: str | os.PathLike[str]) -> str:
     return str(entry["state_dir"]) if entry is not None else _default_state_dir(root)
 
 
-def lookup_state_dir(root: str) -> Path:
+def lookup_state_dir(root: str) -> "Path":
     """The state dir of the mount at root: the registry's answer, else the default for root."""
     return _path(state_dir_of(root))
 
 
-def daemon_owner(state_dir: str | os.PathLike[str]) -> dict[str, Any]:
+def daemon_owner(state_dir: str | os.PathLike[str]) -> "dict[str, Any]":
     """The pid and root recorded in the state dir's lock file ({} when none)."""
     try:
         with open(os.path.join(os.fspath(state_dir), "lock")) as f:
@@ -287,11 +285,11 @@ def _exchange(
     sock: _socket.socket,
     lines: _Lines,
     state_dir: str,
-    request: dict[str, Any],
+    request: "dict[str, Any]",
     ping_deadline: float,
     timeout: float | None,
     waited: float,
-) -> dict[str, Any]:
+) -> "dict[str, Any]":
     """Ping + request in one write; the ping's answer within the deadline, the request's within timeout."""
     try:
         sock.settimeout(max(0.001, ping_deadline - time.monotonic()))
@@ -308,8 +306,8 @@ def _exchange(
 
 
 def call(
-    state_dir: str | os.PathLike[str], request: dict[str, Any], *, timeout: float | None = 60.0
-) -> dict[str, Any]:
+    state_dir: str | os.PathLike[str], request: "dict[str, Any]", *, timeout: float | None = 60.0
+) -> "dict[str, Any]":
     """Send one request to the daemon and wait for its answer (blocking; used by the CLI).
 
     Raises NoDaemon when nothing listens, DaemonNotAnswering (a NoDaemon) when a daemon holds the
@@ -361,7 +359,7 @@ class DaemonClient:
         self._sock: _socket.socket | None = None
         self._lines: _Lines | None = None
 
-    def request(self, request: dict[str, Any], *, timeout: float | None = None) -> dict[str, Any]:
+    def request(self, request: "dict[str, Any]", *, timeout: float | None = None) -> "dict[str, Any]":
         timeout = self.timeout if timeout is None else timeout
         for attempt in (0, 1):
             fresh = self._sock is None
@@ -392,10 +390,10 @@ class DaemonClient:
 
     def sync(
         self, *, force: bool = False, wait: bool = False, timeout: float | None = None
-    ) -> dict[str, Any]:
+    ) -> "dict[str, Any]":
         return self.request({"op": "sync", "force": force, "wait": wait}, timeout=timeout)
 
-    def status(self, *, timeout: float | None = None) -> dict[str, Any]:
+    def status(self, *, timeout: float | None = None) -> "dict[str, Any]":
         return self.request({"op": "status"}, timeout=timeout)
 
     def close(self) -> None:
@@ -403,7 +401,7 @@ class DaemonClient:
             self._sock.close()
         self._sock = self._lines = None
 
-    def __enter__(self) -> DaemonClient:
+    def __enter__(self) -> "DaemonClient":
         return self
 
     def __exit__(self, *exc: object) -> None:

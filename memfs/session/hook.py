@@ -8,11 +8,13 @@ the whole command line's parser; anything else goes to argparse (memfs/session/c
 calls the same `cmd_sync`.
 """
 
-from __future__ import annotations
-
 import sys
 
 from memfs.session import control
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import NoReturn
 
 EXIT_NOT_ANSWERING = 4  # a daemon holds the socket but does not answer (stopped, wedged)
 SYNC_TIMEOUT = 120.0  # a due tick's pull (and, with --wait, its uploads), once the daemon answered
@@ -78,3 +80,26 @@ def sync_fast(argv: list[str]) -> int | None:
             return None
         i += 1
     return cmd_sync(args)
+
+
+def run(argv: list[str]) -> "NoReturn":
+    """`memfs sync ARGV` as the whole process (bin/_memfs, `memfs.cli.script`), ended with
+    `os._exit` once its answer is flushed: it holds no file, thread or child to clean up, and the
+    interpreter's orderly shutdown was ~5 ms of its ~20 ms budget (docs/SEMANTICS.md#d-commands).
+    Anything `sync_fast` does not take (--help, a mistake) goes to the full command line."""
+    try:
+        rc = sync_fast(argv)
+        if rc is None:
+            from memfs.cli import main
+
+            rc = main(["sync", *argv])
+    except KeyboardInterrupt:
+        rc = 130
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except OSError:  # a closed pipe: let the normal exit report it
+        sys.exit(rc)
+    import os
+
+    os._exit(rc)
