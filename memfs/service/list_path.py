@@ -24,10 +24,10 @@ The outer frame (app.py `_RequestFrame`) still adds the request id, the access-l
 from __future__ import annotations
 
 import functools
+from urllib.parse import parse_qsl
 
 import anyio.to_thread
 import orjson
-from starlette.datastructures import QueryParams
 
 from memfs.protocol import COUNTER_HEADER, STORES_PATH
 from memfs.service import params
@@ -55,13 +55,14 @@ LIST_ROUTE = _RouteName(STORES_PATH + "/{store_id}/memories")  # as app.py's Rou
 
 
 class _Query:
-    """What `params.q_*` read from a request: its query parameters (parsed as Starlette's
-    `Request.query_params` parses them, so a parameter given twice means the same here)."""
+    """What `params.q_*` read from a request: its query parameters, parsed as Starlette's
+    `Request.query_params` parses them (`parse_qsl` of the latin-1 query string, blank values
+    kept, the last of a repeated name wins), into a plain dict: they only `.get()` from it."""
 
     __slots__ = ("query_params",)
 
     def __init__(self, query_string: bytes):
-        self.query_params = QueryParams(query_string)
+        self.query_params = dict(parse_qsl(query_string.decode("latin-1"), keep_blank_values=True))
 
 
 class ListPath:

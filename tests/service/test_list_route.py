@@ -213,6 +213,30 @@ def test_the_list_fast_path_answers_byte_for_byte_what_the_full_path_answers(tmp
                                     assert all(status == 200 for status, _b, _c in mine)
                                     compared += len(mine)
             assert compared > 200
+            # repeated and odd parameters (the last of a name wins, as Starlette reads them) and
+            # errors: the same status and bytes (an error is the full path's answer on both)
+            url = f"/v1/memory_stores/{sid}/memories"
+            for qs in (
+                "limit=2&limit=5",
+                "depth=1&depth=0&path_prefix=%2Fnope%2F&path_prefix=%2Fd%2F",
+                "view=&limit=3",
+                "view=full&view=basic&limit=100",
+                "path_prefix=%2Fd%2Fe%2F&x=1&limit=1;view=full",
+                "limit=0",
+                "page=forged",
+                "depth=2",
+                "path_prefix=d",
+            ):
+                for headers in callers:
+                    mine, theirs = (
+                        f.get(url + "?" + qs, headers=headers),
+                        g.get(url + "?" + qs, headers=headers),
+                    )
+                    assert mine.status_code == theirs.status_code, qs
+                    if mine.status_code == 200:
+                        assert mine.content == theirs.content, qs
+                    else:
+                        assert mine.json()["error"] == theirs.json()["error"], qs
             lp = fast.list_path
             assert lp.loop_reads > 0 and lp.thread_reads > 0  # basic on the loop, full in a thread
             # an answer with a deleted memory, roll-ups, content and the counter header, for the record
