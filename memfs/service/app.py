@@ -15,7 +15,6 @@ import json
 import logging
 import secrets
 import time
-import types
 
 import anyio
 import anyio.to_thread
@@ -38,6 +37,7 @@ from memfs.protocol import (
     is_access,
 )
 from memfs.service import batch, body, params, wire
+from memfs.service.access_log import RequestLine
 from memfs.service.auth import (
     Principal,
     admin_key_id,
@@ -51,13 +51,14 @@ from memfs.service.auth import (
 from memfs.service.counter_path import CounterPath
 from memfs.service.cursors import CursorError, Cursors
 from memfs.service.errors import ApiError, envelope, from_storage, invalid, not_found, rate_limited
+from memfs.service.list_path import ListPath
 from memfs.service.metrics import CONTENT_TYPE, Metrics
 from memfs.service.ratelimit import RateLimiter, retry_after_headers
 from memfs.service.storage import Actor, ResourceSpec, Storage, StorageError, VersionFilter
 from memfs.service.watch import WatchHub
 
 log = logging.getLogger("memfs.service")
-access_log = logging.getLogger("memfs.service.access")
+access_line = RequestLine("memfs.service.access")  # a logger.info("%s %s %d %.1fms", …), cheaper
 
 MAX_COUNTER_IDS = 100
 READY_TIMEOUT_S = 2.0
@@ -710,11 +711,6 @@ _REQUEST_ID_PREFIX = "req_" + secrets.token_hex(4)
 _request_seq = itertools.count()
 
 
-_STORES_PREFIX = STORES_PATH + "/"
-_MEMORIES = "/memories"
-_LIST_ROUTE = types.SimpleNamespace(path=STORES_PATH + "/{store_id}/memories")  # as a Route names it
-
-
 def _next_request_id() -> str:
     return f"{_REQUEST_ID_PREFIX}{next(_request_seq):016x}"
 
@@ -733,13 +729,13 @@ class _RequestFrame:
         metrics: Metrics,
         watch_hub: WatchHub,
         counter_path: CounterPath | None = None,
-        list_route=None,
+        list_path: ListPath | None = None,
     ):
         self.app = app
         self.metrics = metrics
         self.watch_hub = watch_hub  # for server.py, which closes it at SIGTERM
         self.counter_path = counter_path  # answers plain counter reads without the router
-        self.list_route = list_route  # the list route's handler, called without the router (`_list_page`)
+        self.list_path = list_path  # answers list pages without the router (list_path.py)
 
     async def __call__(self, scope, receive, send) -> None:
         if scope["type"] != "http":
@@ -768,7 +764,7 @@ class _RequestFrame:
                 return
             if self.counter_path is not None and await self.counter_path.answer(scope, send_with_id):
                 return
-            if self.list_route is not None and await self._list_page(scope, raw, receive, send_with_id):
+            if self.list_path is not None and await self.list_path.answer(scope, send_with_id):
                 return
             await self.app(scope, body.replaying(raw, receive), send_with_id)
         except Exception:
@@ -783,29 +779,7 @@ class _RequestFrame:
             code = status[0] if status else 500
             self.metrics.observe(scope["method"], route, code, seconds)
             # Path only: no query string (it can hold path prefixes), never headers (credentials).
-            access_log.info("%s %s %d %.1fms", scope["method"], scope["path"], code, seconds * 1000)
-
-    async def _list_page(self, scope, raw: bytes, receive, send) -> bool:
-        """`GET …/{store_id}/memories` answered by its handler without Starlette's middleware
-        stack and router (~30 routes matched in turn): a hosted tick is hundreds of these pages,
-        and that stack was a large share of the service's CPU per page (PERFORMANCE.md, network
-        section). Only a success is answered here; on any error the request goes through the
-        full path, which answers it as always (a read: doing it twice changes nothing). False:
-        not this route, or not answered."""
-        path = scope["path"]
-        if scope["method"] != "GET" or not path.startswith(_STORES_PREFIX) or not path.endswith(_MEMORIES):
-            return False
-        store_id = path[len(_STORES_PREFIX) : -len(_MEMORIES)]
-        if not store_id or "/" in store_id:
-            return False
-        scope["path_params"] = {"store_id": store_id}
-        try:
-            response = await self.list_route(Request(scope, body.replaying(raw, receive)))
-        except Exception:
-            return False
-        scope["route"] = _LIST_ROUTE  # what the metrics read
-        await response(scope, receive, send)
-        return True
+            access_line(scope["method"], scope["path"], code, seconds)
 
     @staticmethod
     async def _refuse_body(exc: Exception, request_id: str, scope, receive, send) -> None:
@@ -873,7 +847,9 @@ def create_app(
             Exception: _on_unexpected,
         },
     )
-    # The list route without the router, unless a rate limiter is on: a page it refuses would be
-    # asked again through the full path, and counted twice.
-    list_route = service.list_memories if rate_limiter is None else None
-    return _RequestFrame(app, metrics, hub, fast, list_route)
+    # The list fast path, unless a rate limiter is on: a page it refuses would be asked again
+    # through the full path, and counted twice.
+    list_path = (
+        ListPath(storage, admin_key, service.cursors, extensions=extensions) if rate_limiter is None else None
+    )
+    return _RequestFrame(app, metrics, hub, fast, list_path)

@@ -126,6 +126,11 @@ class Tx(Protocol):
     ) -> list[MemoryRecord]:
         """Live memories with lo <(=) path < hi, in byte order of path, at most `limit`."""
 
+    def live_rows(
+        self, store_id: str, *, lo: str, lo_inclusive: bool, hi: str, limit: int, content: bool
+    ) -> list[tuple]:
+        """`list_live` as plain tuples: sql_tx.LIVE_ROW_COLS, then the content when asked."""
+
     def contents(self, store_id: str, memory_ids: Sequence[str]) -> dict[str, str | None]:
         """memory id -> content of those of `memory_ids` that are live in the store."""
 

@@ -29,11 +29,14 @@ class CursorError(ValueError):
 class Cursors:
     def __init__(self, secret: str):
         self._key = hashlib.sha256(b"memfs-page-cursor:" + secret.encode("utf-8")).digest()
+        # keyed once and copied per tag: `hmac.new` per tag was ~1.5 % of a hosted list page's CPU
+        self._keyed = hmac.new(self._key, digestmod=hashlib.sha256)
 
     def _tag(self, listing: tuple, position: bytes) -> bytes:
         ident = json.dumps(listing, separators=(",", ":"), ensure_ascii=False).encode()
-        msg = len(ident).to_bytes(4, "big") + ident + position
-        return hmac.new(self._key, msg, hashlib.sha256).digest()[:_TAG_BYTES]
+        mac = self._keyed.copy()
+        mac.update(len(ident).to_bytes(4, "big") + ident + position)
+        return mac.digest()[:_TAG_BYTES]
 
     def encode(self, listing: tuple, position: str | int | None) -> str | None:
         if position is None:

@@ -17,6 +17,7 @@ from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
 
 from memfs.limits import slugify
+from memfs.service import wire
 from memfs.service.backend import Backend, PathTaken, ReadTx, Tx
 from memfs.service.storage import (
     Actor,
@@ -139,6 +140,56 @@ def _list_page(
         items = items[:limit]
         nxt = items[-1].path
     return Page(items, nxt, counter)
+
+
+def _list_page_wire(
+    tx: Tx, store_id: str, path_prefix: str, depth: int, limit: int, after: str | None, with_content: bool
+) -> tuple[list[dict], str | None]:
+    """`_list_page`'s items as wire JSON dicts and its `next_after`, read from plain rows
+    (`live_rows`): the same walk, the same items, without a record per memory in between."""
+    hi = upper_bound(path_prefix)
+    lo, inclusive = path_prefix, True
+    if after is not None:
+        lo, inclusive = (upper_bound(after), True) if after.endswith("/") else (after, False)
+    memory_row = wire.memory_row
+    items: list[dict] = []
+    if depth == 0:
+        rows = tx.live_rows(
+            store_id, lo=lo, lo_inclusive=inclusive, hi=hi, limit=limit + 1, content=with_content
+        )
+        items = [memory_row(store_id, r, r[7] if with_content else None) for r in rows]
+    else:
+        while len(items) <= limit:  # the walk of `_list_page`, on rows
+            rows = tx.live_rows(
+                store_id, lo=lo, lo_inclusive=inclusive, hi=hi, limit=_WALK_ROWS, content=False
+            )
+            if not rows:
+                break
+            for row in rows:
+                if len(items) > limit:
+                    break
+                path = row[1]
+                if path < lo or (path == lo and not inclusive):
+                    continue  # inside the subtree just rolled up
+                rest = path[len(path_prefix) :]
+                if "/" in rest:
+                    sub = path_prefix + rest.split("/", 1)[0] + "/"
+                    items.append(wire.prefix(sub))
+                    lo, inclusive = upper_bound(sub), True
+                else:
+                    items.append(memory_row(store_id, row, None))
+                    lo, inclusive = path, False
+    nxt = None
+    if len(items) > limit:
+        items = items[:limit]
+        nxt = items[-1]["path"]
+    if with_content and depth != 0:  # the page's memories, whole, in the same read transaction
+        wanted = [i["id"] for i in items if i["type"] == "memory"]
+        content = tx.contents(store_id, wanted) if wanted else {}
+        for i in items:
+            if i["type"] == "memory":
+                i["content"] = content[i["id"]]
+    return items, nxt
 
 
 def _require_writable(tx: Tx, store_id: str) -> StoreRecord:
@@ -396,6 +447,33 @@ class StoreService:
             if session is None or session.resource_for(store_id) is None:
                 return session, None
             return session, _list_page(tx, store_id, path_prefix, depth, limit, after, with_content)
+
+    def list_page_wire(
+        self,
+        token_hash: str | None,
+        store_id: str,
+        *,
+        path_prefix: str,
+        depth: int,
+        limit: int,
+        after: str | None,
+        with_content: bool,
+        read=None,
+    ) -> tuple[list[dict], str | None, int] | None:
+        """A listing page as wire JSON items, its `next_after` and the store's counter, for the
+        admin (`token_hash` None) or the live session holding `token_hash`, checked and read in
+        one read transaction of two statements (the list fast path, list_path.py; `read`: the
+        transaction to use, default `backend.read`). The check is `counters_for`'s statement:
+        the store exists and, for a token, its live session attaches it. None when any of it
+        would be an error: the caller answers through the full path, which says which."""
+        if "\x00" in store_id:
+            return None
+        with (read or self.backend.read)() as tx:
+            counters = tx.counters_for(token_hash, [store_id])
+            if counters is None:
+                return None
+            items, nxt = _list_page_wire(tx, store_id, path_prefix, depth, limit, after, with_content)
+            return items, nxt, counters[store_id]
 
     def get_memory(self, store_id: str, memory_id: str) -> MemoryRecord:
         with self.backend.read() as tx:

@@ -157,6 +157,11 @@ class SqliteTx(SqlTx):
     count_live_from = "memories INDEXED BY memories_live_path"
     live_totals_from = "memories INDEXED BY memories_live_size"
 
+    def _tuples(self, sql: str, args) -> list[tuple]:
+        cur = self.c.cursor()
+        cur.row_factory = None  # plain tuples: no sqlite3.Row per row
+        return cur.execute(sql, args).fetchall()
+
 
 class _HeldRead(SqliteTx):
     """A read transaction on its own connection, held open until close() (a streamed snapshot)."""

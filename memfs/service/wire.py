@@ -48,9 +48,30 @@ def memory(m: MemoryRecord, full: bool) -> dict:
     }
 
 
+def memory_row(store_id: str, row: tuple, content: str | None) -> dict:
+    """`memory()` of a `sql_tx.live_rows` row (id, path, sha, size, version_id, created_at,
+    updated_at[, content]), without a `MemoryRecord` in between: the same keys, in the same order."""
+    return {
+        "id": row[0],
+        "type": "memory",
+        "memory_store_id": store_id,
+        "path": row[1],
+        "content": content,
+        "content_sha256": row[2],
+        "content_size_bytes": row[3],
+        "memory_version_id": row[4],
+        "created_at": row[5],
+        "updated_at": row[6],
+    }
+
+
+def prefix(path: str) -> dict:
+    return {"type": "memory_prefix", "path": path}
+
+
 def list_item(item: MemoryRecord | PrefixRecord, full: bool) -> dict:
     if isinstance(item, PrefixRecord):
-        return {"type": "memory_prefix", "path": item.path}
+        return prefix(item.path)
     return memory(item, full)
 
 

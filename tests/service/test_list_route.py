@@ -14,12 +14,14 @@ import pytest
 from starlette.testclient import TestClient
 
 from memfs.service.app import create_app
+from memfs.service.backend import WouldBlock
 from memfs.service.database import open_storage
+from memfs.service.ratelimit import RateLimiter
 
 ADMIN = "list-route-admin-key-0123456789"
 MEMORY = {"anthropic-beta": "agent-memory-2026-07-22"}
 SESSIONS = {"anthropic-beta": "managed-agents-2026-04-01"}
-COUNTED = ("session_for_token", "list_memories", "list_memories_as")
+COUNTED = ("session_for_token", "list_memories", "list_memories_as", "list_page_wire")
 
 
 class _Counting:
@@ -79,11 +81,12 @@ def test_a_session_tokens_list_page_is_one_storage_call_with_the_same_answers(ap
         url, params={"limit": 2, "path_prefix": "/d/", "page": page.json()["next_page"]}, headers=bearer
     )
     assert [m["path"] for m in rest.json()["data"]] == ["/d/n2.md", "/d/n3.md"]
-    assert storage.calls == ["list_memories_as", "list_memories_as"]  # was session_for_token + list_memories
-    # the admin key needs no lookup: one call, as before
+    # one call each (list_path.py; was session_for_token + list_memories, then list_memories_as)
+    assert storage.calls == ["list_page_wire", "list_page_wire"]
+    # the admin key: one call, as before
     storage.calls.clear()
     assert c.get(url, params={"limit": 2, "path_prefix": "/d/"}, headers=admin).json() == page.json()
-    assert storage.calls == ["list_memories"]
+    assert storage.calls == ["list_page_wire"]
 
     # the same errors, in the same order: a bad credential before a bad parameter, a store the
     # session does not attach is 404 before its parameters are looked at
@@ -141,5 +144,137 @@ def test_a_list_page_is_answered_without_the_router_and_an_error_through_it(tmp_
             metrics = c.get("/metrics").text
             assert 'route="/v1/memory_stores/{store_id}/memories",status="200"' in metrics
             assert 'route="/v1/memory_stores/{store_id}/memories",status="400"' in metrics
+    finally:
+        storage.close()
+
+
+def _seed(c: TestClient) -> tuple[str, str, str]:
+    """A store with direct children, subtrees, a deleted memory, unicode and a large content; an
+    empty store; a store the session does not attach."""
+    admin = {"x-api-key": ADMIN, **MEMORY}
+    sid = c.post("/v1/memory_stores", json={"name": "a"}, headers=admin).json()["id"]
+    empty = c.post("/v1/memory_stores", json={"name": "e"}, headers=admin).json()["id"]
+    paths = ["/a.md", "/d/e/x.md", "/d/e/y.md", "/z/deep/q.md", "/ü/ñ.md", "/d/z b&c.md"]
+    paths += [f"/d/n{i}.md" for i in range(7)]
+    ids = {}
+    for i, path in enumerate(paths):
+        content = "x" * 70_000 if i == 0 else f'line {i}\n\t"quoted" ü \u2028 end'
+        r = c.post(
+            f"/v1/memory_stores/{sid}/memories", json={"path": path, "content": content}, headers=admin
+        )
+        assert r.status_code == 200, r.text
+        ids[path] = r.json()["id"]
+    gone = c.delete(f"/v1/memory_stores/{sid}/memories/{ids['/d/n2.md']}", headers=admin)
+    assert gone.status_code == 200
+    return sid, empty, admin["x-api-key"]
+
+
+def _pages(c: TestClient, url: str, query: dict, headers: dict) -> list[tuple[int, bytes, str | None]]:
+    """Every page of one listing, following its cursors: (status, body, counter header)."""
+    out = []
+    cursor = None
+    for _ in range(50):
+        r = c.get(url, params={**query, **({"page": cursor} if cursor else {})}, headers=headers)
+        out.append((r.status_code, r.content, r.headers.get("memfs-store-counter")))
+        cursor = r.json().get("next_page") if r.status_code == 200 else None
+        if not cursor:
+            return out
+    raise AssertionError("a listing did not end")
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("extensions", [False, True])
+def test_the_list_fast_path_answers_byte_for_byte_what_the_full_path_answers(tmp_path, extensions):
+    """list_path.py (rows straight to wire dicts, read on the loop on SQLite) against the full path
+    (the same app with a rate limiter that never limits: it turns the fast path off): the same
+    bytes for every view, depth, prefix and limit, page by page through the cursors."""
+    storage = open_storage(tmp_path / "store.db")
+    fast = create_app(storage, ADMIN, extensions=extensions)
+    full = create_app(storage, ADMIN, extensions=extensions, rate_limiter=RateLimiter(1e9, 10**9))
+    assert fast.list_path is not None and full.list_path is None
+    try:
+        with TestClient(fast) as f, TestClient(full) as g:
+            sid, empty, _ = _seed(f)
+            _sid, token = _token(f, [sid, empty])
+            callers = ({"x-api-key": ADMIN, **MEMORY}, {"authorization": f"Bearer {token}", **MEMORY})
+            compared = 0
+            for headers in callers:
+                for store in (sid, empty):
+                    url = f"/v1/memory_stores/{store}/memories"
+                    for view in ("basic", "full"):
+                        for depth in ("0", "1"):
+                            for prefix in (None, "/d/", "/d/e/", "/nope/"):
+                                for limit in (1, 2, 100):
+                                    q = {"view": view, "depth": depth, "limit": limit}
+                                    if prefix:
+                                        q["path_prefix"] = prefix
+                                    mine, theirs = _pages(f, url, q, headers), _pages(g, url, q, headers)
+                                    assert mine == theirs, (url, q)
+                                    assert all(status == 200 for status, _b, _c in mine)
+                                    compared += len(mine)
+            assert compared > 200
+            # repeated and odd parameters (the last of a name wins, as Starlette reads them) and
+            # errors: the same status and bytes (an error is the full path's answer on both)
+            url = f"/v1/memory_stores/{sid}/memories"
+            for qs in (
+                "limit=2&limit=5",
+                "depth=1&depth=0&path_prefix=%2Fnope%2F&path_prefix=%2Fd%2F",
+                "view=&limit=3",
+                "view=full&view=basic&limit=100",
+                "path_prefix=%2Fd%2Fe%2F&x=1&limit=1;view=full",
+                "limit=0",
+                "page=forged",
+                "depth=2",
+                "path_prefix=d",
+            ):
+                for headers in callers:
+                    mine, theirs = (
+                        f.get(url + "?" + qs, headers=headers),
+                        g.get(url + "?" + qs, headers=headers),
+                    )
+                    assert mine.status_code == theirs.status_code, qs
+                    if mine.status_code == 200:
+                        assert mine.content == theirs.content, qs
+                    else:
+                        assert mine.json()["error"] == theirs.json()["error"], qs
+            lp = fast.list_path
+            assert lp.loop_reads > 0 and lp.thread_reads > 0  # basic on the loop, full in a thread
+            # an answer with a deleted memory, roll-ups, content and the counter header, for the record
+            body = json.loads(
+                _pages(f, f"/v1/memory_stores/{sid}/memories", {"depth": "1"}, callers[1])[0][1]
+            )
+            assert [i["path"] for i in body["data"]] == ["/a.md", "/d/", "/z/", "/ü/"]
+            assert body["data"][1] == {"type": "memory_prefix", "path": "/d/"}
+            d = _pages(
+                f, f"/v1/memory_stores/{sid}/memories", {"path_prefix": "/d/", "view": "full"}, callers[1]
+            )
+            paths = [i["path"] for i in json.loads(d[0][1])["data"]]
+            assert "/d/n2.md" not in paths and "/d/n3.md" in paths
+            assert (d[0][2] is not None) == extensions
+    finally:
+        storage.close()
+
+
+@pytest.mark.timeout(60)
+def test_a_loop_read_that_would_wait_is_read_in_a_worker_thread(tmp_path):
+    """SQLite answering busy to the loop's read (`WouldBlock`): the page is read in a worker thread."""
+    storage = open_storage(tmp_path / "store.db")
+    frame = create_app(storage, ADMIN, extensions=False)
+    lp = frame.list_path
+
+    def busy():
+        raise WouldBlock("database is locked")
+
+    try:
+        with TestClient(frame) as c:
+            sid, _empty, _ = _seed(c)
+            url = f"/v1/memory_stores/{sid}/memories"
+            headers = {"x-api-key": ADMIN, **MEMORY}
+            before = c.get(url, headers=headers)
+            assert (lp.loop_reads, lp.thread_reads) == (1, 0)
+            lp.inline_read = busy
+            after = c.get(url, headers=headers)
+            assert (lp.loop_reads, lp.thread_reads) == (1, 1)
+            assert after.status_code == 200 and after.content == before.content
     finally:
         storage.close()

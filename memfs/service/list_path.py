@@ -1,0 +1,147 @@
+"""The list fast path: `GET /v1/memory_stores/{id}/memories` answered straight from ASGI.
+
+Why: without the counter (SPEC §5.8) a hosted tick lists every store, hundreds of pages, and the
+service's CPU per page was the tick's bottleneck (docs/PERFORMANCE.md, network section, "fourth
+pass"). The full path (app.py `_Service.list_memories`) built a Starlette `Request`, hopped to a
+worker thread, ran five statements (BEGIN, the token's session id, its sessions row, its
+resources, the page), made a `MemoryRecord` per memory, then a dict per memory, then a
+`JSONResponse`. This path parses the raw scope, checks the credential and reads the page in one
+read transaction of two statements (`StoreService.list_page_wire`: `counters_for`'s check of the
+store and the session, then the page's rows as plain tuples turned into the wire dicts), and
+writes the orjson bytes to ASGI itself. On SQLite a basic-view page is read on the event loop
+(`read_nowait`, a read that never waits: ~0.3 ms, where the hop to a worker thread and back cost
+as much again in thread wake-ups and GIL hand-offs); a full-view page (up to 20 memories of up to
+100 KiB) and every PostgreSQL page are read in a worker thread, as before.
+
+It answers only successes, like the counter fast path (counter_path.py): a wrong beta header, a
+bad parameter or cursor, an unknown credential, a store that is missing or not the session's, any
+storage error -> False, and the request goes through the full path, which gives the exact error
+envelope (a read: doing it twice changes nothing). So the two paths cannot disagree about an error;
+the answers of a success are the same JSON (tests/service/test_list_route.py compares them).
+The outer frame (app.py `_RequestFrame`) still adds the request id, the access-log line and metrics.
+"""
+
+from __future__ import annotations
+
+import functools
+from urllib.parse import parse_qsl
+
+import anyio.to_thread
+import orjson
+
+from memfs.protocol import COUNTER_HEADER, STORES_PATH
+from memfs.service import params
+from memfs.service.auth import hash_token, is_admin_key
+from memfs.service.backend import WouldBlock
+from memfs.service.counter_path import _credential
+from memfs.service.cursors import CursorError
+from memfs.service.errors import ApiError
+
+_STORES = STORES_PATH + "/"
+_MEMORIES = "/memories"
+_COUNTER_HEADER = COUNTER_HEADER.lower().encode("latin-1")
+
+
+class _RouteName:
+    """What the metrics read from `scope["route"]`: the route template."""
+
+    __slots__ = ("path",)
+
+    def __init__(self, path: str):
+        self.path = path
+
+
+LIST_ROUTE = _RouteName(STORES_PATH + "/{store_id}/memories")  # as app.py's Route names it
+
+
+class _Query:
+    """What `params.q_*` read from a request: its query parameters, parsed as Starlette's
+    `Request.query_params` parses them (`parse_qsl` of the latin-1 query string, blank values
+    kept, the last of a repeated name wins), into a plain dict: they only `.get()` from it."""
+
+    __slots__ = ("query_params",)
+
+    def __init__(self, query_string: bytes):
+        self.query_params = dict(parse_qsl(query_string.decode("latin-1"), keep_blank_values=True))
+
+
+class ListPath:
+    def __init__(self, storage, admin_key: str, cursors, *, extensions: bool):
+        self.storage = storage
+        self.admin_key = admin_key
+        self.cursors = cursors
+        self.extensions = extensions  # the counter header (not with --hosted-api)
+        # StoreService's; a storage without it (a test's stand-in) leaves every page to the full path
+        self.page_wire = getattr(storage, "list_page_wire", None)
+        inline = getattr(storage, "inline_read", None)
+        self.inline_read = inline() if inline is not None else None  # SQLite: read on the loop
+        self.loop_reads = 0  # pages read on the event loop (tests read it)
+        self.thread_reads = 0  # pages read in a worker thread
+
+    async def answer(self, scope, send) -> bool:
+        """Answer `scope` if it is a list page this path is sure of; False: not answered."""
+        path: str = scope["path"]
+        if (
+            self.page_wire is None
+            or scope["method"] != "GET"
+            or not path.startswith(_STORES)
+            or not path.endswith(_MEMORIES)
+        ):
+            return False
+        store_id = path[len(_STORES) : -len(_MEMORIES)]
+        if not store_id or "/" in store_id:
+            return False
+        cred = _credential(scope)
+        if cred is None or not cred[1]:
+            return False
+        token_hash = None if is_admin_key(cred[0], self.admin_key) else hash_token(cred[0])
+        try:  # the parameters as the full path reads them (app.py `_Service.list_memories`)
+            q = _Query(scope.get("query_string", b""))
+            full = params.q_view(q, "basic")  # type: ignore[arg-type]
+            depth = q.query_params.get("depth", "0")
+            if depth not in ("0", "1"):
+                return False
+            prefix, limit = params.q_path_prefix(q), params.q_limit(q, full)  # type: ignore[arg-type]
+            listing = ("memories", store_id, prefix, int(depth), full)
+            after = self.cursors.decode(listing, q.query_params.get("page") or None)
+        except (ApiError, CursorError):
+            return False
+        if after is not None and not isinstance(after, str):  # a memory listing resumes after a path
+            return False
+        read = functools.partial(
+            self.page_wire,
+            token_hash,
+            store_id,
+            path_prefix=prefix,
+            depth=int(depth),
+            limit=limit,
+            after=after,
+            with_content=full,
+        )
+        try:
+            page = await self._read(read, loop_ok=not full)
+        except Exception:  # StorageError, a lost database connection: the full path says what
+            return False
+        if page is None:
+            return False
+        items, next_after, counter = page
+        body = orjson.dumps({"data": items, "next_page": self.cursors.encode(listing, next_after)})
+        headers = [(b"content-length", str(len(body)).encode()), (b"content-type", b"application/json")]
+        if self.extensions:
+            headers.append((_COUNTER_HEADER, str(counter).encode()))
+        scope["route"] = LIST_ROUTE
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
+        return True
+
+    async def _read(self, read, *, loop_ok: bool):
+        if loop_ok and self.inline_read is not None:  # SQLite: on the loop itself, unless it would wait
+            try:
+                page = read(read=self.inline_read)
+            except WouldBlock:
+                pass
+            else:
+                self.loop_reads += 1
+                return page
+        self.thread_reads += 1
+        return await anyio.to_thread.run_sync(read)
