@@ -17,7 +17,7 @@ import zlib
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from operator import itemgetter
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 from urllib.parse import quote
 
 import httpx
@@ -48,6 +48,9 @@ BATCH_MAX_OPERATIONS = 1000
 BATCH_MAX_BYTES = 1024 * 1024 - 4096
 
 
+# Memories of the stores' last basic listings kept for the next tick (`_LastListing`): ~1.4 KB
+# each (the parsed item and its share of the page's bytes), so ~35 MB at most.
+LISTINGS_KEPT = 25_000
 POOL_SHARD = 1  # connections per pool (see `_Pools`)
 COUNTER_HEADER_BYTES = COUNTER_HEADER.lower().encode("ascii")
 
@@ -202,6 +205,59 @@ class Listing:
         return len(self.counters) == 1
 
 
+class _Page(NamedTuple):
+    """One listing page as parsed: what `list_memories` takes from it. `body` is the answer's
+    bytes (decoded) for a basic page that a later tick may compare against, else empty."""
+
+    body: bytes
+    data: list[dict[str, Any]]  # the page's items as the API gave them (memories and prefixes)
+    memories: list[dict[str, Any]]  # its memories, in the page's order
+    ids: list[str]  # their ids
+    distinct: bool  # no id twice within the page
+    prefixes: list[str]  # the paths of its `memory_prefix` roll-ups
+    next_page: str | None
+
+
+def _parse_page(url: str, body: bytes, *, keep_body: bool) -> _Page:
+    try:
+        page = orjson.loads(body)  # full-view pages are a first download's bulk
+    except ValueError as exc:
+        raise Unreachable(f"GET {url}: answer is not JSON") from exc
+    data = page["data"]
+    memories: list[dict[str, Any]] = []
+    prefixes: list[str] = []
+    for item in data:
+        kind = item.get("type")
+        if kind == "memory":
+            memories.append(item)
+        elif kind == "memory_prefix":
+            prefixes.append(item["path"])
+    ids = [m["id"] for m in memories]
+    return _Page(
+        body if keep_body else b"",
+        data,
+        memories,
+        ids,
+        len(set(ids)) == len(ids),
+        prefixes,
+        page.get("next_page"),
+    )
+
+
+@dataclass
+class _LastListing:
+    """A store's last basic listing (SEMANTICS.md#d-no-counter: every hosted tick lists every
+    store): its pages by request, and its memories in path order. A page whose answer is
+    byte for byte the one this listing got is taken as parsed then: equal bytes are an equal
+    answer (orjson is a pure function of them), so no change can hide behind it. A listing
+    whose every page is one of these, the same requests, has these memories: it is given the
+    same sorted list, which lets the reader know an unchanged store without comparing 2,000
+    memories again (sync/remote.py)."""
+
+    pages: dict[bytes, _Page]  # the request's query -> its page
+    items: list[dict[str, Any]]  # read-only: shared by every listing that reuses it
+
+
 @dataclass(frozen=True)
 class Changes:
     counter: int
@@ -304,6 +360,8 @@ class StoreClient:
             transport=transport,  # `concurrency` connections in all (tests: their own transport)
         )
         self.requests_sent = 0
+        self.pages_parsed = 0  # listing pages parsed, not taken as the last listing had them (tests)
+        self._last_listings: dict[str, _LastListing] = {}  # store id -> its last basic listing
         self.retried = 0  # requests sent again after a retry-after (for the logs and tests)
         # `_get`'s request headers: the client's own (as httpx sends them), gzip the only encoding
         # asked for (the one decoded there), and the host.
@@ -548,34 +606,51 @@ class StoreClient:
         listing = Listing()
         seen: set[str] = set()
         started: set[str] = set()
+        # A basic listing compares each page with the store's last one (`_LastListing`); a
+        # full-view page (content) is never kept.
+        basic = view == "basic"
+        last = self._last_listings.get(store_id) if basic else None
+        last_pages = last.pages if last is not None else {}
+        used: dict[bytes, _Page] = {}
+        fresh = 0  # pages parsed anew (not as the last listing had them)
 
-        async def page(prefix: str, depth: int, cursor: str | None) -> dict[str, Any]:
+        async def page(prefix: str, depth: int, cursor: str | None) -> _Page:
+            nonlocal fresh
             query = head + str(depth)
             if prefix != "/":  # percent-encoded whole (a path may hold "&", "+", "#", "%", spaces)
                 query += "&path_prefix=" + quote(prefix, safe="/")
             if cursor:
                 query += "&page=" + quote(cursor, safe="")
-            content, counter = await self._get(endpoint, query.encode("ascii"))
+            key = query.encode("ascii")
+            content, counter = await self._get(endpoint, key)
             listing.requests += 1
-            try:
-                body = orjson.loads(content)  # full-view pages are a first download's bulk
-            except ValueError as exc:
-                raise Unreachable(f"GET {url}: answer is not JSON") from exc
             if counter is not None:
                 listing.counters.add(int(counter))
-            return body
+            got = last_pages.get(key)
+            if got is None or got.body != content:
+                fresh += 1
+                self.pages_parsed += 1
+                got = _parse_page(url, content, keep_body=basic)
+            if basic:
+                used[key] = got
+            return got
 
         items = listing.items
+        duplicates = listing.duplicates
 
-        def keep(data: list[dict[str, Any]]) -> None:
-            """A page's memories (a tick's listing is 16,000 of them: one loop, not a call each)."""
-            for item in data:
-                if item.get("type") == "memory":
-                    mid = item["id"]
+        def keep(got: _Page) -> None:
+            """A page's memories (a tick's listing is 16,000 of them: set operations, not a loop)."""
+            ids = got.ids
+            if not got.distinct:
+                for mid in ids:
                     if mid in seen:
-                        listing.duplicates.add(mid)
+                        duplicates.add(mid)
                     seen.add(mid)
-                    items.append(item)
+            else:
+                if not seen.isdisjoint(ids):
+                    duplicates.update(seen.intersection(ids))
+                seen.update(ids)
+            items.extend(got.memories)
 
         def start(prefix: str, nursery: trio.Nursery) -> None:
             if prefix not in started:
@@ -585,29 +660,26 @@ class StoreClient:
         async def subtree(prefix: str, nursery: trio.Nursery) -> None:
             size = known.get(prefix, 0)
             if size <= 2 * limit:
-                body = await page(prefix, 0, None)
-                cursor = body.get("next_page")
-                if not cursor or 0 < size:  # small, or known to be worth paging whole
+                got = await page(prefix, 0, None)
+                if not got.next_page or 0 < size:  # small, or known to be worth paging whole
                     while True:
-                        keep(body["data"])
+                        keep(got)
                         if on_page is not None:
-                            await on_page(body["data"])
-                        if not cursor:
+                            await on_page(got.data)
+                        if not got.next_page:
                             return
-                        body = await page(prefix, 0, cursor)
-                        cursor = body.get("next_page")
+                        got = await page(prefix, 0, got.next_page)
             for sub in children.get(prefix, ()):
                 start(sub, nursery)
             cursor = None
             while True:
-                body = await page(prefix, 1, cursor)
-                for item in body["data"]:
-                    if item.get("type") == "memory_prefix":
-                        start(item["path"], nursery)
-                keep(body["data"])
+                got = await page(prefix, 1, cursor)
+                for sub in got.prefixes:
+                    start(sub, nursery)
+                keep(got)
                 if on_page is not None:
-                    await on_page(body["data"])
-                cursor = body.get("next_page")
+                    await on_page(got.data)
+                cursor = got.next_page
                 if not cursor:
                     return
 
@@ -616,8 +688,28 @@ class StoreClient:
                 start("/", nursery)
         except BaseExceptionGroup as group:  # the first failure, as itself: callers catch it by type
             raise _first(group) from None
-        listing.items.sort(key=itemgetter("path"))  # the API's order: by path
+        if (
+            last is not None
+            and not fresh
+            and len(used) == len(last_pages)
+            and all(last_pages.get(key) is got for key, got in used.items())
+        ):
+            # The same requests got the same answers: the same memories, already in path order.
+            listing.items = last.items
+        else:
+            listing.items.sort(key=itemgetter("path"))  # the API's order: by path
+        if basic:
+            self._keep_listing(store_id, _LastListing(used, listing.items))
         return listing
+
+    def _keep_listing(self, store_id: str, kept: _LastListing) -> None:
+        """Keep a store's last basic listing for the next one, within LISTINGS_KEPT memories
+        for all stores together (a store whose listing does not fit keeps none)."""
+        listings = self._last_listings
+        listings.pop(store_id, None)
+        total = sum(len(k.items) for k in listings.values())
+        if total + len(kept.items) <= LISTINGS_KEPT:
+            listings[store_id] = kept
 
     async def get_memory(self, store_id: str, memory_id: str) -> dict[str, Any]:
         return await self._json(
