@@ -17,17 +17,15 @@ import zlib
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from operator import itemgetter
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple
 from urllib.parse import quote
 
 import httpx
 import orjson
 import trio
 
-if TYPE_CHECKING:  # httpcore is imported with the first transport (see `_Pools`)
-    import httpcore
-
 from memfs.errors import ApiError, Unreachable
+from memfs.plain_get import PlainGet, PlainHTTPError
 from memfs.protocol import COUNTER_HEADER, MEMORY_BETA, SESSIONS_BETA
 from memfs.snapshot_stream import (
     SNAPSHOT_CHUNK_BYTES,
@@ -67,7 +65,9 @@ class _Pools(httpx.AsyncBaseTransport):
     8-store listing (0.6 s in all, 0.35-0.45 s with pools of 1: PERFORMANCE.md, network section).
     So each pool holds one connection: the requests in flight are bounded by the client's slots
     (`concurrency`, as many as there are pools), so the least busy pool is always an idle one
-    and no request waits in a pool; the connections are the same."""
+    and no request waits in a pool; the connections are the same. The listing pages take
+    connections of their own, past httpx and httpcore (`plain`, memfs/plain_get.py), under the
+    same slots."""
 
     def __init__(self, connections: int, *, verify: bool):
         n = max(1, -(-connections // POOL_SHARD))
@@ -78,7 +78,7 @@ class _Pools(httpx.AsyncBaseTransport):
         # which a mount whose start the early download served needs only after it is ready.
         self._pools: list[httpx.AsyncHTTPTransport] = []
         self._busy = [0] * n
-        self._direct: bool | None = None
+        self._plain: PlainGet | None = None
 
     def _transports(self) -> list[httpx.AsyncHTTPTransport]:
         if not self._pools:
@@ -86,17 +86,6 @@ class _Pools(httpx.AsyncBaseTransport):
                 httpx.AsyncHTTPTransport(verify=self._verify, limits=self._limits) for _ in self._busy
             ]
         return self._pools
-
-    def direct(self) -> bool:
-        """Whether `get` can go to httpcore's pool under each httpx transport. It reads httpx's
-        private `AsyncHTTPTransport._pool` (httpx 0.27-0.28): where a release has no such pool,
-        the listing pages take httpx's path like every other request."""
-        if self._direct is None:
-            import httpcore
-
-            pool = getattr(self._transports()[0], "_pool", None)
-            self._direct = isinstance(pool, httpcore.AsyncConnectionPool)
-        return self._direct
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         self._transports()
@@ -110,45 +99,23 @@ class _Pools(httpx.AsyncBaseTransport):
         resp.stream = _Counted(resp.stream, self._busy, i)
         return resp
 
-    async def get(
-        self, url: httpcore.URL, headers: list[tuple[bytes, bytes]], timeout: dict[str, float | None]
-    ) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
-        """One GET, its body read whole, through the least busy pool, straight to httpcore's pool
-        under httpx's transport (the listing pages, `StoreClient._get`): (status, headers, body).
-        httpcore's errors are raised as they are (`httpcore_errors`). Only where `direct()`."""
-        import httpcore
-
-        pools = self._transports()
-        i = min(range(len(pools)), key=self._busy.__getitem__)
-        self._busy[i] += 1
-        try:
-            pool: httpcore.AsyncConnectionPool = pools[i]._pool
-            request = httpcore.Request(b"GET", url, headers=headers, extensions={"timeout": timeout})
-            resp = await pool.handle_async_request(request)
-            try:
-                body = b"".join([chunk async for chunk in resp.stream])  # type: ignore[union-attr]
-            finally:
-                await resp.aclose()
-        finally:
-            self._busy[i] -= 1
-        return resp.status, resp.headers, body
+    def plain(self, url: httpx.URL) -> PlainGet:
+        """The listing pages' GET (`StoreClient._get`, memfs/plain_get.py): connections of its
+        own, as many kept as the client has slots, to the one origin the client talks to."""
+        if self._plain is None:
+            context = None
+            if url.scheme == "https":
+                context = httpx.create_ssl_context(verify=self._verify)  # httpx's: SSL_CERT_FILE too
+                context.set_alpn_protocols(["http/1.1"])
+            port = url.port or (443 if url.scheme == "https" else 80)
+            self._plain = PlainGet(url.scheme, url.host, port, keep=len(self._busy), ssl_context=context)
+        return self._plain
 
     async def aclose(self) -> None:
         for pool in self._pools:
             await pool.aclose()
-
-
-def httpcore_errors() -> tuple[type[Exception], ...]:
-    """What httpcore raises for a request that got no (whole) answer; httpx maps the same ones."""
-    import httpcore
-
-    return (
-        httpcore.TimeoutException,
-        httpcore.NetworkError,
-        httpcore.ProtocolError,
-        httpcore.ProxyError,
-        httpcore.UnsupportedProtocol,
-    )
+        if self._plain is not None:
+            await self._plain.aclose()
 
 
 class _Counted(httpx.AsyncByteStream):
@@ -407,33 +374,28 @@ class StoreClient:
     async def _get(self, endpoint: httpx.URL, query: bytes) -> tuple[bytes, str | None]:
         """A listing page's GET: (body, its counter header or None), retried as `_request`.
 
-        With the client's own pools (not a test's transport) it goes straight to httpcore: a hosted
-        tick is hundreds of pages, and httpx's client layers (request and response models, auth,
-        redirects, cookies, the transport's stream wrappers) were ~30 % of the daemon's CPU for
-        them (py-spy of the daemon over hosted ticks, PERFORMANCE.md's network section). The
-        request is the same one: the client's headers, `accept-encoding: gzip` (decoded here), the
-        client's timeouts, the same connections."""
+        With the client's own pools (not a test's transport) it is a plain HTTP/1.1 GET on trio's
+        sockets (memfs/plain_get.py): a hosted tick is hundreds of pages, and httpx's client layers
+        were ~30 % of the daemon's CPU for them, then httpcore and h11 ~1.1 ms a page
+        (PERFORMANCE.md's network section, third and fourth pass). The request is the same one:
+        the client's headers, `accept-encoding: gzip` (decoded here), the client's timeouts, TLS
+        as httpx does it; connections of its own, as many as the slots."""
         pools = self._pools
-        if pools is None or not pools.direct():
+        if pools is None:  # a test's transport
             resp = await self._request("GET", httpx.URL(endpoint, query=query))
             return resp.content, resp.headers.get(COUNTER_HEADER)
-        import httpcore
-
-        errors = httpcore_errors()
+        plain = pools.plain(endpoint)
         # The target put together here: an httpx.URL per page parsed and re-quoted the whole URL
         # (~9 % of the daemon's CPU in a hosted tick, py-spy). `query` is percent-encoded ASCII.
         target = endpoint.raw_path + b"?" + query
-        core_url = httpcore.URL(
-            scheme=endpoint.raw_scheme, host=endpoint.raw_host, port=endpoint.port, target=target
-        )
         for attempt in range(self.retries + 1):
             self.requests_sent += 1
             try:
                 async with self.slots:
-                    status, headers, body = await pools.get(core_url, self._get_headers, self._get_timeout)
-            except errors as exc:
+                    status, headers, body = await plain.get(target, self._get_headers, self._get_timeout)
+            except PlainHTTPError as exc:
                 url = f"{endpoint}?{query.decode('ascii')}"
-                raise Unreachable(f"GET {url}: {type(exc).__name__}: {exc or '(no details)'}") from exc
+                raise Unreachable(f"GET {url}: {exc}") from exc
             encoding = counter = None
             for name, value in headers:
                 name = name.lower()
