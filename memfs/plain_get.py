@@ -45,7 +45,7 @@ class _Conn:
     def __init__(self, stream: trio.abc.Stream, raw: trio.SocketStream):
         self.stream = stream
         self.raw = raw  # the TCP stream under TLS (or the stream itself), for the readability test
-        self.buf = b""  # bytes received past the last answer (none, from a well-behaved server)
+        self.buf = b""  # bytes received past the answer (a connection with any is not kept)
 
 
 class PlainGet:
@@ -135,7 +135,8 @@ class PlainGet:
             if isinstance(exc, trio.TooSlowError):
                 raise PlainHTTPError("timed out") from exc
             raise  # a cancellation, or a bug
-        if reusable and len(self._idle) < self._keep:
+        # Bytes past the answer were never asked for: such a connection is not used again.
+        if reusable and not conn.buf and len(self._idle) < self._keep:
             self._idle.append(conn)
         else:
             await trio.aclose_forcefully(conn.stream)

@@ -277,3 +277,19 @@ async def test_pages_over_https_with_a_private_ca_and_a_refused_certificate(tmp_
             await untrusting.aclose()
     finally:
         svc.stop()
+
+
+async def test_bytes_past_an_answer_are_never_read_as_the_next_one():
+    one, two = _page(["/a.md"]), _page(["/b.md"])
+    forged = _ok(two)  # what a confused server (or a proxy) sent after the answer
+    server = _RawServer([(_ok(one) + forged, False), (_ok(one), False)])
+    get = PlainGet("http", "127.0.0.1", server.port, keep=2)
+    timeout = {"connect": 5.0, "read": 5.0, "write": 5.0}
+    try:
+        assert (await get.get(b"/", [(b"host", b"x")], timeout))[2] == one
+        await trio.sleep(0.1)
+        assert (await get.get(b"/", [(b"host", b"x")], timeout))[2] == one
+        assert get.connections_opened == 2
+    finally:
+        await get.aclose()
+        server.close()
