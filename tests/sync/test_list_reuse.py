@@ -157,3 +157,31 @@ async def test_an_idle_hosted_store_is_found_idle_without_comparing_its_memories
         assert plans == [world.notes]
     finally:
         await world.close()
+
+
+async def test_a_store_that_moved_but_little_keeps_the_baselines_entries_for_the_rest(hosted, tmp_path):
+    world, m = await hosted_world(hosted, tmp_path, {f"/d{i % 4}/f{i}.md": str(i) for i in range(240)})
+    try:
+        await hosted.update(world.notes, world.ids["/d1/f5.md"], content="theirs")
+        await hosted.update(world.notes, world.ids["/d2/f6.md"], path="/d3/moved.md")
+        reader = m.engine.reader
+        store = next(s for s in m.engine.stores if s.store_id == world.notes)
+        baseline = reader.baseline(world.notes)
+        read = await reader.read(
+            store,
+            None,
+            baseline.entries,
+            remote_module.Pulled(),
+            has_counter=False,
+            sizes=baseline.sizes,
+            expect=baseline.remote,
+        )
+        now = await hosted.memories(world.notes)  # by path
+        assert {e.memory_id: (e.path, e.sha, e.size) for e in read.entries.values()} == {
+            mem["id"]: (path, mem["content_sha256"], mem["content_size_bytes"]) for path, mem in now.items()
+        }
+        moved = {world.ids["/d1/f5.md"], world.ids["/d2/f6.md"]}
+        for mid, e in read.entries.items():
+            assert (e is baseline.remote[mid]) == (mid not in moved), mid
+    finally:
+        await world.close()
