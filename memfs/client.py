@@ -17,17 +17,15 @@ import zlib
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from operator import itemgetter
-from typing import TYPE_CHECKING, Any
+from typing import Any, NamedTuple
 from urllib.parse import quote
 
 import httpx
 import orjson
 import trio
 
-if TYPE_CHECKING:  # httpcore is imported with the first transport (see `_Pools`)
-    import httpcore
-
 from memfs.errors import ApiError, Unreachable
+from memfs.plain_get import PlainGet, PlainHTTPError
 from memfs.protocol import COUNTER_HEADER, MEMORY_BETA, SESSIONS_BETA
 from memfs.snapshot_stream import (
     SNAPSHOT_CHUNK_BYTES,
@@ -48,6 +46,9 @@ BATCH_MAX_OPERATIONS = 1000
 BATCH_MAX_BYTES = 1024 * 1024 - 4096
 
 
+# Memories of the stores' last basic listings kept for the next tick (`_LastListing`): ~1.4 KB
+# each (the parsed item and its share of the page's bytes), so ~35 MB at most.
+LISTINGS_KEPT = 25_000
 POOL_SHARD = 1  # connections per pool (see `_Pools`)
 COUNTER_HEADER_BYTES = COUNTER_HEADER.lower().encode("ascii")
 
@@ -64,7 +65,9 @@ class _Pools(httpx.AsyncBaseTransport):
     8-store listing (0.6 s in all, 0.35-0.45 s with pools of 1: PERFORMANCE.md, network section).
     So each pool holds one connection: the requests in flight are bounded by the client's slots
     (`concurrency`, as many as there are pools), so the least busy pool is always an idle one
-    and no request waits in a pool; the connections are the same."""
+    and no request waits in a pool; the connections are the same. The listing pages take
+    connections of their own, past httpx and httpcore (`plain`, memfs/plain_get.py), under the
+    same slots."""
 
     def __init__(self, connections: int, *, verify: bool):
         n = max(1, -(-connections // POOL_SHARD))
@@ -75,7 +78,7 @@ class _Pools(httpx.AsyncBaseTransport):
         # which a mount whose start the early download served needs only after it is ready.
         self._pools: list[httpx.AsyncHTTPTransport] = []
         self._busy = [0] * n
-        self._direct: bool | None = None
+        self._plain: PlainGet | None = None
 
     def _transports(self) -> list[httpx.AsyncHTTPTransport]:
         if not self._pools:
@@ -83,17 +86,6 @@ class _Pools(httpx.AsyncBaseTransport):
                 httpx.AsyncHTTPTransport(verify=self._verify, limits=self._limits) for _ in self._busy
             ]
         return self._pools
-
-    def direct(self) -> bool:
-        """Whether `get` can go to httpcore's pool under each httpx transport. It reads httpx's
-        private `AsyncHTTPTransport._pool` (httpx 0.27-0.28): where a release has no such pool,
-        the listing pages take httpx's path like every other request."""
-        if self._direct is None:
-            import httpcore
-
-            pool = getattr(self._transports()[0], "_pool", None)
-            self._direct = isinstance(pool, httpcore.AsyncConnectionPool)
-        return self._direct
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         self._transports()
@@ -107,45 +99,23 @@ class _Pools(httpx.AsyncBaseTransport):
         resp.stream = _Counted(resp.stream, self._busy, i)
         return resp
 
-    async def get(
-        self, url: httpcore.URL, headers: list[tuple[bytes, bytes]], timeout: dict[str, float | None]
-    ) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
-        """One GET, its body read whole, through the least busy pool, straight to httpcore's pool
-        under httpx's transport (the listing pages, `StoreClient._get`): (status, headers, body).
-        httpcore's errors are raised as they are (`httpcore_errors`). Only where `direct()`."""
-        import httpcore
-
-        pools = self._transports()
-        i = min(range(len(pools)), key=self._busy.__getitem__)
-        self._busy[i] += 1
-        try:
-            pool: httpcore.AsyncConnectionPool = pools[i]._pool
-            request = httpcore.Request(b"GET", url, headers=headers, extensions={"timeout": timeout})
-            resp = await pool.handle_async_request(request)
-            try:
-                body = b"".join([chunk async for chunk in resp.stream])  # type: ignore[union-attr]
-            finally:
-                await resp.aclose()
-        finally:
-            self._busy[i] -= 1
-        return resp.status, resp.headers, body
+    def plain(self, url: httpx.URL) -> PlainGet:
+        """The listing pages' GET (`StoreClient._get`, memfs/plain_get.py): connections of its
+        own, as many kept as the client has slots, to the one origin the client talks to."""
+        if self._plain is None:
+            context = None
+            if url.scheme == "https":
+                context = httpx.create_ssl_context(verify=self._verify)  # httpx's: SSL_CERT_FILE too
+                context.set_alpn_protocols(["http/1.1"])
+            port = url.port or (443 if url.scheme == "https" else 80)
+            self._plain = PlainGet(url.scheme, url.host, port, keep=len(self._busy), ssl_context=context)
+        return self._plain
 
     async def aclose(self) -> None:
         for pool in self._pools:
             await pool.aclose()
-
-
-def httpcore_errors() -> tuple[type[Exception], ...]:
-    """What httpcore raises for a request that got no (whole) answer; httpx maps the same ones."""
-    import httpcore
-
-    return (
-        httpcore.TimeoutException,
-        httpcore.NetworkError,
-        httpcore.ProtocolError,
-        httpcore.ProxyError,
-        httpcore.UnsupportedProtocol,
-    )
+        if self._plain is not None:
+            await self._plain.aclose()
 
 
 class _Counted(httpx.AsyncByteStream):
@@ -200,6 +170,59 @@ class Listing:
     @property
     def consistent(self) -> bool:
         return len(self.counters) == 1
+
+
+class _Page(NamedTuple):
+    """One listing page as parsed: what `list_memories` takes from it. `body` is the answer's
+    bytes (decoded) for a basic page that a later tick may compare against, else empty."""
+
+    body: bytes
+    data: list[dict[str, Any]]  # the page's items as the API gave them (memories and prefixes)
+    memories: list[dict[str, Any]]  # its memories, in the page's order
+    ids: list[str]  # their ids
+    distinct: bool  # no id twice within the page
+    prefixes: list[str]  # the paths of its `memory_prefix` roll-ups
+    next_page: str | None
+
+
+def _parse_page(url: str, body: bytes, *, keep_body: bool) -> _Page:
+    try:
+        page = orjson.loads(body)  # full-view pages are a first download's bulk
+    except ValueError as exc:
+        raise Unreachable(f"GET {url}: answer is not JSON") from exc
+    data = page["data"]
+    memories: list[dict[str, Any]] = []
+    prefixes: list[str] = []
+    for item in data:
+        kind = item.get("type")
+        if kind == "memory":
+            memories.append(item)
+        elif kind == "memory_prefix":
+            prefixes.append(item["path"])
+    ids = [m["id"] for m in memories]
+    return _Page(
+        body if keep_body else b"",
+        data,
+        memories,
+        ids,
+        len(set(ids)) == len(ids),
+        prefixes,
+        page.get("next_page"),
+    )
+
+
+@dataclass
+class _LastListing:
+    """A store's last basic listing (SEMANTICS.md#d-no-counter: every hosted tick lists every
+    store): its pages by request, and its memories in path order. A page whose answer is
+    byte for byte the one this listing got is taken as parsed then: equal bytes are an equal
+    answer (orjson is a pure function of them), so no change can hide behind it. A listing
+    whose every page is one of these, the same requests, has these memories: it is given the
+    same sorted list, which lets the reader know an unchanged store without comparing 2,000
+    memories again (sync/remote.py)."""
+
+    pages: dict[bytes, _Page]  # the request's query -> its page
+    items: list[dict[str, Any]]  # read-only: shared by every listing that reuses it
 
 
 @dataclass(frozen=True)
@@ -304,6 +327,8 @@ class StoreClient:
             transport=transport,  # `concurrency` connections in all (tests: their own transport)
         )
         self.requests_sent = 0
+        self.pages_parsed = 0  # listing pages parsed, not taken as the last listing had them (tests)
+        self._last_listings: dict[str, _LastListing] = {}  # store id -> its last basic listing
         self.retried = 0  # requests sent again after a retry-after (for the logs and tests)
         # `_get`'s request headers: the client's own (as httpx sends them), gzip the only encoding
         # asked for (the one decoded there), and the host.
@@ -349,33 +374,28 @@ class StoreClient:
     async def _get(self, endpoint: httpx.URL, query: bytes) -> tuple[bytes, str | None]:
         """A listing page's GET: (body, its counter header or None), retried as `_request`.
 
-        With the client's own pools (not a test's transport) it goes straight to httpcore: a hosted
-        tick is hundreds of pages, and httpx's client layers (request and response models, auth,
-        redirects, cookies, the transport's stream wrappers) were ~30 % of the daemon's CPU for
-        them (py-spy of the daemon over hosted ticks, PERFORMANCE.md's network section). The
-        request is the same one: the client's headers, `accept-encoding: gzip` (decoded here), the
-        client's timeouts, the same connections."""
+        With the client's own pools (not a test's transport) it is a plain HTTP/1.1 GET on trio's
+        sockets (memfs/plain_get.py): a hosted tick is hundreds of pages, and httpx's client layers
+        were ~30 % of the daemon's CPU for them, then httpcore and h11 ~1.1 ms a page
+        (PERFORMANCE.md's network section, third and fourth pass). The request is the same one:
+        the client's headers, `accept-encoding: gzip` (decoded here), the client's timeouts, TLS
+        as httpx does it; connections of its own, as many as the slots."""
         pools = self._pools
-        if pools is None or not pools.direct():
+        if pools is None:  # a test's transport
             resp = await self._request("GET", httpx.URL(endpoint, query=query))
             return resp.content, resp.headers.get(COUNTER_HEADER)
-        import httpcore
-
-        errors = httpcore_errors()
+        plain = pools.plain(endpoint)
         # The target put together here: an httpx.URL per page parsed and re-quoted the whole URL
         # (~9 % of the daemon's CPU in a hosted tick, py-spy). `query` is percent-encoded ASCII.
         target = endpoint.raw_path + b"?" + query
-        core_url = httpcore.URL(
-            scheme=endpoint.raw_scheme, host=endpoint.raw_host, port=endpoint.port, target=target
-        )
         for attempt in range(self.retries + 1):
             self.requests_sent += 1
             try:
                 async with self.slots:
-                    status, headers, body = await pools.get(core_url, self._get_headers, self._get_timeout)
-            except errors as exc:
+                    status, headers, body = await plain.get(target, self._get_headers, self._get_timeout)
+            except PlainHTTPError as exc:
                 url = f"{endpoint}?{query.decode('ascii')}"
-                raise Unreachable(f"GET {url}: {type(exc).__name__}: {exc or '(no details)'}") from exc
+                raise Unreachable(f"GET {url}: {exc}") from exc
             encoding = counter = None
             for name, value in headers:
                 name = name.lower()
@@ -548,34 +568,51 @@ class StoreClient:
         listing = Listing()
         seen: set[str] = set()
         started: set[str] = set()
+        # A basic listing compares each page with the store's last one (`_LastListing`); a
+        # full-view page (content) is never kept.
+        basic = view == "basic"
+        last = self._last_listings.get(store_id) if basic else None
+        last_pages = last.pages if last is not None else {}
+        used: dict[bytes, _Page] = {}
+        fresh = 0  # pages parsed anew (not as the last listing had them)
 
-        async def page(prefix: str, depth: int, cursor: str | None) -> dict[str, Any]:
+        async def page(prefix: str, depth: int, cursor: str | None) -> _Page:
+            nonlocal fresh
             query = head + str(depth)
             if prefix != "/":  # percent-encoded whole (a path may hold "&", "+", "#", "%", spaces)
                 query += "&path_prefix=" + quote(prefix, safe="/")
             if cursor:
                 query += "&page=" + quote(cursor, safe="")
-            content, counter = await self._get(endpoint, query.encode("ascii"))
+            key = query.encode("ascii")
+            content, counter = await self._get(endpoint, key)
             listing.requests += 1
-            try:
-                body = orjson.loads(content)  # full-view pages are a first download's bulk
-            except ValueError as exc:
-                raise Unreachable(f"GET {url}: answer is not JSON") from exc
             if counter is not None:
                 listing.counters.add(int(counter))
-            return body
+            got = last_pages.get(key)
+            if got is None or got.body != content:
+                fresh += 1
+                self.pages_parsed += 1
+                got = _parse_page(url, content, keep_body=basic)
+            if basic:
+                used[key] = got
+            return got
 
         items = listing.items
+        duplicates = listing.duplicates
 
-        def keep(data: list[dict[str, Any]]) -> None:
-            """A page's memories (a tick's listing is 16,000 of them: one loop, not a call each)."""
-            for item in data:
-                if item.get("type") == "memory":
-                    mid = item["id"]
+        def keep(got: _Page) -> None:
+            """A page's memories (a tick's listing is 16,000 of them: set operations, not a loop)."""
+            ids = got.ids
+            if not got.distinct:
+                for mid in ids:
                     if mid in seen:
-                        listing.duplicates.add(mid)
+                        duplicates.add(mid)
                     seen.add(mid)
-                    items.append(item)
+            else:
+                if not seen.isdisjoint(ids):
+                    duplicates.update(seen.intersection(ids))
+                seen.update(ids)
+            items.extend(got.memories)
 
         def start(prefix: str, nursery: trio.Nursery) -> None:
             if prefix not in started:
@@ -585,29 +622,26 @@ class StoreClient:
         async def subtree(prefix: str, nursery: trio.Nursery) -> None:
             size = known.get(prefix, 0)
             if size <= 2 * limit:
-                body = await page(prefix, 0, None)
-                cursor = body.get("next_page")
-                if not cursor or 0 < size:  # small, or known to be worth paging whole
+                got = await page(prefix, 0, None)
+                if not got.next_page or 0 < size:  # small, or known to be worth paging whole
                     while True:
-                        keep(body["data"])
+                        keep(got)
                         if on_page is not None:
-                            await on_page(body["data"])
-                        if not cursor:
+                            await on_page(got.data)
+                        if not got.next_page:
                             return
-                        body = await page(prefix, 0, cursor)
-                        cursor = body.get("next_page")
+                        got = await page(prefix, 0, got.next_page)
             for sub in children.get(prefix, ()):
                 start(sub, nursery)
             cursor = None
             while True:
-                body = await page(prefix, 1, cursor)
-                for item in body["data"]:
-                    if item.get("type") == "memory_prefix":
-                        start(item["path"], nursery)
-                keep(body["data"])
+                got = await page(prefix, 1, cursor)
+                for sub in got.prefixes:
+                    start(sub, nursery)
+                keep(got)
                 if on_page is not None:
-                    await on_page(body["data"])
-                cursor = body.get("next_page")
+                    await on_page(got.data)
+                cursor = got.next_page
                 if not cursor:
                     return
 
@@ -616,8 +650,28 @@ class StoreClient:
                 start("/", nursery)
         except BaseExceptionGroup as group:  # the first failure, as itself: callers catch it by type
             raise _first(group) from None
-        listing.items.sort(key=itemgetter("path"))  # the API's order: by path
+        if (
+            last is not None
+            and not fresh
+            and len(used) == len(last_pages)
+            and all(last_pages.get(key) is got for key, got in used.items())
+        ):
+            # The same requests got the same answers: the same memories, already in path order.
+            listing.items = last.items
+        else:
+            listing.items.sort(key=itemgetter("path"))  # the API's order: by path
+        if basic:
+            self._keep_listing(store_id, _LastListing(used, listing.items))
         return listing
+
+    def _keep_listing(self, store_id: str, kept: _LastListing) -> None:
+        """Keep a store's last basic listing for the next one, within LISTINGS_KEPT memories
+        for all stores together (a store whose listing does not fit keeps none)."""
+        listings = self._last_listings
+        listings.pop(store_id, None)
+        total = sum(len(k.items) for k in listings.values())
+        if total + len(kept.items) <= LISTINGS_KEPT:
+            listings[store_id] = kept
 
     async def get_memory(self, store_id: str, memory_id: str) -> dict[str, Any]:
         return await self._json(

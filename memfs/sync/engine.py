@@ -506,7 +506,7 @@ class SyncEngine:
             )
             if new_counter is None:
                 new_counter = remote_counter
-            if counters is None and remote == baseline.remote:
+            if counters is None and (remote is baseline.remote or remote == baseline.remote):
                 # No counter (SEMANTICS.md#d-no-counter): every tick lists, and an idle store lists as its baseline.
                 # Then nothing moved remotely, and the idle test below applies as with a counter:
                 # planning 8 x 2,000 unchanged files each tick took seconds on this thread.

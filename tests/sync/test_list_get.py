@@ -1,5 +1,6 @@
-"""A listing page's GET (client.StoreClient._get): with the client's own pools it goes straight to
-httpcore, past httpx's client layers (PERFORMANCE.md, network section), and must still be the same
+"""A listing page's GET (client.StoreClient._get): with the client's own pools it is a plain GET on
+trio's sockets (memfs/plain_get.py, tests/sync/test_plain_get.py), past httpx's client layers and
+httpcore (PERFORMANCE.md, network section), and must still be the same
 request with the same outcomes: the client's headers, gzip decoded, an unasked encoding refused,
 a short retry-after retried, a broken connection Unreachable, any prefix name carried as itself.
 Real sockets: a `memfs serve --hosted-api` subprocess, or a stdlib HTTP server in a thread."""
@@ -48,50 +49,6 @@ async def test_listing_pages_skip_httpxs_client_and_list_every_memory_once(tmp_p
         assert sorted(m["path"] for m in listing.items) == sorted(paths)
         assert not listing.duplicates and listing.requests >= len(ODD)
         assert listing.counters == set()  # the hosted API sends no counter header
-    finally:
-        svc.stop()
-
-
-async def test_an_httpx_without_the_private_pool_lists_through_httpx(tmp_path, monkeypatch):
-    # The straight path reads httpx's private AsyncHTTPTransport._pool; a release without it
-    # must not break listings: they take httpx's path like every other request.
-    import httpx
-
-    svc = ServiceProcess(tmp_path / "svc", hosted_api=True)
-    try:
-        sid = svc.create_store("plain")["id"]
-        with svc.admin_client() as admin:
-            for i in range(150):
-                admin.post(f"/v1/memory_stores/{sid}/memories", json={"path": f"/d/n{i}.md", "content": "x"})
-        real_init = httpx.AsyncHTTPTransport.__init__
-
-        class Renamed:  # httpx's transport still works through it; it is no httpcore pool
-            def __init__(self, pool):
-                self._inner = pool
-
-            def __getattr__(self, name):
-                return getattr(self._inner, name)
-
-        def without_pool(self, *a, **kw):
-            real_init(self, *a, **kw)
-            self._pool = Renamed(self._pool)
-
-        monkeypatch.setattr(httpx.AsyncHTTPTransport, "__init__", without_pool)
-        sent = []
-        client = StoreClient(svc.base_url, svc.admin_key)
-        real_request = client._http.request
-
-        async def counted(*a, **kw):
-            sent.append(a[:2])
-            return await real_request(*a, **kw)
-
-        monkeypatch.setattr(client._http, "request", counted)
-        try:
-            listing = await client.list_memories(sid)
-        finally:
-            await client.aclose()
-        assert len(listing.items) == 150 and not listing.duplicates
-        assert sent and all(method == "GET" for method, _url in sent)
     finally:
         svc.stop()
 

@@ -36,6 +36,7 @@ from memfs.sync.plan import (
     SetLocalMemoryId,
     Skip,
     Unskip,
+    is_temp_path,
     plan_store,
     temp_path,
 )
@@ -1055,3 +1056,16 @@ def test_property_refused_bad_utf8_holds_and_skips_reach_a_fixed_point(world, da
                 or (f.path in inp.refused and inp.refused[f.path].sha == f.sha)
                 or not _fits({r.path for r in inp.remote.values()}, f.path)
             )
+
+
+@given(
+    memory_id=st.one_of(st.text(max_size=40), st.from_regex(r"mem_[A-Za-z0-9]{1,30}", fullmatch=True)),
+    tail=st.text(max_size=8),
+    mode=st.sampled_from(["temp", "temp+tail", "other"]),
+)
+def test_is_temp_path_answers_as_comparing_with_temp_path(memory_id, tail, mode):
+    """The planner asks `is_temp_path` for every memory instead of building its temporary path:
+    the same answer for the memory's own temporary path, another one, or any path."""
+    path = {"temp": temp_path(memory_id), "temp+tail": temp_path(memory_id) + tail, "other": "/" + tail}[mode]
+    assert is_temp_path(path, memory_id) == (path == temp_path(memory_id))
+    assert is_temp_path(temp_path(memory_id), memory_id)

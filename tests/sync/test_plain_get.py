@@ -1,0 +1,295 @@
+"""A listing page's GET on trio's sockets (memfs/plain_get.py), past httpcore and h11: the same
+request and the same outcomes as before (tests/sync/test_list_get.py), and the framing a server
+may choose: content-length, chunked, a body ended by the connection's close; a kept connection
+the server closed meanwhile sent again on a new one; a broken answer Unreachable, never a page.
+Real sockets: a `memfs serve --hosted-api` subprocess, or a raw TCP server in a thread."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+
+import pytest
+import trio
+
+from memfs.client import StoreClient, Unreachable
+from memfs.plain_get import PlainGet, PlainHTTPError
+from tests.support.service import ServiceProcess
+from tests.support.tls import make_cert
+
+pytestmark = [pytest.mark.trio, pytest.mark.timeout(60)]
+
+
+class _RawServer:
+    """Answers each request with the next scripted raw bytes; `close` after it ends that
+    connection. Records each request's head."""
+
+    def __init__(self, script: list[tuple[bytes, bool]]):
+        self.script = list(script)
+        self.heads: list[bytes] = []
+        self.connections = 0
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(16)
+        self.port = self.sock.getsockname()[1]
+        self.url = f"http://127.0.0.1:{self.port}"
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            self.connections += 1
+            threading.Thread(target=self._one, args=(conn,), daemon=True).start()
+
+    def _one(self, conn: socket.socket) -> None:
+        buf = b""
+        with conn:
+            for _ in range(100):  # bounded: requests per connection in a test
+                while b"\r\n\r\n" not in buf:
+                    data = conn.recv(65536)
+                    if not data:
+                        return
+                    buf += data
+                head, buf = buf.split(b"\r\n\r\n", 1)
+                self.heads.append(head)
+                if not self.script:
+                    return
+                answer, close = self.script.pop(0)
+                conn.sendall(answer)
+                if close:
+                    return
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def _page(paths: list[str], cursor: str | None = None) -> bytes:
+    data = [{"type": "memory", "id": f"mem_{p}", "path": p, "content_sha256": "0" * 64} for p in paths]
+    return json.dumps({"data": data, "next_page": cursor}).encode()
+
+
+def _ok(body: bytes, extra: bytes = b"") -> bytes:
+    return (
+        b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
+        + extra
+        + (b"content-length: %d\r\n\r\n" % len(body))
+        + body
+    )
+
+
+def _chunked(body: bytes) -> bytes:
+    mid = len(body) // 2
+    chunks = b"".join(b"%x;ext=1\r\n%s\r\n" % (len(c), c) for c in (body[:mid], body[mid:]))
+    return b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n" + chunks + b"0\r\nx-trailer: t\r\n\r\n"
+
+
+async def test_pages_go_past_httpx_on_kept_connections_and_list_every_memory(tmp_path, monkeypatch):
+    svc = ServiceProcess(tmp_path / "svc", hosted_api=True)
+    try:
+        sid = svc.create_store("plain")["id"]
+        paths = [f"/d{i % 5}/n{i:03d}.md" for i in range(700)]
+        with svc.admin_client() as admin:
+            for p in paths:
+                assert (
+                    admin.post(
+                        f"/v1/memory_stores/{sid}/memories", json={"path": p, "content": p}
+                    ).status_code
+                    < 300
+                )
+
+        async def no_httpx(*a, **kw):
+            raise AssertionError("a listing page went through httpx")
+
+        client = StoreClient(svc.base_url, svc.admin_key, concurrency=4)
+        monkeypatch.setattr(client._http, "request", no_httpx)
+        try:
+            for _ in range(3):
+                listing = await client.list_memories(sid, known={"/": 700})
+                assert [m["path"] for m in listing.items] == sorted(paths) and not listing.duplicates
+            plain = client._pools._plain
+            assert plain is not None and plain.connections_opened <= 4  # kept, never more than the slots
+            assert client.requests_sent == 3 * listing.requests
+        finally:
+            await client.aclose()
+    finally:
+        svc.stop()
+
+
+async def test_chunked_and_close_delimited_bodies_and_a_closed_kept_connection():
+    one, two = _page(["/a.md"]), _page(["/b.md", "/c.md"])
+    server = _RawServer(
+        [
+            (_chunked(one), False),
+            (_ok(two, b"connection: close\r\n"), True),  # the server says so: not kept
+            (b"HTTP/1.1 200 OK\r\nconnection: close\r\n\r\n" + one, True),  # ends with the close
+            (_ok(two), True),  # kept by the client, then closed by the server: the next is sent anew
+            (_ok(one), False),
+        ]
+    )
+    client = StoreClient(server.url, "tok")
+    try:
+        got = [[m["path"] for m in (await client.list_memories("memstore_x")).items] for _ in range(5)]
+    finally:
+        await client.aclose()
+        server.close()
+    assert got == [["/a.md"], ["/b.md", "/c.md"], ["/a.md"], ["/b.md", "/c.md"], ["/a.md"]]
+    assert server.connections == 4 and len(server.heads) == 5
+    head = server.heads[0].decode("latin-1").split("\r\n")
+    assert head[0] == "GET /v1/memory_stores/memstore_x/memories?view=basic&limit=100&depth=0 HTTP/1.1"
+    fields = dict(line.split(": ", 1) for line in head[1:])
+    assert fields["authorization"] == "Bearer tok" and fields["accept-encoding"] == "gzip"
+    assert fields["host"] == f"127.0.0.1:{server.port}" and fields["anthropic-beta"]
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        b'HTTP/1.1 200 OK\r\ncontent-length: 500\r\n\r\n{"data": []',  # cut short
+        b'HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n5\r\n{"dat',  # a chunk cut short
+        b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\nzz\r\n",  # not a chunk size
+        b"SSH-2.0-OpenSSH\r\n\r\n",  # not HTTP
+        b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\ncontent-length: 3\r\n\r\n{}",  # two lengths
+        b"",  # closed without a word, on a new connection
+    ],
+)
+async def test_a_broken_answer_is_unreachable_never_a_page(answer):
+    server = _RawServer([(answer, True)])
+    client = StoreClient(server.url, "tok", timeout=5)
+    try:
+        with pytest.raises(Unreachable):
+            await client.list_memories("memstore_x")
+    finally:
+        await client.aclose()
+        server.close()
+
+
+async def test_a_silent_server_times_out():
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(1)  # accepts (the kernel does), never reads or answers
+    get = PlainGet("http", "127.0.0.1", listener.getsockname()[1], keep=1)
+    try:
+        with pytest.raises(PlainHTTPError, match="timed out"):
+            await get.get(b"/", [(b"host", b"x")], {"connect": 2.0, "read": 0.3, "write": 2.0})
+    finally:
+        await get.aclose()
+        listener.close()
+
+
+async def test_a_cancelled_get_leaves_no_connection_to_reuse():
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(1)
+    get = PlainGet("http", "127.0.0.1", listener.getsockname()[1], keep=1)
+    try:
+        with trio.move_on_after(0.2):
+            await get.get(b"/", [(b"host", b"x")], {"connect": 2.0, "read": None, "write": 2.0})
+        assert get._idle == [] and get.connections_opened == 1
+    finally:
+        await get.aclose()
+        listener.close()
+
+
+async def test_a_kept_connection_closed_after_the_readability_test_is_sent_anew():
+    """The server may close a kept connection between the test and the request's write: the
+    write lands in the kernel, the answer is the close. Then the GET is sent on a new connection;
+    a failure on a new connection is not retried (the next test)."""
+    body = _page(["/a.md"])
+    server = _RawServer(
+        [(_ok(body), True), (_ok(body), False)]
+    )  # the first connection closes after its answer
+    get = PlainGet("http", "127.0.0.1", server.port, keep=2)
+    timeout = {"connect": 5.0, "read": 5.0, "write": 5.0}
+    try:
+        assert (await get.get(b"/", [(b"host", b"x")], timeout))[2] == body
+        assert len(get._idle) == 1
+        await trio.sleep(0.2)  # the server's close has arrived
+        kept = get._idle[0]
+
+        class NotYet:  # the close is not seen by the test (it comes just after it)
+            def __init__(self, sock):
+                self._sock = sock
+
+            def is_readable(self):
+                return False
+
+        kept.raw = type("Raw", (), {"socket": NotYet(kept.raw.socket)})()
+        status, _headers, got = await get.get(b"/", [(b"host", b"x")], timeout)
+        assert (status, got) == (200, body) and get.connections_opened == 2
+    finally:
+        await get.aclose()
+        server.close()
+
+
+async def test_a_new_connection_closed_without_an_answer_is_an_error_not_retried():
+    server = _RawServer([(b"", True), (_ok(_page(["/a.md"])), False)])
+    get = PlainGet("http", "127.0.0.1", server.port, keep=2)
+    try:
+        with pytest.raises(PlainHTTPError):
+            await get.get(b"/", [(b"host", b"x")], {"connect": 5.0, "read": 5.0, "write": 5.0})
+        assert get.connections_opened == 1
+    finally:
+        await get.aclose()
+        server.close()
+
+
+@pytest.mark.parametrize("server", ["uvicorn", "hypercorn"])
+async def test_pages_over_https_with_a_private_ca_and_a_refused_certificate(tmp_path, monkeypatch, server):
+    """TLS as httpx does it: its context (SSL_CERT_FILE names the trusted CA), ALPN http/1.1, the
+    host's name checked; without the CA the certificate is refused and the listing Unreachable."""
+    ca, cert, key = make_cert(tmp_path / "tls")
+    svc = ServiceProcess(
+        tmp_path / "svc",
+        hosted_api=True,
+        extra_args=("--server", server, "--certfile", str(cert), "--keyfile", str(key)),
+    )
+    try:
+        assert svc.base_url.startswith("https://")
+        monkeypatch.setenv("SSL_CERT_FILE", str(ca))
+        sid = svc.create_store("tls")["id"]
+        paths = [f"/t{i % 3}/n{i:03d}.md" for i in range(250)]
+        with svc.admin_client() as admin:
+            for p in paths:
+                assert (
+                    admin.post(
+                        f"/v1/memory_stores/{sid}/memories", json={"path": p, "content": p}
+                    ).status_code
+                    < 300
+                )
+        client = StoreClient(svc.base_url, svc.admin_key, concurrency=4)
+        try:
+            for _ in range(2):
+                listing = await client.list_memories(sid, known={"/": 250})
+                assert [m["path"] for m in listing.items] == sorted(paths)
+            assert client._pools._plain.connections_opened <= 4
+        finally:
+            await client.aclose()
+        monkeypatch.delenv("SSL_CERT_FILE")
+        untrusting = StoreClient(svc.base_url, svc.admin_key)
+        try:
+            with pytest.raises(Unreachable, match="CERTIFICATE_VERIFY_FAILED"):
+                await untrusting.list_memories(sid)
+        finally:
+            await untrusting.aclose()
+    finally:
+        svc.stop()
+
+
+async def test_bytes_past_an_answer_are_never_read_as_the_next_one():
+    one, two = _page(["/a.md"]), _page(["/b.md"])
+    forged = _ok(two)  # what a confused server (or a proxy) sent after the answer
+    server = _RawServer([(_ok(one) + forged, False), (_ok(one), False)])
+    get = PlainGet("http", "127.0.0.1", server.port, keep=2)
+    timeout = {"connect": 5.0, "read": 5.0, "write": 5.0}
+    try:
+        assert (await get.get(b"/", [(b"host", b"x")], timeout))[2] == one
+        await trio.sleep(0.1)
+        assert (await get.get(b"/", [(b"host", b"x")], timeout))[2] == one
+        assert get.connections_opened == 2
+    finally:
+        await get.aclose()
+        server.close()
