@@ -108,7 +108,7 @@ def install(logger_name: str, stream, formatter: logging.Formatter) -> None:
 
 
 class RequestLine:
-    """The access log's line per request (SPEC §6: method, path, status, time), as
+    """The access log's line per request (method, path, status, time: every request is logged), as
     `logger.info("%s %s %d %.1fms", …)` would write it. When the logger's one handler is a plain
     text `BatchedLineHandler` (what `memfs serve` installs) and nothing filters, the line goes
     to it directly (`add_message`); any other setup (JSON lines, a test's handler, a filter) gets

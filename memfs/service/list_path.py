@@ -1,6 +1,6 @@
 """The list fast path: `GET /v1/memory_stores/{id}/memories` answered straight from ASGI.
 
-Why: without the counter (SPEC §5.8) a hosted tick lists every store, hundreds of pages, and the
+Why: without the counter (docs/SEMANTICS.md#d-no-counter) a hosted tick lists every store, hundreds of pages, and the
 service's CPU per page was the tick's bottleneck (docs/PERFORMANCE.md, network section, "fourth
 pass"). The full path (app.py `_Service.list_memories`) built a Starlette `Request`, hopped to a
 worker thread, ran five statements (BEGIN, the token's session id, its sessions row, its
