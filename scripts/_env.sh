@@ -58,9 +58,8 @@ ensure_python() {
     # default mode installs an import finder whose module (pathlib, re, importlib.util…) every
     # Python start of the venv imports from site: ~20 ms of each `memfs sync` hook process here,
     # which an installed wheel does not pay either.
-    # bin/memfs and bin/_memfs are installed as copies (setuptools script-files), so their changes
-    # need a reinstall too.
-    want="$(cat "$REPO/pyproject.toml" "$REPO/bin/memfs" "$REPO/bin/_memfs" | sha256sum | cut -d' ' -f1) editable-compat"
+    # bin/memfs is installed as a copy (setuptools script-files), so its changes need a reinstall too.
+    want="$(cat "$REPO/pyproject.toml" "$REPO/bin/memfs" | sha256sum | cut -d' ' -f1) editable-compat"
     if [ "$(cat "$stamp" 2>/dev/null || true)" != "$want" ]; then
         echo "memfs: installing memfs and its dependencies into $VENV" >&2
         "$VENV/bin/pip" install -q --disable-pip-version-check \
