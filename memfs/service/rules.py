@@ -13,8 +13,10 @@ import dataclasses
 import hashlib
 import secrets
 import string
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime
+from operator import attrgetter, itemgetter
+from typing import Any, TypeVar
 
 from memfs.limits import slugify
 from memfs.service import wire
@@ -50,6 +52,7 @@ from memfs.service.storage import (
 
 MAX_METADATA_PAIRS = 16
 _WALK_ROWS = 16  # rows per query of a depth=1 walk (index entries: cheap to read past)
+R = TypeVar("R")  # a row of a depth=1 walk: a record or a plain tuple
 _ID_ALPHABET = string.ascii_letters + string.digits
 
 
@@ -87,15 +90,58 @@ def _require_store(tx: Tx, store_id: str) -> StoreRecord:
     return store
 
 
+def _resume(path_prefix: str, after: str | None) -> tuple[str, bool]:
+    """Where a page starts: after the last item of the previous page; after a roll-up item, past
+    its whole subtree. (lo, inclusive)."""
+    if after is None:
+        return path_prefix, True
+    return (upper_bound(after), True) if after.endswith("/") else (after, False)
+
+
+def _walk_children(
+    rows_from: Callable[[str, bool], Sequence[R]],
+    path_of: Callable[[R], str],
+    path_prefix: str,
+    lo: str,
+    inclusive: bool,
+    limit: int,
+    memory: Callable[[R], Any],
+    prefix: Callable[[str], Any],
+) -> list:
+    """A `depth=1` page's items, up to `limit + 1`: the direct children of `path_prefix` in path
+    order, each deeper subtree one roll-up (`prefix(sub)`), skipped at once. The walk reads no
+    content (a page of 20 full-view roll-ups read 20 whole memories only to name their prefixes)
+    and a few rows per query (`rows_from(lo, inclusive)`): a run of direct children is one query,
+    not one each, and a roll-up skips the rest of its subtree in the rows already read. Shared by
+    the records' page (`_list_page`) and the wire rows' (`_list_page_wire`)."""
+    items: list = []
+    while len(items) <= limit:
+        rows = rows_from(lo, inclusive)
+        if not rows:
+            break
+        for row in rows:
+            if len(items) > limit:
+                break
+            path = path_of(row)
+            if path < lo or (path == lo and not inclusive):
+                continue  # inside the subtree just rolled up
+            rest = path[len(path_prefix) :]
+            if "/" in rest:
+                sub = path_prefix + rest.split("/", 1)[0] + "/"
+                items.append(prefix(sub))
+                lo, inclusive = upper_bound(sub), True
+            else:
+                items.append(memory(row))
+                lo, inclusive = path, False
+    return items
+
+
 def _list_page(
     tx: Tx, store_id: str, path_prefix: str, depth: int, limit: int, after: str | None, with_content: bool
 ) -> Page:
     """One page of a listing, read in `tx` (StoreService.list_memories, list_memories_as)."""
     hi = upper_bound(path_prefix)
-    # Resume after the last item of the previous page; a roll-up item resumes after its subtree.
-    lo, inclusive = path_prefix, True
-    if after is not None:
-        lo, inclusive = (upper_bound(after), True) if after.endswith("/") else (after, False)
+    lo, inclusive = _resume(path_prefix, after)
     items: list = []
     _require_store(tx, store_id)
     counter = tx.counter(store_id)
@@ -104,30 +150,18 @@ def _list_page(
             store_id, lo=lo, lo_inclusive=inclusive, hi=hi, limit=limit + 1, content=with_content
         )
     else:
-        # Walk the children in path order; each deeper subtree is one roll-up, skipped at
-        # once. The walk reads no content (a page of 20 full-view roll-ups read 20 whole
-        # memories only to name their prefixes) and reads a few rows per query: a run of
-        # direct children is one query, not one each, and a roll-up skips the rest of
-        # its subtree in the rows already read.
-        while len(items) <= limit:
-            rows = tx.list_live(
-                store_id, lo=lo, lo_inclusive=inclusive, hi=hi, limit=_WALK_ROWS, content=False
-            )
-            if not rows:
-                break
-            for row in rows:
-                if len(items) > limit:
-                    break
-                if row.path < lo or (row.path == lo and not inclusive):
-                    continue  # inside the subtree just rolled up
-                rest = row.path[len(path_prefix) :]
-                if "/" in rest:
-                    sub = path_prefix + rest.split("/", 1)[0] + "/"
-                    items.append(PrefixRecord(sub))
-                    lo, inclusive = upper_bound(sub), True
-                else:
-                    items.append(row)
-                    lo, inclusive = row.path, False
+        items = _walk_children(
+            lambda lo, inc: tx.list_live(
+                store_id, lo=lo, lo_inclusive=inc, hi=hi, limit=_WALK_ROWS, content=False
+            ),
+            attrgetter("path"),
+            path_prefix,
+            lo,
+            inclusive,
+            limit,
+            lambda row: row,
+            PrefixRecord,
+        )
         if with_content:  # the page's memories, whole, in the same read transaction
             wanted = [i.id for i in items if isinstance(i, MemoryRecord)]
             content = tx.contents(store_id, wanted) if wanted else {}
@@ -148,9 +182,7 @@ def _list_page_wire(
     """`_list_page`'s items as wire JSON dicts and its `next_after`, read from plain rows
     (`live_rows`): the same walk, the same items, without a record per memory in between."""
     hi = upper_bound(path_prefix)
-    lo, inclusive = path_prefix, True
-    if after is not None:
-        lo, inclusive = (upper_bound(after), True) if after.endswith("/") else (after, False)
+    lo, inclusive = _resume(path_prefix, after)
     memory_row = wire.memory_row
     items: list[dict] = []
     if depth == 0:
@@ -159,26 +191,18 @@ def _list_page_wire(
         )
         items = [memory_row(store_id, r, r[7] if with_content else None) for r in rows]
     else:
-        while len(items) <= limit:  # the walk of `_list_page`, on rows
-            rows = tx.live_rows(
-                store_id, lo=lo, lo_inclusive=inclusive, hi=hi, limit=_WALK_ROWS, content=False
-            )
-            if not rows:
-                break
-            for row in rows:
-                if len(items) > limit:
-                    break
-                path = row[1]
-                if path < lo or (path == lo and not inclusive):
-                    continue  # inside the subtree just rolled up
-                rest = path[len(path_prefix) :]
-                if "/" in rest:
-                    sub = path_prefix + rest.split("/", 1)[0] + "/"
-                    items.append(wire.prefix(sub))
-                    lo, inclusive = upper_bound(sub), True
-                else:
-                    items.append(memory_row(store_id, row, None))
-                    lo, inclusive = path, False
+        items = _walk_children(
+            lambda lo, inc: tx.live_rows(
+                store_id, lo=lo, lo_inclusive=inc, hi=hi, limit=_WALK_ROWS, content=False
+            ),
+            itemgetter(1),
+            path_prefix,
+            lo,
+            inclusive,
+            limit,
+            lambda row: memory_row(store_id, row, None),
+            wire.prefix,
+        )
     nxt = None
     if len(items) > limit:
         items = items[:limit]
