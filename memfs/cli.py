@@ -33,16 +33,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    # A plain `memfs sync` never gets here: `script` (and bin/memfs) hand it to memfs.session.hook,
+    # which sends here only what its own reading does not take (--help, a mistake).
     argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] == ["sync"]:  # the per-call hook: no parser for the other twelve commands
-        from memfs.session.hook import sync_fast
-
-        try:
-            rc = sync_fast(argv[1:])
-        except KeyboardInterrupt:
-            return 130
-        if rc is not None:
-            return rc
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
@@ -52,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def script() -> None:
-    """The `memfs` command (bin/_memfs, which bin/memfs runs) and `python -m memfs`: main(), then
+    """The `memfs` command (bin/memfs) and `python -m memfs`: main(), then
     the process's end. `memfs sync`, the per-call hook, ends in `memfs.session.hook.run` (with
     os._exit once its answer is flushed); every other command exits normally."""
     if sys.argv[1:2] == ["sync"]:

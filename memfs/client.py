@@ -12,6 +12,7 @@ a 409 is an answer, not a fault (SEMANTICS.md#d-three-way).
 from __future__ import annotations
 
 import email.utils
+import ssl
 import time
 import zlib
 from collections.abc import Awaitable, Callable, Iterable
@@ -79,12 +80,26 @@ class _Pools(httpx.AsyncBaseTransport):
         self._pools: list[httpx.AsyncHTTPTransport] = []
         self._busy = [0] * n
         self._plain: PlainGet | None = None
+        self._ssl: ssl.SSLContext | None = None
+
+    def _tls(self) -> ssl.SSLContext | None:
+        """What the transports and the plain GET verify with: one SSL context for them all, made
+        once (each transport given `verify=True` loaded the CA bundle again, one per pool), or
+        None for an http:// service (`verify` is whether the base URL is https). httpx's own
+        (`SSL_CERT_FILE` too); httpcore sets the ALPN protocols (http/1.1) on it at each
+        connection, as the plain GET does."""
+        if not self._verify:
+            return None
+        if self._ssl is None:
+            self._ssl = httpx.create_ssl_context(verify=True)
+            self._ssl.set_alpn_protocols(["http/1.1"])
+        return self._ssl
 
     def _transports(self) -> list[httpx.AsyncHTTPTransport]:
         if not self._pools:
-            self._pools = [
-                httpx.AsyncHTTPTransport(verify=self._verify, limits=self._limits) for _ in self._busy
-            ]
+            tls = self._tls()
+            verify: ssl.SSLContext | bool = tls if tls is not None else False
+            self._pools = [httpx.AsyncHTTPTransport(verify=verify, limits=self._limits) for _ in self._busy]
         return self._pools
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
@@ -103,10 +118,7 @@ class _Pools(httpx.AsyncBaseTransport):
         """The listing pages' GET (`StoreClient._get`, memfs/plain_get.py): connections of its
         own, as many kept as the client has slots, to the one origin the client talks to."""
         if self._plain is None:
-            context = None
-            if url.scheme == "https":
-                context = httpx.create_ssl_context(verify=self._verify)  # httpx's: SSL_CERT_FILE too
-                context.set_alpn_protocols(["http/1.1"])
+            context = self._tls() if url.scheme == "https" else None
             port = url.port or (443 if url.scheme == "https" else 80)
             self._plain = PlainGet(url.scheme, url.host, port, keep=len(self._busy), ssl_context=context)
         return self._plain

@@ -257,12 +257,7 @@ class _Service:
         if token is None:  # the admin key, or an error to answer (neither needs the database)
             (await self.principal(request)).require_store(sid)
         try:
-            full = params.q_view(request, "basic")
-            depth = request.query_params.get("depth", "0")
-            if depth not in ("0", "1"):
-                raise invalid(f"depth: must be 0 (whole subtree) or 1 (direct children) (got {depth!r})")
-            prefix, limit = params.q_path_prefix(request), params.q_limit(request, full)
-            listing = ("memories", sid, prefix, int(depth), full)
+            full, depth, prefix, limit, listing = params.q_memory_listing(request, sid)
             after = self.after(request, listing)
         except ApiError:
             if token is not None:  # a bad credential is answered before a bad parameter
@@ -273,7 +268,7 @@ class _Service:
                 self.storage.list_memories,
                 sid,
                 path_prefix=prefix,
-                depth=int(depth),
+                depth=depth,
                 limit=limit,
                 after=after,
                 with_content=full,
@@ -287,7 +282,7 @@ class _Service:
                 token,
                 sid,
                 path_prefix=prefix,
-                depth=int(depth),
+                depth=depth,
                 limit=limit,
                 after=after,
                 with_content=full,

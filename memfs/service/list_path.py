@@ -97,12 +97,7 @@ class ListPath:
         token_hash = None if is_admin_key(cred[0], self.admin_key) else hash_token(cred[0])
         try:  # the parameters as the full path reads them (app.py `_Service.list_memories`)
             q = _Query(scope.get("query_string", b""))
-            full = params.q_view(q, "basic")  # type: ignore[arg-type]
-            depth = q.query_params.get("depth", "0")
-            if depth not in ("0", "1"):
-                return False
-            prefix, limit = params.q_path_prefix(q), params.q_limit(q, full)  # type: ignore[arg-type]
-            listing = ("memories", store_id, prefix, int(depth), full)
+            full, depth, prefix, limit, listing = params.q_memory_listing(q, store_id)  # type: ignore[arg-type]
             after = self.cursors.decode(listing, q.query_params.get("page") or None)
         except (ApiError, CursorError):
             return False
@@ -113,7 +108,7 @@ class ListPath:
             token_hash,
             store_id,
             path_prefix=prefix,
-            depth=int(depth),
+            depth=depth,
             limit=limit,
             after=after,
             with_content=full,

@@ -238,3 +238,15 @@ def q_limit(request: Request, full: bool) -> int:
     # With view=full a page holds at most 20 items: larger limits are clamped, not refused.
     limit = q_int(request, "limit", 20, 1, 100)
     return min(limit, 20) if full else limit
+
+
+def q_memory_listing(request: Request, store_id: str) -> tuple[bool, int, str, int, tuple]:
+    """A memory listing's query, read in this order (so the first bad parameter is the one
+    answered): (full view, depth, path prefix, limit, the listing its cursors are bound to).
+    Read by the list route (app.py) and its fast path (list_path.py) alike."""
+    full = q_view(request, "basic")
+    depth = request.query_params.get("depth", "0")
+    if depth not in ("0", "1"):
+        raise invalid(f"depth: must be 0 (whole subtree) or 1 (direct children) (got {depth!r})")
+    prefix, limit = q_path_prefix(request), q_limit(request, full)
+    return full, int(depth), prefix, limit, ("memories", store_id, prefix, int(depth), full)

@@ -83,7 +83,7 @@ def sync_fast(argv: list[str]) -> int | None:
 
 
 def run(argv: list[str]) -> "NoReturn":
-    """`memfs sync ARGV` as the whole process (bin/_memfs, `memfs.cli.script`), ended with
+    """`memfs sync ARGV` as the whole process (bin/memfs, `memfs.cli.script`), ended with
     `os._exit` once its answer is flushed: it holds no file, thread or child to clean up, and the
     interpreter's orderly shutdown was ~5 ms of its ~20 ms budget (docs/SEMANTICS.md#d-commands).
     Anything `sync_fast` does not take (--help, a mistake) goes to the full command line."""
