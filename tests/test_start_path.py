@@ -9,7 +9,8 @@ import textwrap
 
 def test_trio_is_imported_without_running_ldconfig():
     # A fresh interpreter (trio must not be imported yet): any subprocess started during the
-    # import fails it, and trio must still have found pthread_setname_np (its thread names).
+    # import fails it, and trio must still have found pthread_setname_np: its worker threads carry
+    # its names in the kernel (public behaviour, not trio's private module).
     code = textwrap.dedent(
         """
         import subprocess, sys
@@ -19,10 +20,15 @@ def test_trio_is_imported_without_running_ldconfig():
         from memfs.session.commands import import_trio_without_ldconfig
         assert "trio" not in sys.modules
         import_trio_without_ldconfig()
-        import ctypes.util
-        from trio._core import _thread_cache
-        assert _thread_cache.set_os_thread_name is not None
+        import ctypes.util, threading, trio
         assert ctypes.util.find_library.__module__ == "ctypes.util"  # the real lookup is back
+        def comm():  # the kernel's name of this thread: trio names its workers through libpthread
+            with open(f"/proc/self/task/{threading.get_native_id()}/comm") as f:
+                return f.read().strip()
+        async def main():
+            return await trio.to_thread.run_sync(comm)
+        worker = trio.run(main)
+        assert worker != comm() and "comm" in worker, (worker, comm())  # unnamed, it would be python's
         print("ok")
         """
     )

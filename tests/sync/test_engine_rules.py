@@ -135,7 +135,7 @@ async def test_pull_is_deferred_while_a_file_is_open_with_unflushed_writes(world
     # Both sides edited: the store wins, the agent's version is kept and named.
     assert m.read("/notes/a.md") == b"theirs" and m.read("/notes/b.md") == b"beta 2"
     [notice] = [n for n in m.notices("notes") if "/a.md" in n]
-    assert "store-won-conflict" in notice or "kept at" in notice
+    assert " store-won-conflict /a.md " in notice and "kept at" in notice
     kept = Path(re.search(r"kept at (\S+?)\)", notice).group(1))
     assert kept.read_bytes() == b"half an edit, finished"
     assert (await world.svc.contents(world.notes))["/a.md"] == "theirs"
