@@ -85,7 +85,9 @@ class Pools(httpx.AsyncBaseTransport):
                     for _ in self._busy
                 ]
             except ImportError as exc:  # a socks5:// proxy without httpx's optional `socksio`
-                raise httpx.ProxyError(f"the proxy {redact(self._proxy or '')} needs {exc}") from exc
+                raise httpx.ProxyError(
+                    f"the proxy {redact(self._proxy or '')} cannot be used: {exc}"
+                ) from exc
         return self._pools
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:

@@ -4,6 +4,7 @@ tests/e2e/test_proxy.py."""
 
 from __future__ import annotations
 
+import importlib.util
 import os
 
 import pytest
@@ -87,3 +88,40 @@ def test_an_unknown_proxy_scheme_is_refused_with_its_name_and_no_password(no_pro
 def test_redact():
     assert redact("http://me:secret@proxy.corp:3128") == "http://me:***@proxy.corp:3128"
     assert redact("http://proxy.corp:3128") == "http://proxy.corp:3128"
+
+
+@pytest.mark.trio
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize(
+    "setting, says",
+    [
+        ("ftp://me:secret@proxy.corp:21", "'ftp'"),  # refused by memfs/egress.py
+        ("socks5://127.0.0.1:9", "socksio"),  # httpx's optional package, not installed here
+    ],
+)
+async def test_a_proxy_setting_that_cannot_be_used_fails_every_request_saying_why(
+    no_proxy_env, setting, says
+):
+    from memfs.client import StoreClient, Unreachable
+
+    if says == "socksio" and importlib.util.find_spec("socksio") is not None:
+        pytest.skip("socksio is installed: the SOCKS proxy would be used")
+    no_proxy_env.setenv("ALL_PROXY", setting)
+    client = StoreClient("http://127.0.0.1:9", "tok", timeout=5)
+    try:
+        for _ in range(2):
+            with pytest.raises(Unreachable) as err:
+                await client.get_session("sesn_x")
+            assert says in str(err.value) and "secret" not in str(err.value), err.value
+    finally:
+        await client.aclose()
+
+
+def test_the_client_goes_through_the_proxy_it_names(no_proxy_env):
+    from memfs.client import StoreClient
+
+    no_proxy_env.setenv("HTTPS_PROXY", "http://me:secret@proxy.corp:3128")
+    no_proxy_env.setenv("NO_PROXY", "internal.example")
+    assert StoreClient("https://api.example.com", "tok").proxy == "http://me:secret@proxy.corp:3128"
+    assert StoreClient("https://store.internal.example", "tok").proxy is None
+    assert StoreClient("http://api.example.com", "tok").proxy is None
