@@ -12,7 +12,6 @@ a 409 is an answer, not a fault (SEMANTICS.md#d-three-way).
 from __future__ import annotations
 
 import email.utils
-import ssl
 import time
 import zlib
 from collections.abc import Awaitable, Callable, Iterable
@@ -25,8 +24,9 @@ import httpx
 import orjson
 import trio
 
+from memfs.egress import ProxySettingError, proxy_for, redact
 from memfs.errors import ApiError, Unreachable
-from memfs.plain_get import PlainGet, PlainHTTPError
+from memfs.plain_get import PlainHTTPError
 from memfs.protocol import COUNTER_HEADER, MEMORY_BETA, SESSIONS_BETA
 from memfs.snapshot_stream import (
     SNAPSHOT_CHUNK_BYTES,
@@ -34,6 +34,8 @@ from memfs.snapshot_stream import (
     SnapshotParser,
     SnapshotSink,
 )
+from memfs.transport import POOL_SHARD as POOL_SHARD  # its old home
+from memfs.transport import Pools
 from memfs.work_secret import sessions_token_from_secret as sessions_token_from_secret  # its old home
 
 CONCURRENCY = 32  # requests in flight per client (all stores together): a WAN's latency, bounded
@@ -50,103 +52,7 @@ BATCH_MAX_BYTES = 1024 * 1024 - 4096
 # Memories of the stores' last basic listings kept for the next tick (`_LastListing`): ~1.4 KB
 # each (the parsed item and its share of the page's bytes), so ~35 MB at most.
 LISTINGS_KEPT = 25_000
-POOL_SHARD = 1  # connections per pool (see `_Pools`)
 COUNTER_HEADER_BYTES = COUNTER_HEADER.lower().encode("ascii")
-
-
-class _Pools(httpx.AsyncBaseTransport):
-    """Several small connection pools in place of one large one; each request goes to the pool
-    with the fewest requests in flight.
-
-    httpcore's pool (1.0.x) re-examines every connection against every other one each time a
-    request starts or ends (`_assign_requests_to_connections`: a list of all connections per idle
-    connection), O(connections²) per event: with one pool of 32 the daemon spent ~2.5 s of CPU
-    on it for the 216 pages of an 8-store hosted listing (cProfile), on the thread that also
-    serves FUSE. Pools of 8 cost a sixteenth of that per event, and still ~0.2 s of CPU per
-    8-store listing (0.6 s in all, 0.35-0.45 s with pools of 1: PERFORMANCE.md, network section).
-    So each pool holds one connection: the requests in flight are bounded by the client's slots
-    (`concurrency`, as many as there are pools), so the least busy pool is always an idle one
-    and no request waits in a pool; the connections are the same. The listing pages take
-    connections of their own, past httpx and httpcore (`plain`, memfs/plain_get.py), under the
-    same slots."""
-
-    def __init__(self, connections: int, *, verify: bool):
-        n = max(1, -(-connections // POOL_SHARD))
-        per = -(-connections // n)
-        self._limits = httpx.Limits(max_connections=per, max_keepalive_connections=per)
-        self._verify = verify
-        # Made at the first request: the first transport imports httpcore, h11 and h2 (~0.05 s),
-        # which a mount whose start the early download served needs only after it is ready.
-        self._pools: list[httpx.AsyncHTTPTransport] = []
-        self._busy = [0] * n
-        self._plain: PlainGet | None = None
-        self._ssl: ssl.SSLContext | None = None
-
-    def _tls(self) -> ssl.SSLContext | None:
-        """What the transports and the plain GET verify with: one SSL context for them all, made
-        once (each transport given `verify=True` loaded the CA bundle again, one per pool), or
-        None for an http:// service (`verify` is whether the base URL is https). httpx's own
-        (`SSL_CERT_FILE` too); httpcore sets the ALPN protocols (http/1.1) on it at each
-        connection, as the plain GET does."""
-        if not self._verify:
-            return None
-        if self._ssl is None:
-            self._ssl = httpx.create_ssl_context(verify=True)
-            self._ssl.set_alpn_protocols(["http/1.1"])
-        return self._ssl
-
-    def _transports(self) -> list[httpx.AsyncHTTPTransport]:
-        if not self._pools:
-            tls = self._tls()
-            verify: ssl.SSLContext | bool = tls if tls is not None else False
-            self._pools = [httpx.AsyncHTTPTransport(verify=verify, limits=self._limits) for _ in self._busy]
-        return self._pools
-
-    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        self._transports()
-        i = min(range(len(self._pools)), key=self._busy.__getitem__)
-        self._busy[i] += 1
-        try:
-            resp = await self._pools[i].handle_async_request(request)
-        except BaseException:
-            self._busy[i] -= 1
-            raise
-        resp.stream = _Counted(resp.stream, self._busy, i)
-        return resp
-
-    def plain(self, url: httpx.URL) -> PlainGet:
-        """The listing pages' GET (`StoreClient._get`, memfs/plain_get.py): connections of its
-        own, as many kept as the client has slots, to the one origin the client talks to."""
-        if self._plain is None:
-            context = self._tls() if url.scheme == "https" else None
-            port = url.port or (443 if url.scheme == "https" else 80)
-            self._plain = PlainGet(url.scheme, url.host, port, keep=len(self._busy), ssl_context=context)
-        return self._plain
-
-    async def aclose(self) -> None:
-        for pool in self._pools:
-            await pool.aclose()
-        if self._plain is not None:
-            await self._plain.aclose()
-
-
-class _Counted(httpx.AsyncByteStream):
-    """A response body that gives its pool's in-flight count back when it is closed."""
-
-    def __init__(self, stream: Any, busy: list[int], i: int):
-        self._stream, self._busy, self._i = stream, busy, i
-
-    async def __aiter__(self):
-        async for chunk in self._stream:
-            yield chunk
-
-    async def aclose(self) -> None:
-        try:
-            await self._stream.aclose()
-        finally:
-            if self._i >= 0:
-                self._busy[self._i] -= 1
-                self._i = -1
 
 
 @dataclass(frozen=True)
@@ -319,7 +225,9 @@ class StoreClient:
         transport: httpx.AsyncBaseTransport | None = None,
     ):
         """`transport`: where requests go instead of the network (tests: the service app in
-        process, or a transport that injects faults). None, the default, is httpx's own pool."""
+        process, or a transport that injects faults). None, the default, is the client's own
+        pools, through the environment's proxy for `base_url` if it names one (memfs/egress.py;
+        a proxy setting that cannot be used fails every request, saying why)."""
         self.base_url = base_url.rstrip("/")
         self.concurrency = concurrency
         self.retry_within = retry_within
@@ -328,9 +236,18 @@ class StoreClient:
         # An http:// service never does TLS (redirects are not followed), so don't build a
         # verifying SSL context: loading the CA bundle costs ~0.25 s of every mount's start.
         verify = self.base_url.startswith("https:")
-        self._pools: _Pools | None = None  # the client's own pools (None: a test's transport)
+        self._pools: Pools | None = None  # the client's own pools (None: a test's transport)
+        self.proxy: str | None = None  # the proxy the client's pools go through, if any
+        self._via = ""  # said in an Unreachable's message when a proxy is in the way
         if transport is None:
-            transport = self._pools = _Pools(concurrency, verify=verify)
+            refused = None
+            try:
+                self.proxy = proxy_for(self.base_url)
+            except ProxySettingError as exc:
+                refused = str(exc)
+            if self.proxy is not None:
+                self._via = f" (through the proxy {redact(self.proxy)})"
+            transport = self._pools = Pools(concurrency, verify=verify, proxy=self.proxy, refused=refused)
         self._http = httpx.AsyncClient(
             base_url=self.base_url,
             headers={"authorization": f"Bearer {token}", "anthropic-beta": MEMORY_BETA},
@@ -374,7 +291,7 @@ class StoreClient:
                 async with self.slots:
                     resp = await self._http.request(method, url, **kw)
             except httpx.HTTPError as exc:
-                raise Unreachable(f"{method} {url}: {_describe(exc)}") from exc
+                raise Unreachable(f"{method} {url}{self._via}: {_describe(exc)}") from exc
             if resp.status_code < 400:
                 return resp
             wait = self._retry_wait(resp, attempt)
@@ -386,14 +303,16 @@ class StoreClient:
     async def _get(self, endpoint: httpx.URL, query: bytes) -> tuple[bytes, str | None]:
         """A listing page's GET: (body, its counter header or None), retried as `_request`.
 
-        With the client's own pools (not a test's transport) it is a plain HTTP/1.1 GET on trio's
-        sockets (memfs/plain_get.py): a hosted tick is hundreds of pages, and httpx's client layers
-        were ~30 % of the daemon's CPU for them, then httpcore and h11 ~1.1 ms a page
-        (PERFORMANCE.md's network section, third and fourth pass). The request is the same one:
-        the client's headers, `accept-encoding: gzip` (decoded here), the client's timeouts, TLS
-        as httpx does it; connections of its own, as many as the slots."""
+        With the client's own pools (not a test's transport) and no proxy in the way it is a plain
+        HTTP/1.1 GET on trio's sockets (memfs/plain_get.py): a first download is hundreds of
+        full-view pages of ~300 KB, and httpx's client layers, httpcore and h11 took ~2.8x the
+        daemon's CPU for them (8 x 2,000 memories: ~2.5-3 s more of the mount's CPU; the commit
+        that kept it says how it was measured). The request is the same one: the client's
+        headers, `accept-encoding: gzip` (decoded here), the client's timeouts, TLS as httpx does
+        it; connections of its own, as many as the slots. Through a proxy, the pools (httpx's
+        CONNECT and forwarding) carry the pages as every other request."""
         pools = self._pools
-        if pools is None:  # a test's transport
+        if pools is None or pools.proxied:  # a test's transport, or a proxy in the way
             resp = await self._request("GET", httpx.URL(endpoint, query=query))
             return resp.content, resp.headers.get(COUNTER_HEADER)
         plain = pools.plain(endpoint)
@@ -538,7 +457,7 @@ class StoreClient:
                     else:
                         return await _stream_snapshot(url, resp, sink)
             except httpx.HTTPError as exc:
-                raise Unreachable(f"GET {url}: {_describe(exc)}") from exc
+                raise Unreachable(f"GET {url}{self._via}: {_describe(exc)}") from exc
             await trio.sleep(wait)
         raise AssertionError("unreachable")  # the last attempt returns or raises
 

@@ -86,6 +86,20 @@ ensure_haproxy() {
     apt_install_without_starting haproxy || { echo "memfs: installing haproxy failed" >&2; exit 1; }
 }
 
+ensure_tinyproxy() {
+    # The real forward proxy that tests/e2e/test_proxy.py starts as an unprivileged user (the
+    # mount reaching its store only through HTTP(S)_PROXY); the tests' only, as haproxy.
+    if [ -x /usr/bin/tinyproxy ] || command -v tinyproxy >/dev/null 2>&1; then
+        return 0
+    fi
+    if [ "$(id -u)" != 0 ]; then
+        echo "memfs: tinyproxy is missing (run as root, or: sudo apt-get install tinyproxy)" >&2
+        exit 1
+    fi
+    echo "memfs: installing Debian's tinyproxy (for the proxy tests)" >&2
+    apt_install_without_starting tinyproxy || { echo "memfs: installing tinyproxy failed" >&2; exit 1; }
+}
+
 ensure_postgresql() {
     # The PostgreSQL backend's tests start a throwaway cluster (tests/support/postgres.py) with
     # Debian's initdb/pg_ctl. Installing the package must not leave the system cluster running:

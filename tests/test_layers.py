@@ -32,6 +32,8 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
         "memfs.logging_setup",
     ),
     "memfs.client": ("memfs.mount", "memfs.sync", "memfs.session", "memfs.service", "memfs.worker"),
+    "memfs.transport": ("memfs.mount", "memfs.sync", "memfs.session", "memfs.service", "memfs.worker"),
+    "memfs.egress": ("memfs.",),  # the standard library's reading of the environment, nothing else
     "memfs.sync": ("memfs.mount", "memfs.session", "memfs.service", "memfs.worker"),
     "memfs.mount": ("memfs.sync", "memfs.session", "memfs.service", "memfs.worker", "memfs.client"),
     "memfs.service": ("memfs.mount", "memfs.sync", "memfs.session", "memfs.worker", "memfs.client"),
