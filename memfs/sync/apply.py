@@ -116,67 +116,97 @@ def apply_plan(fs: View, state: Journal, store: StoreInfo, plan: P.Plan, pulled:
     if plan.empty:
         return False
     sid = store.store_id
-    dirty = fs.dirty_paths(sid)
-    touched = {
+    if fs.dirty_paths(sid) & _touched(plan):
+        # A file open with unflushed writes: leave the whole store for the next tick rather
+        # than override half an edit (the counter is not advanced, so nothing is missed).
+        return True
+    kept = _ViewSteps(fs, state, sid, pulled).run(plan.view)
+    _apply_bookkeeping(fs, state, sid, plan.bookkeeping)
+    for n in summarise_notices(plan.notices):
+        details = n.details
+        if n.kept and n.path in kept:
+            details = f"{details} (your version is kept at {kept[n.path]})"
+        fs.add_notice(sid, n.kind, n.path, details)
+        log.warning("%s %s %s %s", store.slug, n.kind, n.path, details)
+    return False
+
+
+def _touched(plan: P.Plan) -> set[str]:
+    """Every path a view action of the plan names."""
+    return {
         p
         for a in plan.view
         for p in (getattr(a, "path", None), getattr(a, "old_path", None), getattr(a, "new_path", None))
         if p
     }
-    if dirty & touched:
-        # A file open with unflushed writes: leave the whole store for the next tick rather
-        # than override half an edit (the counter is not advanced, so nothing is missed).
-        return True
-    kept: dict[str, str] = {}
-    contents, streamed = pulled.contents, pulled.streamed
-    dirs = fs.dir_paths(sid)
-    files = fs.local_view(sid)
 
-    def clear_empty_dir(path: str) -> None:
-        # Directories are local only (the store has none): an empty one may stand where the
-        # store now puts a file. One holding files is a clash the plan has already skipped.
-        if path in dirs and not any(p.startswith(path + "/") for p in files):
-            fs.remove_path(sid, path)
-            dirs.discard(path)
 
-    # A run of streamed content (a first download's whole store) is placed in one go.
-    placing: list[tuple[str, str | None, str, int, int | None]] = []
+class _ViewSteps:
+    """The plan's view actions, in order, on one store's view."""
 
-    def place() -> None:
-        if placing:
-            fs.apply_stored_many(sid, list(placing))
-            placing.clear()
+    def __init__(self, fs: View, state: Journal, sid: str, pulled: Pulled):
+        self.fs, self.state, self.sid, self.pulled = fs, state, sid, pulled
+        self.dirs = fs.dir_paths(sid)
+        self.files = fs.local_view(sid)
+        self.kept: dict[str, str] = {}  # path -> where the agent's version was kept
+        # A run of streamed content (a first download's whole store) is placed in one go.
+        self.placing: list[tuple[str, str | None, str, int, int | None]] = []
 
-    for a in plan.view:
-        if (
-            isinstance(a, P.Materialise)
-            and a.sha in streamed
-            and a.sha not in contents
-            and a.path not in dirs
-        ):
-            placing.append((a.path, a.memory_id, a.sha, a.size, _iso_to_ns(pulled.take_mtime(a.memory_id))))
-            continue
-        place()  # in order: what follows may depend on it
-        if isinstance(a, P.KeepLocal):
-            kept[a.path] = str(state.keep_copy(sid, a.path, state.get_blob(a.sha)))
-        elif isinstance(a, P.Materialise):
-            clear_empty_dir(a.path)
-            mtime_ns = _iso_to_ns(pulled.take_mtime(a.memory_id))
-            data = contents.get(a.sha)
-            if data is None and a.sha in streamed:  # stored (and hashed) as the snapshot streamed
-                fs.apply_stored(sid, a.path, a.memory_id, a.sha, a.size, mtime_ns)
+    def run(self, actions: Iterable[P.ViewAction]) -> dict[str, str]:
+        """Apply `actions`; returns the kept copies by path."""
+        for a in actions:
+            if isinstance(a, P.Materialise) and self._placeable(a):
+                mtime_ns = _iso_to_ns(self.pulled.take_mtime(a.memory_id))
+                self.placing.append((a.path, a.memory_id, a.sha, a.size, mtime_ns))
                 continue
-            if data is None:
-                data = state.get_blob(a.sha)
-            fs.apply_remote(sid, a.path, a.memory_id, a.sha, data, mtime_ns)  # stores the blob itself
+            self._place()  # in order: what follows may depend on it
+            self._one(a)
+        self._place()
+        return self.kept
+
+    def _placeable(self, a: P.Materialise) -> bool:
+        """Content stored (and hashed) as the snapshot streamed, at a path no directory holds."""
+        return a.sha in self.pulled.streamed and a.sha not in self.pulled.contents and a.path not in self.dirs
+
+    def _place(self) -> None:
+        if self.placing:
+            self.fs.apply_stored_many(self.sid, list(self.placing))
+            self.placing.clear()
+
+    def _one(self, a: P.ViewAction) -> None:
+        fs, sid = self.fs, self.sid
+        if isinstance(a, P.KeepLocal):
+            self.kept[a.path] = str(self.state.keep_copy(sid, a.path, self.state.get_blob(a.sha)))
+        elif isinstance(a, P.Materialise):
+            self._clear_empty_dir(a.path)
+            self._materialise(a)
         elif isinstance(a, P.MoveLocal):
-            clear_empty_dir(a.new_path)
+            self._clear_empty_dir(a.new_path)
             fs.move_path(sid, a.old_path, a.new_path)
         elif isinstance(a, P.RemoveLocal):
             fs.remove_path(sid, a.path)
-    place()
+
+    def _materialise(self, a: P.Materialise) -> None:
+        mtime_ns = _iso_to_ns(self.pulled.take_mtime(a.memory_id))
+        data = self.pulled.contents.get(a.sha)
+        if data is None and a.sha in self.pulled.streamed:  # stored (and hashed) as the snapshot streamed
+            self.fs.apply_stored(self.sid, a.path, a.memory_id, a.sha, a.size, mtime_ns)
+            return
+        if data is None:
+            data = self.state.get_blob(a.sha)
+        self.fs.apply_remote(self.sid, a.path, a.memory_id, a.sha, data, mtime_ns)  # stores the blob itself
+
+    def _clear_empty_dir(self, path: str) -> None:
+        # Directories are local only (the store has none): an empty one may stand where the
+        # store now puts a file. One holding files is a clash the plan has already skipped.
+        if path in self.dirs and not any(p.startswith(path + "/") for p in self.files):
+            self.fs.remove_path(self.sid, path)
+            self.dirs.discard(path)
+
+
+def _apply_bookkeeping(fs: View, state: Journal, sid: str, actions: Iterable[P.BookAction]) -> None:
     bases: list[tuple[str, str, str, int]] = []  # a run of SetBase: one statement
-    for book in plan.bookkeeping:
+    for book in actions:
         if isinstance(book, P.SetBase):
             b = book.entry
             bases.append((b.memory_id, b.path, b.sha, b.size))
@@ -187,13 +217,6 @@ def apply_plan(fs: View, state: Journal, store: StoreInfo, plan: P.Plan, pulled:
         _book(fs, state, sid, book)
     if bases:
         state.set_baselines(sid, bases)
-    for n in summarise_notices(plan.notices):
-        details = n.details
-        if n.kept and n.path in kept:
-            details = f"{details} (your version is kept at {kept[n.path]})"
-        fs.add_notice(sid, n.kind, n.path, details)
-        log.warning("%s %s %s %s", store.slug, n.kind, n.path, details)
-    return False
 
 
 def _book(fs: View, st: Journal, sid: str, a: P.BookAction) -> None:

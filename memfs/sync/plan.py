@@ -11,7 +11,6 @@ concurrently. After every successful push the engine records the store's answer 
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -19,11 +18,9 @@ from typing import Any
 from memfs.limits import DEFAULT_MAX_BYTES, DEFAULT_MAX_FILES, RESERVED_NAMES, PathError, check_memory_path
 from memfs.protocol import Access, Deletions
 from memfs.records import BaseEntry, LocalFile, RefusedEntry, SkippedEntry
-
-# A rename cycle (a swap) goes through a temporary path, on the store and in the view. Seeing it
-# again later (an interrupted swap) means "our own move", never a remote/local rename.
-TEMP_PREFIX = "/.memfs-tmp-"
-
+from memfs.sync.renames import TEMP_PREFIX as TEMP_PREFIX  # (where the engine and tests look for it)
+from memfs.sync.renames import PathsInUse, is_temp_path, schedule
+from memfs.sync.renames import temp_path as temp_path
 
 # ---- inputs -----------------------------------------------------------------------------------
 
@@ -228,15 +225,6 @@ class Plan:
 # ---- helpers ----------------------------------------------------------------------------------
 
 
-def _ancestors(path: str) -> list[str]:
-    parts = path.split("/")
-    return ["/".join(parts[:i]) for i in range(2, len(parts))]
-
-
-def _nested(a: str, b: str) -> bool:
-    return a.startswith(b + "/") or b.startswith(a + "/")
-
-
 def unviewable(path: str) -> str | None:
     """Why a store path cannot be a file in the view (None: it can)."""
     try:
@@ -246,85 +234,6 @@ def unviewable(path: str) -> str | None:
     if path.count("/") == 1 and path[1:] in RESERVED_NAMES:
         return f"{path[1:]} is reserved in the store root"
     return None
-
-
-_NOT_IN_TEMP = re.compile(r"[^A-Za-z0-9_-]")
-
-
-def temp_path(memory_id: str) -> str:
-    return TEMP_PREFIX + (_NOT_IN_TEMP.sub("_", memory_id)[:200] or "x")
-
-
-def is_temp_path(path: str, memory_id: str) -> bool:
-    """Whether `path` is the memory's temporary path (a rename through it was cut short). Every
-    memory is asked twice per plan: a path outside TEMP_PREFIX is answered without building it
-    (a 2,000-file plan spent a quarter of its time in `temp_path`)."""
-    return path.startswith(TEMP_PREFIX) and path == temp_path(memory_id)
-
-
-class _Tree:
-    """Files in use (path -> owners), answering "who is at or around path P" (same path, an
-    ancestor that is a file, or files below P). Two owners may claim one path while a decision
-    is still open (a local rename onto a path the store now uses)."""
-
-    def __init__(self, items: Iterable[tuple[str, str]] = ()):
-        self.files: dict[str, set[str]] = {}
-        self.under: dict[str, set[str]] = {}
-        for path, owner in items:
-            self.add(path, owner)
-
-    def add(self, path: str, owner: str) -> None:
-        self.files.setdefault(path, set()).add(owner)
-        for a in _ancestors(path):
-            self.under.setdefault(a, set()).add(owner)
-
-    def discard(self, path: str, owner: str) -> None:
-        self.files.get(path, set()).discard(owner)
-        for a in _ancestors(path):
-            self.under.get(a, set()).discard(owner)
-
-    def blockers(self, path: str, me: str | None) -> set[str]:
-        found = set(self.under.get(path, ()))
-        for p in [path, *_ancestors(path)]:
-            found |= self.files.get(p, set())
-        found.discard(me)
-        return found
-
-    def free_temp(self, owner: str) -> str:
-        base = temp_path(owner)
-        path, n = base, 1
-        while self.blockers(path, None):
-            n += 1
-            path = f"{base}-{n}"
-        return path
-
-
-def _schedule(moves: list[tuple[str, str, str]], tree: _Tree) -> list[list[tuple[str, str, str]]]:
-    """Order renames (owner, src, dst) into waves of independent moves: a move waits until nothing
-    is at or around its destination. A cycle (a swap), or a move into its own subtree, first goes
-    through a temporary path. `tree` holds every path in use and is updated as moves happen."""
-    pending = sorted(moves)
-    hopped: set[str] = set()
-    waves: list[list[tuple[str, str, str]]] = []
-    while pending:
-        ready = [mv for mv in pending if not _nested(mv[1], mv[2]) and not tree.blockers(mv[2], mv[0])]
-        if ready:
-            pending = [mv for mv in pending if mv not in ready]
-        else:
-            i = next((i for i, mv in enumerate(pending) if mv[0] not in hopped), None)
-            if i is None:  # blocked by something that never moves: cannot happen by construction
-                waves.append(pending)
-                break
-            owner, src, dst = pending[i]
-            tmp = tree.free_temp(owner)
-            hopped.add(owner)
-            pending[i] = (owner, tmp, dst)
-            ready = [(owner, src, tmp)]
-        for owner, src, dst in ready:
-            tree.discard(src, owner)
-            tree.add(dst, owner)
-        waves.append(ready)
-    return waves
 
 
 # ---- the decision -----------------------------------------------------------------------------
@@ -518,14 +427,14 @@ class _Planner:
         o.keep = lo is not None and (b is None or (lo.path, lo.sha) != (b.path, b.sha))
         o.skip = (kind, reason)
 
-    def _store_tree(self) -> _Tree:
-        return _Tree((p, o.m) for o in self.mems.values() if (p := o.store_path) is not None)
+    def _store_tree(self) -> PathsInUse:
+        return PathsInUse((p, o.m) for o in self.mems.values() if (p := o.store_path) is not None)
 
     def _fall_back(self) -> None:
         """A local rename onto (or beside) a path the store keeps using is undone: store wins."""
         while True:
             moved = [o for o in self._viewed() if o.view_entry[0] != o.remote_entry.path]
-            tree = self._store_tree() if moved else _Tree()
+            tree = self._store_tree() if moved else PathsInUse()
             lost = [o for o in moved if tree.blockers(o.view_entry[0], o.m)]
             if not lost:
                 return
@@ -548,7 +457,7 @@ class _Planner:
         """New local files against the store's paths: same path -> SEMANTICS.md#d-store-created (resolved later);
         a file/directory clash -> the file stays local, not sent (it would be a 409), and a memory
         that would arrive there is not materialised."""
-        tree = self._store_tree() if self.new else _Tree()
+        tree = self._store_tree() if self.new else PathsInUse()
         exact: dict[str, str] = {}
         self.fate, self.new_notes = {}, []
         for path, f in sorted(self.new.items()):
@@ -640,117 +549,24 @@ class _Planner:
 
     # -- emission -----------------------------------------------------------------------------
     def _emit(self) -> Plan:
-        keep: list[KeepLocal] = []
-        remove: list[RemoveLocal] = []
-        moves: list[tuple[str, str, str]] = []
-        mats: list[Materialise] = []
-        book: list[BookAction] = []
-        notes: list[Notice] = list(self.new_notes)
-        holds: list[HoldDelete | PushDelete] = []
-        updates: list[_Mem] = []
-        creates: list[PushCreate] = []
-        still_refused: set[str] = set()
-        held = frozenset(self.inp.deletes_held)
-
-        for m, o in sorted(self.mems.items()):
-            b, lo = o.b, o.l
-            if o.keep:
-                keep.append(KeepLocal(o.local_entry.path, o.local_entry.sha))
-            if o.view is None:
-                if lo is not None:
-                    remove.append(RemoveLocal(lo.path))
-                if b is not None and o.push not in ("delete", "hold"):
-                    book.append(DropBase(m))
-            else:
-                vpath, vsha, vsize = o.view
-                if lo is not None and lo.path != vpath:
-                    moves.append((m, lo.path, vpath))
-                if lo is None or lo.sha != vsha:
-                    mats.append(Materialise(m, vpath, vsha, vsize))
-                elif o.set_id:
-                    book.append(SetLocalMemoryId(vpath, m))
-                r = o.remote_entry
-                target = BaseEntry(m, r.path, r.sha, r.size)
-                if b != target:
-                    book.append(SetBase(target))
-            notes += o.notes
-            prev = self.inp.skipped.get(m)
-            if o.skip is not None:
-                kind, reason = o.skip
-                r = o.remote_entry
-                fresh = prev is None or (prev.path, prev.sha) != (r.path, r.sha)
-                if fresh:
-                    book.append(Skip(m, r.path, r.sha, r.size, reason))
-                if fresh or o.keep:
-                    notes.append(Notice(kind, o.local_entry.path if o.keep else r.path, reason, kept=o.keep))
-            elif prev is not None:
-                book.append(Unskip(m))
-            if o.push == "hold":
-                if m not in held:
-                    holds.append(HoldDelete(m, o.base_entry.path, self.inp.deletions))
-            elif m in held:
-                book.append(ClearHeld(m))
-            if o.push == "delete":
-                holds.append(PushDelete(m, o.remote_entry.path, o.remote_entry.sha))
-            elif o.push == "update" and not o.suppressed:
-                updates.append(o)
-            elif (
-                o.push == "update"
-                and lo is not None
-                and o.view == (lo.path, lo.sha, lo.size)
-                and self.refused.get(lo.path) == lo.sha
-            ):
-                still_refused.add(lo.path)
-
+        e = _Emission(self.inp, self.refused, self.new_notes)
+        for _, o in sorted(self.mems.items()):
+            e.memory(o)
         for path, f in sorted(self.new.items()):
-            fate = self.fate[path]
-            if fate in ("keep", "drop"):
-                if fate == "keep":
-                    keep.append(KeepLocal(path, f.sha))
-                remove.append(RemoveLocal(path))
-                continue
-            if f.memory_id is not None and fate != "adopted":
-                book.append(SetLocalMemoryId(path, None))  # a stale id must not claim a memory
-            if fate in ("push", "blocked") and self.refused.get(path) == f.sha:
-                still_refused.add(path)
-            elif fate == "push" and not f.bad_utf8:
-                creates.append(PushCreate(path, f.sha, f.size))
+            e.new_file(path, f, self.fate[path])
+        e.closing_book(self.mems.keys())
+        return e.plan(self._view_moves(e.moves, e.remove), self._update_stages(e.updates))
 
-        if self.inp.remote_changed:  # otherwise `remote` was built from base and says nothing of these
-            book += [Unskip(m) for m in sorted(self.inp.skipped) if m not in self.mems]
-        book += [ClearHeld(m) for m in sorted(held) if m not in self.mems]
-        book += [ClearRefused(p) for p in sorted(self.refused) if p not in still_refused]
-
-        # Local moves: every file that stays is in the way until it moves.
+    def _view_moves(self, moves: list[tuple[str, str, str]], remove: list[RemoveLocal]) -> list[MoveLocal]:
+        """Local moves in a valid order: every file that stays is in the way until it moves."""
         removed = {a.path for a in remove}
-        tree = _Tree()
+        tree = PathsInUse()
         if moves:
-            tree = _Tree((p, f"file:{p}") for p in self.new if self.fate[p] in ("push", "blocked"))
+            tree = PathsInUse((p, f"file:{p}") for p in self.new if self.fate[p] in ("push", "blocked"))
             for o in self.mems.values():
                 if o.l is not None and o.l.path not in removed:
                     tree.add(o.l.path, o.m)
-        view_moves = [MoveLocal(src, dst) for wave in _schedule(moves, tree) for _, src, dst in wave]
-
-        view: list[ViewAction] = [
-            *sorted(keep, key=lambda a: a.path),
-            *sorted(remove, key=lambda a: a.path),
-            *view_moves,
-            *sorted(mats, key=lambda a: a.path),
-        ]
-        return Plan(
-            view=tuple(view),
-            bookkeeping=tuple(sorted(book, key=_book_key)),
-            notices=tuple(sorted(notes, key=lambda n: (n.path, n.kind))),
-            push_stages=tuple(
-                s
-                for s in [
-                    tuple(sorted(holds, key=_push_key)),
-                    *self._update_stages(updates),
-                    tuple(sorted(creates, key=lambda a: a.path)),
-                ]
-                if s
-            ),
-        )
+        return [MoveLocal(src, dst) for wave in schedule(moves, tree) for _, src, dst in wave]
 
     def _update_stages(self, updates: list[_Mem]) -> list[tuple[PushUpdate, ...]]:
         """Content-only updates go at once; renames in waves so that none targets a path (or a
@@ -761,7 +577,7 @@ class _Planner:
             for o in updates
             if o.view_entry[0] != o.remote_entry.path
         ]
-        tree = self._store_tree_before_updates() if renames else _Tree()
+        tree = self._store_tree_before_updates() if renames else PathsInUse()
         stages: list[list[PushUpdate]] = [
             [
                 self._update(o, o.remote_entry.path, o.remote_entry.path)
@@ -769,15 +585,17 @@ class _Planner:
                 if o.view_entry[0] == o.remote_entry.path
             ]
         ]
-        for i, wave in enumerate(_schedule(renames, tree)):
+        for i, wave in enumerate(schedule(renames, tree)):
             if i >= len(stages):
                 stages.append([])
             for m, src, dst in wave:
                 stages[i].append(self._update(final[m], src, dst))
         return [tuple(sorted(s, key=lambda a: (a.path, a.memory_id))) for s in stages if s]
 
-    def _store_tree_before_updates(self) -> _Tree:
-        return _Tree((o.r.path, o.m) for o in self.mems.values() if o.r is not None and o.push != "delete")
+    def _store_tree_before_updates(self) -> PathsInUse:
+        return PathsInUse(
+            (o.r.path, o.m) for o in self.mems.values() if o.r is not None and o.push != "delete"
+        )
 
     @staticmethod
     def _update(o: _Mem, src: str, dst: str) -> PushUpdate:
@@ -787,6 +605,128 @@ class _Planner:
             return PushUpdate(o.m, src, rsha, dst)
         changed = vsha != rsha
         return PushUpdate(o.m, src, rsha, dst if dst != src else None, vsha if changed else None)
+
+
+class _Emission:
+    """The actions of a decided plan, gathered memory by memory, then new file by new file."""
+
+    def __init__(self, inp: Inputs, refused: Mapping[str, str], new_notes: list[Notice]):
+        self.inp, self.refused = inp, refused
+        self.held = frozenset(inp.deletes_held)
+        self.keep: list[KeepLocal] = []
+        self.remove: list[RemoveLocal] = []
+        self.moves: list[tuple[str, str, str]] = []  # (memory id, from, to) in the view
+        self.mats: list[Materialise] = []
+        self.book: list[BookAction] = []
+        self.notes: list[Notice] = list(new_notes)
+        self.holds: list[HoldDelete | PushDelete] = []
+        self.updates: list[_Mem] = []
+        self.creates: list[PushCreate] = []
+        self.still_refused: set[str] = set()
+
+    def memory(self, o: _Mem) -> None:
+        if o.keep:
+            self.keep.append(KeepLocal(o.local_entry.path, o.local_entry.sha))
+        if o.view is None:
+            self._not_viewed(o)
+        else:
+            self._viewed(o, o.view)
+        self.notes += o.notes
+        self._skip(o)
+        self._push(o)
+
+    def _not_viewed(self, o: _Mem) -> None:
+        if o.l is not None:
+            self.remove.append(RemoveLocal(o.l.path))
+        if o.b is not None and o.push not in ("delete", "hold"):
+            self.book.append(DropBase(o.m))
+
+    def _viewed(self, o: _Mem, view: tuple[str, str, int]) -> None:
+        m, lo = o.m, o.l
+        vpath, vsha, vsize = view
+        if lo is not None and lo.path != vpath:
+            self.moves.append((m, lo.path, vpath))
+        if lo is None or lo.sha != vsha:
+            self.mats.append(Materialise(m, vpath, vsha, vsize))
+        elif o.set_id:
+            self.book.append(SetLocalMemoryId(vpath, m))
+        r = o.remote_entry
+        target = BaseEntry(m, r.path, r.sha, r.size)
+        if o.b != target:
+            self.book.append(SetBase(target))
+
+    def _skip(self, o: _Mem) -> None:
+        prev = self.inp.skipped.get(o.m)
+        if o.skip is None:
+            if prev is not None:
+                self.book.append(Unskip(o.m))
+            return
+        kind, reason = o.skip
+        r = o.remote_entry
+        fresh = prev is None or (prev.path, prev.sha) != (r.path, r.sha)
+        if fresh:
+            self.book.append(Skip(o.m, r.path, r.sha, r.size, reason))
+        if fresh or o.keep:
+            self.notes.append(Notice(kind, o.local_entry.path if o.keep else r.path, reason, kept=o.keep))
+
+    def _push(self, o: _Mem) -> None:
+        m, lo = o.m, o.l
+        if o.push == "hold":
+            if m not in self.held:
+                self.holds.append(HoldDelete(m, o.base_entry.path, self.inp.deletions))
+        elif m in self.held:
+            self.book.append(ClearHeld(m))
+        if o.push == "delete":
+            self.holds.append(PushDelete(m, o.remote_entry.path, o.remote_entry.sha))
+        elif o.push == "update" and not o.suppressed:
+            self.updates.append(o)
+        elif (
+            o.push == "update"
+            and lo is not None
+            and o.view == (lo.path, lo.sha, lo.size)
+            and self.refused.get(lo.path) == lo.sha
+        ):
+            self.still_refused.add(lo.path)
+
+    def new_file(self, path: str, f: LocalFile, fate: str) -> None:
+        if fate in ("keep", "drop"):
+            if fate == "keep":
+                self.keep.append(KeepLocal(path, f.sha))
+            self.remove.append(RemoveLocal(path))
+            return
+        if f.memory_id is not None and fate != "adopted":
+            self.book.append(SetLocalMemoryId(path, None))  # a stale id must not claim a memory
+        if fate in ("push", "blocked") and self.refused.get(path) == f.sha:
+            self.still_refused.add(path)
+        elif fate == "push" and not f.bad_utf8:
+            self.creates.append(PushCreate(path, f.sha, f.size))
+
+    def closing_book(self, memories: Iterable[str]) -> None:
+        """Clear what the journal remembers of memories and paths the plan no longer knows."""
+        known = set(memories)
+        if self.inp.remote_changed:  # otherwise `remote` was built from base and says nothing of these
+            self.book += [Unskip(m) for m in sorted(self.inp.skipped) if m not in known]
+        self.book += [ClearHeld(m) for m in sorted(self.held) if m not in known]
+        self.book += [ClearRefused(p) for p in sorted(self.refused) if p not in self.still_refused]
+
+    def plan(self, view_moves: list[MoveLocal], update_stages: list[tuple[PushUpdate, ...]]) -> Plan:
+        view: list[ViewAction] = [
+            *sorted(self.keep, key=lambda a: a.path),
+            *sorted(self.remove, key=lambda a: a.path),
+            *view_moves,
+            *sorted(self.mats, key=lambda a: a.path),
+        ]
+        stages = [
+            tuple(sorted(self.holds, key=_push_key)),
+            *update_stages,
+            tuple(sorted(self.creates, key=lambda a: a.path)),
+        ]
+        return Plan(
+            view=tuple(view),
+            bookkeeping=tuple(sorted(self.book, key=_book_key)),
+            notices=tuple(sorted(self.notes, key=lambda n: (n.path, n.kind))),
+            push_stages=tuple(s for s in stages if s),
+        )
 
 
 _BOOK_ORDER = {
