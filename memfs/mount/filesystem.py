@@ -2,20 +2,18 @@
 values and raising `FsError(errno)` (DESIGN.md "Filesystem core"). `fuse_ops.py` only converts
 types; no pyfuse3 here, so every semantic can be tested without a kernel.
 
-The parts: the node kinds (nodes.py) in a tree (tree.py); the permission checks the adapter asks
-(permissions.py); the sync engine's side (sync_view.py); the kernel invalidation queue
-(invalidation.py). This module holds the operations themselves: lookups, attributes,
-directories, files and their handles, rename, and the failed-writer rule.
+This module holds the operations themselves (lookups, attributes, directories, files, rename);
+each job they share is an object of its own, built here and handed what it needs:
 
-Staging: `flush`/`fsync` stage a file's content (blob, then the `files` row, in one commit).
-Namespace changes stage at once. The view (names, attributes) lives in memory; a read touches
-SQLite only for content that is not in the state dir's LRU cache (blobs.py).
+- the node tree (tree.py, nodes.py) and the open handles (handles.py);
+- the checks: who may do what (permissions.py), which names may enter a directory (names.py);
+- staging, what a close or fsync makes durable (staging.py), and the failed-writer undo
+  (failed_writers.py);
+- the notices log (notices.py), the sync engine's side (sync_view.py) and the kernel
+  invalidation queue (invalidation.py).
 
-Failed writers (docs/SEMANTICS.md): a handle whose write or truncate failed (EFBIG, ENOSPC) or
-whose fsync found content that is not UTF-8 stages nothing, ever; at its close the file returns
-to its last staged state. A file created by a writer that has not closed it yet is "unborn": it
-is in the view for the agent but not in `local_view()` (what the sync may push), and a restart
-drops it (its writer never closed it).
+The view (names, attributes) lives in memory; a read touches SQLite only for content that is not
+in the state dir's LRU cache (blobs.py). Namespace changes stage at once.
 """
 
 from __future__ import annotations
@@ -27,19 +25,12 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 
-from memfs.limits import (
-    DEFAULT_MAX_BYTES,
-    DEFAULT_MAX_FILES,
-    MAX_COMPONENT_BYTES,
-    MAX_CONTENT_BYTES,
-    MAX_PATH_BYTES,
-    MAX_SEGMENTS,
-    RESERVED_NAMES,
-    PathError,
-    check_component_bytes,
-)
-from memfs.mount.blobs import EMPTY_SHA
+from memfs.limits import DEFAULT_MAX_BYTES, DEFAULT_MAX_FILES, MAX_COMPONENT_BYTES, MAX_CONTENT_BYTES
+from memfs.mount.access import Caller
+from memfs.mount.failed_writers import FailedWriters
+from memfs.mount.handles import HandleTable
 from memfs.mount.invalidation import Invalidation, InvalidationQueue
+from memfs.mount.names import check_replace, new_name, subtree_extent
 from memfs.mount.nodes import (
     DIR_KINDS,
     VIRTUAL_KINDS,
@@ -48,13 +39,11 @@ from memfs.mount.nodes import (
     DirNode,
     FileHandle,
     FileNode,
-    MarkerNode,
     Node,
-    NoticesNode,
     RootNode,
-    StoreRootNode,
 )
-from memfs.mount.permissions import PermissionChecks
+from memfs.mount.notices import NoticeLog
+from memfs.mount.permissions import Permissions
 from memfs.mount.replies import (
     BLOCK_SIZE,
     RENAME_EXCHANGE,
@@ -65,14 +54,14 @@ from memfs.mount.replies import (
     OpenReply,
     StatFs,
 )
+from memfs.mount.staging import Staging, utf8_ok
 from memfs.mount.state import State
-from memfs.mount.sync_view import SyncFacing, utf8_ok
+from memfs.mount.sync_view import SyncView
 from memfs.mount.tree import Tree
-from memfs.mount.view_rows import FLAG_BAD_UTF8, FLAG_UNBORN, FileState
-from memfs.records import StoreInfo
+from memfs.records import LocalFile, StoreInfo
 
 
-class Filesystem(PermissionChecks, SyncFacing):
+class Filesystem:
     """The mount's view of its stores. See the module docstring and DESIGN.md."""
 
     def __init__(
@@ -92,18 +81,25 @@ class Filesystem(PermissionChecks, SyncFacing):
         self.uid = os.getuid() if uid is None else uid
         self.gid = os.getgid() if gid is None else gid
         self.now = now
-        self.frozen = False
         # Kernel invalidations requested by the sync-facing API; fuse_ops drains them outside handlers.
         self.inval = InvalidationQueue()
         self.last_activity = 0.0  # time.monotonic() of the last FUSE request (set by the adapter)
-        self._handles: dict[int, FileHandle] = {}
-        self._dir_handles: dict[int, DirHandle] = {}
-        self._next_fh = 1
         self.state.put_blob(b"")  # every new file starts as the empty blob
         t = self.now()
         self.tree = Tree(state, self.uid, self.gid, t)
         for info in stores:
             self.tree.load_store(info, t)
+        self.handles = HandleTable()
+        self.checks = Permissions(self.tree)
+        self.notice_log = NoticeLog(self.tree, state, self.inval, now)
+        self.staging = Staging(self.tree, state, self.notice_log)
+        self.failed_writers = FailedWriters(self.tree, state, self.handles, self.inval, self.notice_log, now)
+        self.sync_view = SyncView(self.tree, state, self.handles, self.inval, now)
+
+    @property
+    def frozen(self) -> bool:
+        """stop_writes() was called."""
+        return self.checks.frozen
 
     # ---- the invalidation queue, as the adapter sees it --------------------------------------
 
@@ -134,27 +130,34 @@ class Filesystem(PermissionChecks, SyncFacing):
         mounted (no adapter drains the queue)."""
         return await self.inval.wait(timeout)
 
-    # ---- names -------------------------------------------------------------------------------
+    # ---- who may do what (permissions.py), as the adapter asks it ---------------------------
 
-    def _new_name(self, parent: DirLike, raw: bytes, *, depth_below: int = 0, longest_below: int = 0) -> str:
-        """Validate a name for a new entry in `parent`; return it decoded.
+    def permit(self, ino: int, caller: Caller, want: int) -> None:
+        self.checks.permit(ino, caller, want)
 
-        `depth_below`/`longest_below`: for a directory being moved, how many segments and bytes its
-        deepest/longest descendant adds, so a move can't push a descendant past the path limits."""
-        try:
-            name = check_component_bytes(raw)
-        except PathError as e:
-            raise FsError(errno.ENAMETOOLONG if e.too_long else errno.EINVAL) from None
-        if isinstance(parent, StoreRootNode) and name in RESERVED_NAMES:
-            raise FsError(errno.EPERM)
-        path = f"{parent.path}/{name}"
-        # A path deeper than the store allows is "too long" too (see SEMANTICS.md).
-        if (
-            len(path.encode()) + longest_below > MAX_PATH_BYTES
-            or path.count("/") + depth_below > MAX_SEGMENTS
-        ):
-            raise FsError(errno.ENAMETOOLONG)
-        return name
+    def permit_remove(self, parent_ino: int, name: bytes, caller: Caller) -> None:
+        self.checks.permit_remove(parent_ino, name, caller)
+
+    def permit_rename(
+        self, old_parent: int, old_name: bytes, new_parent: int, new_name: bytes, caller: Caller
+    ) -> None:
+        self.checks.permit_rename(old_parent, old_name, new_parent, new_name, caller)
+
+    def permit_setattr(
+        self,
+        ino: int,
+        caller: Caller,
+        *,
+        size: bool,
+        mode: bool,
+        owner: bool,
+        times: bool,
+        fh: int | None,
+        new_mode: int | None = None,
+    ) -> None:
+        self.checks.permit_setattr(
+            ino, caller, size=size, mode=mode, owner=owner, times=times, fh=fh, new_mode=new_mode
+        )
 
     # ---- lookup / attributes -----------------------------------------------------------------
 
@@ -211,14 +214,14 @@ class Filesystem(PermissionChecks, SyncFacing):
         fh: int | None = None,
     ) -> Attr:
         node = self.tree.node(ino)
-        self.check_writable_node(node)
+        self.checks.check_writable_node(node)
         if (uid is not None and uid != self.uid) or (gid is not None and gid != self.gid):
             raise FsError(errno.EPERM)
         t = self.now()
         if size is not None:
             if not isinstance(node, FileNode):
                 raise FsError(errno.EISDIR)
-            h = self._handles.get(fh) if fh is not None else None
+            h = self.handles.find(fh)
             self._truncate(node, size, t, h if h is not None and h.node is node else None)
         if mode is not None:
             if isinstance(node, DirNode) and (node.mode ^ mode) & 0o111 and node.children:
@@ -246,10 +249,10 @@ class Filesystem(PermissionChecks, SyncFacing):
                 raise FsError(errno.ENOSPC)
         except FsError as e:
             if h is not None:
-                self._fail(h, e.errno or errno.EIO)
+                self.failed_writers.fail(h, e.errno or errno.EIO)
             raise
         if h is not None:
-            self._make_dirty(node)
+            self.staging.make_dirty(node)
             h.wrote = h.changed = True
         if node.buf is not None:
             # Unflushed writes (or this ftruncate's handle): resize the buffer; a close stages it.
@@ -263,7 +266,7 @@ class Filesystem(PermissionChecks, SyncFacing):
             if node.linked:
                 node.mtime_ns = t
                 try:
-                    self._stage(node, data)  # truncate(1) stages at once
+                    self.staging.stage(node, data)  # truncate(1) stages at once
                 except FsError as e:
                     # Cutting into a multi-byte character is a legal truncate: the file is
                     # flagged and noticed like any non-UTF-8 content; close/fsync report it.
@@ -277,10 +280,7 @@ class Filesystem(PermissionChecks, SyncFacing):
 
     def opendir(self, ino: int) -> int:
         node = self.tree.dir(ino)
-        fh = self._next_fh
-        self._next_fh += 1
-        self._dir_handles[fh] = DirHandle(fh, node)
-        return fh
+        return self.handles.open_dir(node)
 
     def readdir(self, fh: int, start: int) -> Iterator[DirEntry]:
         """Entries after cursor `start` (0 = from the beginning), lazily.
@@ -288,9 +288,7 @@ class Filesystem(PermissionChecks, SyncFacing):
         Cursors are per-directory insertion sequence numbers, so concurrent creates and deletes
         never make an entry repeat or get skipped. The listing is a snapshot taken when a read
         starts at 0; entries removed since are left out."""
-        h = self._dir_handles.get(fh)
-        if h is None:
-            raise FsError(errno.EBADF)
+        h = self.handles.dir(fh)
         d = h.node
         if start == 0 or not h.snapshot:
             h.snapshot = [(n.seq, name, n) for name, n in d.children.items()]
@@ -314,12 +312,12 @@ class Filesystem(PermissionChecks, SyncFacing):
             yield DirEntry(name.encode(), attr(node, guarded), seq, False)
 
     def releasedir(self, fh: int) -> None:
-        self._dir_handles.pop(fh, None)
+        self.handles.close_dir(fh)
 
     def mkdir(self, parent_ino: int, name: bytes, mode: int = 0o755) -> Attr:
         parent = self.tree.dir(parent_ino)
-        self.check_writable_dir(parent)
-        sname = self._new_name(parent, name)
+        self.checks.check_writable_dir(parent)
+        sname = new_name(parent, name)
         if sname in parent.children:
             raise FsError(errno.EEXIST)
         t = self.now()
@@ -333,7 +331,7 @@ class Filesystem(PermissionChecks, SyncFacing):
 
     def rmdir(self, parent_ino: int, name: bytes) -> None:
         parent = self.tree.dir(parent_ino)
-        self.check_writable_dir(parent)
+        self.checks.check_writable_dir(parent)
         node = self.tree.child(parent, name)
         if isinstance(node, VIRTUAL_KINDS):
             raise FsError(errno.EPERM)
@@ -347,16 +345,6 @@ class Filesystem(PermissionChecks, SyncFacing):
 
     # ---- files -------------------------------------------------------------------------------
 
-    def _new_handle(
-        self, node: FileNode | MarkerNode | NoticesNode, writable: bool, pid: int = 0
-    ) -> FileHandle:
-        fh = self._next_fh
-        self._next_fh += 1
-        h = FileHandle(fh, node, writable, pid)
-        self._handles[fh] = h
-        node.open_count += 1
-        return h
-
     def open(self, ino: int, flags: int, pid: int = 0) -> OpenReply:
         """`pid`: the opening process (the failed-writer rule spans a process's new files)."""
         node = self.tree.node(ino)
@@ -364,14 +352,14 @@ class Filesystem(PermissionChecks, SyncFacing):
             raise FsError(errno.EISDIR)
         writable = (flags & os.O_ACCMODE) in (os.O_WRONLY, os.O_RDWR)
         if writable or flags & os.O_TRUNC:
-            self.refuse_read_only(node)
+            self.checks.refuse_read_only(node)
             if isinstance(node, VIRTUAL_KINDS):
                 raise FsError(errno.EACCES)  # what a non-root user gets from 0444 (SEMANTICS.md)
-        h = self._new_handle(node, writable, pid)
+        h = self.handles.open_file(node, writable, pid)
         if flags & os.O_TRUNC and writable and isinstance(node, FileNode) and self.tree.cur_size(node) > 0:
             # O_TRUNC empties the file; staged with the writer's close (no empty state staged first).
             node.store.bytes -= self.tree.cur_size(node)
-            self._make_dirty(node)
+            self.staging.make_dirty(node)
             node.buf = bytearray()
             node.mtime_ns = node.ctime_ns = self.now()
             h.wrote = h.changed = True
@@ -384,8 +372,8 @@ class Filesystem(PermissionChecks, SyncFacing):
     ) -> tuple[OpenReply, Attr]:
         """Create and open a new file (counts one lookup)."""
         parent = self.tree.dir(parent_ino)
-        self.check_writable_dir(parent)
-        sname = self._new_name(parent, name)
+        self.checks.check_writable_dir(parent)
+        sname = new_name(parent, name)
         existing = parent.children.get(sname)
         if existing is not None:
             if flags & os.O_EXCL or not isinstance(existing, FileNode):
@@ -404,42 +392,36 @@ class Filesystem(PermissionChecks, SyncFacing):
         self.tree.attach(parent, node, sname)
         st.files += 1
         # The file exists durably at once (flagged unborn); its content is staged at close.
-        self._write_unborn_row(node)
+        self.staging.write_unborn_row(node)
         parent.mtime_ns = parent.ctime_ns = t
-        h = self._new_handle(node, True, pid)
+        h = self.handles.open_file(node, True, pid)
         node.buf = bytearray()
         node.creator_fh = h.fh
         h.wrote = True
         node.lookups += 1
         return OpenReply(h.fh, keep_cache=False), self.tree.attr(node)
 
-    def _handle(self, fh: int) -> FileHandle:
-        h = self._handles.get(fh)
-        if h is None:
-            raise FsError(errno.EBADF)
-        return h
-
     def read(self, fh: int, off: int, size: int) -> bytes:
-        node = self._handle(fh).node
+        node = self.handles.file(fh).node
         data = self.tree.content(node)
         return bytes(data[off : off + size])
 
     def write(self, fh: int, off: int, data: bytes) -> int:
-        h = self._handle(fh)
+        h = self.handles.file(fh)
         node = h.node
-        self.refuse_read_only(node)
+        self.checks.refuse_read_only(node)
         if not h.writable or not isinstance(node, FileNode):  # (open refuses writers of a virtual file)
             raise FsError(errno.EBADF)
         end = off + len(data)
         cur = self.tree.cur_size(node)
         grow = max(0, end - cur)
         if end > MAX_CONTENT_BYTES:
-            self._fail(h, errno.EFBIG)
+            self.failed_writers.fail(h, errno.EFBIG)
             raise FsError(errno.EFBIG)
         if grow and node.linked and node.store.bytes + grow > self.max_bytes:
-            self._fail(h, errno.ENOSPC)
+            self.failed_writers.fail(h, errno.ENOSPC)
             raise FsError(errno.ENOSPC)
-        self._make_dirty(node)
+        self.staging.make_dirty(node)
         buf = node.buf
         assert buf is not None
         if off > len(buf):
@@ -451,48 +433,15 @@ class Filesystem(PermissionChecks, SyncFacing):
         h.wrote = h.changed = True
         return len(data)
 
-    def _stage(self, node: FileNode, data: bytes | bytearray) -> None:
-        """Commit `data` as the file's content: blob first, then the files row (one commit).
-
-        Content that is not UTF-8 is staged too (it stays in the view) but flagged so it is never
-        pushed; the caller's close/fsync then fails with EILSEQ and one notice is written."""
-        st = node.store
-        data = bytes(data)
-        sha = self.state.put_blob(data)
-        bad = not utf8_ok(data)
-        self.state.upsert_file(
-            st.info.store_id,
-            node.path,
-            node.memory_id,
-            sha,
-            len(data),
-            node.mtime_ns,
-            node.mode,
-            FLAG_BAD_UTF8 if bad else 0,
-        )
-        node.sha, node.size, node.bad_utf8 = sha, len(data), bad
-        node.buf = None
-        node.closed = node.unborn
-        if bad:
-            if node.bad_noticed != sha:
-                node.bad_noticed = sha
-                self.add_notice(
-                    st.info.store_id,
-                    "upload-refused",
-                    node.path,
-                    "content is not valid UTF-8; kept in this mount only until it is fixed",
-                )
-            raise FsError(errno.EILSEQ)
-
     def flush(self, fh: int) -> None:
         """close(): stage what this handle wrote (EILSEQ if it is not UTF-8). A failed handle
         stages nothing: the file returns to its last staged state and close() gets the error."""
-        h = self._handle(fh)
+        h = self.handles.file(fh)
         node = h.node
         if not isinstance(node, FileNode):
             return  # a reader of a virtual file: nothing to stage
         if h.failed:
-            self._give_up(h)
+            self.failed_writers.give_up(h)
             raise FsError(h.failed)
         if not h.wrote:
             return
@@ -502,196 +451,94 @@ class Filesystem(PermissionChecks, SyncFacing):
             # copy of the fd (bash's `> f` dup2s and closes the original; a fork + exec closes
             # its O_CLOEXEC copies), while the writer is still at work. It becomes part of what
             # the sync may push at its creating handle's release (_birth_at).
-            self._stage(node, node.buf)
+            self.staging.stage(node, node.buf)
 
     def fsync(self, fh: int, datasync: bool = False) -> None:
-        h = self._handle(fh)
+        h = self.handles.file(fh)
         node = h.node
         if not isinstance(node, FileNode) or not node.linked:
             return
         if h.failed:
             raise FsError(h.failed)  # nothing of a failed handle is staged, not even by fsync
         if node.buf is not None and h.wrote and not utf8_ok(node.buf):
-            self._fail(h, errno.EILSEQ)  # the writer is told now; its close undoes it (SEMANTICS.md)
+            self.failed_writers.fail(
+                h, errno.EILSEQ
+            )  # the writer is told now; its close undoes it (SEMANTICS.md)
             raise FsError(errno.EILSEQ)
         h.wrote = False
         try:
             if node.buf is not None:
-                self._stage(node, node.buf)
+                self.staging.stage(node, node.buf)
         finally:
             self.state.durable()  # the content is in state.db with its row
-            self._birth_at(h)  # an fsync by its creator: the writer vouches for this state
+            self.staging.birth_at(h)  # an fsync by its creator: the writer vouches for this state
 
     def release(self, fh: int) -> None:
-        h = self._handles.pop(fh, None)
+        h = self.handles.close_file(fh)
         if h is None:
             return
         node = h.node
-        node.open_count -= 1
         if isinstance(node, FileNode):
             if h.failed:
-                self._give_up(h)  # release without a flush (or after one): still undone
+                self.failed_writers.give_up(h)  # release without a flush (or after one): still undone
             else:
                 if h.wrote and node.buf is not None and node.linked:
                     try:  # no close() reported this handle's writes (flush normally did)
-                        self._stage(node, node.buf)
+                        self.staging.stage(node, node.buf)
                     except FsError:
                         pass
-                self._birth_at(h)
+                self.staging.birth_at(h)
             if node.creator_fh == h.fh:
                 node.creator_fh = 0
         self.tree.maybe_free(node)
 
-    def _birth_at(self, h: FileHandle) -> None:
-        """A new file's creating handle closed (or fsynced) without failing: from now on the sync
-        sees it. When the creator failed while another writer had the file open, that writer's
-        release does it."""
-        node = h.node
-        if not isinstance(node, FileNode) or not node.unborn or not node.linked or h.failed:
-            return
-        if node.creator_fh == h.fh or (node.creator_fh == 0 and h.changed):
-            if node.buf is None:
-                node.unborn, node.replaces = False, None
-                self.state.note_change(node.store.info.store_id)
-
-    # ---- failed writers ------------------------------------------------------------------
-
-    def _fail(self, h: FileHandle, err: int) -> None:
-        """Handle `h` failed: it stages nothing from now on. The failure is its process's: a new
-        file that the same process created and still holds open goes with it (sqlite: the
-        journal's fsync fails, so the empty database file it created is not kept either)."""
-        if h.failed:
-            return
-        h.failed = err
-        if not h.pid or not isinstance(h.node, FileNode):
-            return
-        for o in self._handles.values():
-            n = o.node
-            if (
-                o is not h
-                and o.pid == h.pid
-                and not o.failed
-                and isinstance(n, FileNode)
-                and n.unborn
-                and n.creator_fh == o.fh
-            ):
-                o.failed, o.cause = err, h.node.path
-
-    def _make_dirty(self, node: FileNode) -> None:
-        """Give `node` a buffer holding its staged content (remembering the staged mtime)."""
-        if node.buf is None:
-            node.clean_mtime = node.mtime_ns
-            node.buf = bytearray(self.tree.committed(node))
-
-    def _write_unborn_row(self, node: FileNode) -> None:
-        """The durable row of an unborn file: what a restart must show at its path. The file
-        it replaced, if any (a crash mid-`tar x` keeps the memory), else a row a restart drops."""
-        if node.closed:
-            return  # a close returned: a restart keeps what it staged (the row says so already)
-        sid = node.store.info.store_id
-        s = node.replaces
-        if s is None:
-            self.state.upsert_file(sid, node.path, None, EMPTY_SHA, 0, node.mtime_ns, node.mode, FLAG_UNBORN)
-        else:
-            self.state.upsert_file(sid, node.path, s.memory_id, s.sha, s.size, s.mtime_ns, s.mode, s.flags)
-
-    def _staged_state(self, node: FileNode) -> FileState | None:
-        """What the sync sees of a file now (None: nothing, an unborn file of its own)."""
-        if node.unborn:
-            return node.replaces
-        mtime = node.clean_mtime if node.buf is not None else node.mtime_ns
-        flags = FLAG_BAD_UTF8 if node.bad_utf8 else 0
-        return FileState(node.memory_id, node.sha, node.size, mtime, node.mode, flags)
-
-    def _give_up(self, h: FileHandle) -> None:
-        """The close of a failed handle: stage nothing; return the file to its last staged state
-        unless another handle still has unstaged writes in the shared buffer (its close stages
-        them). One notice per handle, when the file is still in the view."""
-        h.wrote = False
-        node = h.node
-        first, h.noticed = not h.noticed, True
-        if not isinstance(node, FileNode) or not node.linked:
-            return  # unlinked while open: nothing of it can be staged anyway
-        st = node.store
-        sid = st.info.store_id
-        why = f"a write failed ({errno.errorcode.get(h.failed, h.failed)}: {os.strerror(h.failed)})"
-        if h.cause:
-            why = f"its writer's write to {h.cause} failed ({errno.errorcode.get(h.failed, h.failed)})"
-        if any(o is not h and o.node is node and o.wrote for o in self._handles.values()):
-            if first:
-                self.add_notice(
-                    sid,
-                    "write-failed",
-                    node.path,
-                    f"{why}; nothing of that writer was "
-                    "saved, but another writer still has the file open and its close "
-                    "saves what the file holds then",
-                )
-            return
-        path, parent, s = node.path, Tree.parent_of(node), node.replaces
-        if node.buf is not None:
-            st.bytes += node.size - len(node.buf)
-            node.buf = None
-            node.mtime_ns = node.clean_mtime
-        if node.unborn and s is None:
-            with self.state.transaction():
-                self.state.delete_file(sid, path)
-            self.inval.entry(parent, node.name)
-            self.tree.unlink_node(node)
-            parent.mtime_ns = parent.ctime_ns = self.now()
-            outcome = "the file it created was removed"
-        else:
-            if node.unborn and s is not None:
-                st.bytes += s.size - node.size
-                node.memory_id, node.sha, node.size, node.bad_utf8 = s.memory_id, s.sha, s.size, s.bad_utf8
-                node.mode, node.mtime_ns = s.mode, s.mtime_ns
-                node.unborn, node.replaces = False, None
-                self.state.upsert_file(sid, path, s.memory_id, s.sha, s.size, s.mtime_ns, s.mode, s.flags)
-            self.inval.inode(node)
-            outcome = "the file keeps its previous content"
-        if first:
-            self.add_notice(sid, "write-failed", path, f"{why}; nothing of that writer was saved: {outcome}")
-        self.inval.wake()
-
     def unlink(self, parent_ino: int, name: bytes) -> None:
         parent = self.tree.dir(parent_ino)
-        self.check_writable_dir(parent)
+        self.checks.check_writable_dir(parent)
         node = self.tree.child(parent, name)
         if isinstance(node, VIRTUAL_KINDS):
             raise FsError(errno.EPERM)
         if not isinstance(node, FileNode):
             raise FsError(errno.EISDIR)
         self.state.delete_file(node.store.info.store_id, node.path)
-        path, staged = node.path, self._staged_state(node)
+        path, staged = node.path, self.staging.staged_state(node)
         self.tree.unlink_node(node)
         if staged is not None:
             node.store.replaced[path] = staged  # (unlink + create: tar x)
         parent.mtime_ns = parent.ctime_ns = self.now()
 
-    @staticmethod
-    def _subtree_extent(node: Node) -> tuple[int, int]:
-        """(segments, bytes) the deepest/longest descendant adds below `node`."""
-        if not isinstance(node, DirNode):
-            return 0, 0
-        depth = longest = 0
-        base = len(node.path.encode())
-        stack = list(node.children.values())
-        while stack:
-            n = stack.pop()
-            if not isinstance(n, (FileNode, DirNode)):
-                continue  # (a store root's virtual files are not below any directory that moves)
-            depth = max(depth, n.path.count("/") - node.path.count("/"))
-            longest = max(longest, len(n.path.encode()) - base)
-            if isinstance(n, DirNode):
-                stack.extend(n.children.values())
-        return depth, longest
-
     def rename(
         self, parent_old: int, name_old: bytes, parent_new: int, name_new: bytes, flags: int = 0
     ) -> None:
         pold, pnew = self.tree.dir(parent_old), self.tree.dir(parent_new)
-        self.check_writable_dir(pold)
-        self.check_writable_dir(pnew)
+        src = self._rename_source(pold, pnew, name_old, flags)
+        depth, longest = subtree_extent(src)
+        sname = new_name(pnew, name_new, depth_below=depth, longest_below=longest)
+        dst = pnew.children.get(sname)
+        if dst is src:
+            return
+        if dst is not None and flags & RENAME_NOREPLACE:
+            raise FsError(errno.EEXIST)
+        check_replace(src, dst, pnew)
+        t = self.now()
+        if isinstance(src, FileNode) and src.unborn and src.replaces is None and isinstance(dst, FileNode):
+            # A new file renamed over a staged one while its writer is still at work: the sync
+            # keeps seeing the replaced file there until that writer closes (or fails).
+            src.replaces = self.staging.staged_state(dst)
+        self._rename_rows(src, dst, f"{pnew.path}/{sname}")
+        if dst is not None:
+            self.tree.unlink_node(dst)
+        self.tree.detach(src)
+        self.tree.attach(pnew, src, sname)
+        if isinstance(src, FileNode) and src.unborn:
+            self.staging.write_unborn_row(src)
+        src.ctime_ns = t
+        pold.mtime_ns = pold.ctime_ns = pnew.mtime_ns = pnew.ctime_ns = t
+
+    def _rename_source(self, pold: DirLike, pnew: DirLike, name_old: bytes, flags: int) -> FileNode | DirNode:
+        """What a rename from `pold` to `pnew` moves, when it may move at all."""
+        self.checks.check_writable_dir(pold)
+        self.checks.check_writable_dir(pnew)
         assert not isinstance(pold, RootNode) and not isinstance(pnew, RootNode)  # (EROFS above)
         src = self.tree.child(pold, name_old)
         if not isinstance(src, (FileNode, DirNode)):  # the virtual files of a store root
@@ -700,66 +547,81 @@ class Filesystem(PermissionChecks, SyncFacing):
             raise FsError(errno.EXDEV)  # mv falls back to copy + delete
         if flags & RENAME_EXCHANGE:
             raise FsError(errno.EINVAL)
-        depth, longest = self._subtree_extent(src)
-        sname = self._new_name(pnew, name_new, depth_below=depth, longest_below=longest)
-        dst = pnew.children.get(sname)
-        if dst is src:
-            return
-        if dst is not None and flags & RENAME_NOREPLACE:
-            raise FsError(errno.EEXIST)
-        if isinstance(src, DirNode):
-            p: DirLike | None = pnew
-            while p is not None:
-                if p is src:
-                    raise FsError(errno.EINVAL)  # into its own subtree
-                p = p.parent
-            if dst is not None:
-                if not isinstance(dst, DirNode):
-                    raise FsError(errno.ENOTDIR)
-                if dst.children:
-                    raise FsError(errno.ENOTEMPTY)
-        elif dst is not None and isinstance(dst, DirNode):
-            raise FsError(errno.EISDIR)
+        return src
+
+    def _rename_rows(self, src: FileNode | DirNode, dst: Node | None, new_path: str) -> None:
+        """The rename in state.db, in one commit: what it replaces goes, `src`'s rows move."""
         sid = src.store.info.store_id
-        old_path = src.path
-        new_path = f"{pnew.path}/{sname}"
-        t = self.now()
-        if (
-            isinstance(src, FileNode)
-            and src.unborn
-            and src.replaces is None
-            and dst is not None
-            and isinstance(dst, FileNode)
-        ):
-            # A new file renamed over a staged one while its writer is still at work: the sync
-            # keeps seeing the replaced file there until that writer closes (or fails).
-            src.replaces = self._staged_state(dst)
         with self.state.transaction():
-            if dst is not None:
-                if isinstance(dst, FileNode):
-                    # Editor save: the new file continues the memory it replaces.
-                    if isinstance(src, FileNode) and src.memory_id is None and dst.memory_id is not None:
-                        src.memory_id = dst.memory_id
-                    self.state.delete_file(sid, dst.path)
-                elif isinstance(dst, DirNode):
-                    self.state.delete_dir(sid, dst.path)
-            self.state.rename_prefix(sid, old_path, new_path)
+            if isinstance(dst, FileNode):
+                # Editor save: the new file continues the memory it replaces.
+                if isinstance(src, FileNode) and src.memory_id is None and dst.memory_id is not None:
+                    src.memory_id = dst.memory_id
+                self.state.delete_file(sid, dst.path)
+            elif isinstance(dst, DirNode):
+                self.state.delete_dir(sid, dst.path)
+            self.state.rename_prefix(sid, src.path, new_path)
             if isinstance(src, FileNode) and src.memory_id is not None and not src.unborn:
                 self.state.set_file_memory_id(sid, new_path, src.memory_id)
-        if dst is not None:
-            self.tree.unlink_node(dst)
-        self.tree.detach(src)
-        self.tree.attach(pnew, src, sname)
-        if isinstance(src, FileNode) and src.unborn:
-            self._write_unborn_row(src)
-        src.ctime_ns = t
-        pold.mtime_ns = pold.ctime_ns = pnew.mtime_ns = pnew.ctime_ns = t
+
+    # ---- the sync engine's View port (sync_view.py) and the notices -------------------------
+
+    def local_view(self, store_id: str) -> dict[str, LocalFile]:
+        return self.sync_view.local_view(store_id)
+
+    def local_file(self, store_id: str, path: str) -> LocalFile | None:
+        return self.sync_view.local_file(store_id, path)
+
+    def dirty_paths(self, store_id: str) -> set[str]:
+        return self.sync_view.dirty_paths(store_id)
+
+    def dir_paths(self, store_id: str) -> set[str]:
+        return self.sync_view.dir_paths(store_id)
+
+    def totals(self, store_id: str) -> tuple[int, int]:
+        return self.sync_view.totals(store_id)
+
+    def apply_remote(
+        self, store_id: str, path: str, memory_id: str | None, sha: str, content: bytes, mtime_ns: int | None
+    ) -> None:
+        self.sync_view.apply_remote(store_id, path, memory_id, sha, content, mtime_ns)
+
+    def apply_stored(
+        self, store_id: str, path: str, memory_id: str | None, sha: str, size: int, mtime_ns: int | None
+    ) -> None:
+        self.sync_view.apply_stored(store_id, path, memory_id, sha, size, mtime_ns)
+
+    def apply_stored_many(
+        self, store_id: str, items: list[tuple[str, str | None, str, int, int | None]]
+    ) -> None:
+        self.sync_view.apply_stored_many(store_id, items)
+
+    def move_path(self, store_id: str, old: str, new: str) -> None:
+        self.sync_view.move_path(store_id, old, new)
+
+    def remove_path(self, store_id: str, path: str) -> None:
+        self.sync_view.remove_path(store_id, path)
+
+    def set_memory_id(self, store_id: str, path: str, memory_id: str | None) -> None:
+        self.sync_view.set_memory_id(store_id, path, memory_id)
+
+    def committed_content(self, store_id: str, path: str) -> bytes:
+        return self.sync_view.committed_content(store_id, path)
+
+    def live_shas(self) -> set[str]:
+        return self.sync_view.live_shas()
+
+    def add_notice(self, store_id: str, kind: str, path: str, details: str = "") -> str:
+        return self.notice_log.add(store_id, kind, path, details)
+
+    def notices(self, store_id: str) -> list[str]:
+        return self.notice_log.lines(store_id)
 
     # ---- things memory files cannot be -------------------------------------------------------
 
     def _refuse_special(self, parent_ino: int) -> None:
         parent = self.tree.dir(parent_ino)
-        self.check_writable_dir(parent)
+        self.checks.check_writable_dir(parent)
         raise FsError(errno.EPERM)
 
     def symlink(self, parent_ino: int, name: bytes, target: bytes) -> Attr:
@@ -779,7 +641,7 @@ class Filesystem(PermissionChecks, SyncFacing):
         raise FsError(errno.EINVAL)
 
     def setxattr(self, ino: int, name: bytes, value: bytes) -> None:
-        self.refuse_read_only(self.tree.node(ino))
+        self.checks.refuse_read_only(self.tree.node(ino))
         raise FsError(errno.ENOTSUP)
 
     def removexattr(self, ino: int, name: bytes) -> None:
@@ -807,4 +669,4 @@ class Filesystem(PermissionChecks, SyncFacing):
     def stop_writes(self) -> None:
         """Every later mutation by the agent fails with EROFS (unmount). Dirty buffers still
         stage at close, and the sync-facing API keeps working (final sync)."""
-        self.frozen = True
+        self.checks.freeze()

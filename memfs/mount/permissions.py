@@ -18,11 +18,16 @@ from memfs.mount.replies import FsError
 from memfs.mount.tree import Tree
 
 
-class PermissionChecks:
-    """Part of the filesystem façade (filesystem.py): the permit_* methods and the read-only rules."""
+class Permissions:
+    """The permit_* checks the adapter asks, and the read-only rules every mutation applies."""
 
-    tree: Tree
-    frozen: bool  # stop_writes() was called: every mutation by the agent is EROFS
+    def __init__(self, tree: Tree):
+        self.tree = tree
+        self.frozen = False  # stop_writes() was called: every mutation by the agent is EROFS
+
+    def freeze(self) -> None:
+        """From now on every mutation by the agent is EROFS (the mount is stopping)."""
+        self.frozen = True
 
     def refuse_read_only(self, node: Node) -> None:
         """EROFS for the root, anything in a read_only store, and everything after stop_writes()."""

@@ -1,6 +1,7 @@
 """The filesystem as the sync engine sees and changes it (the engine's `View` port): the
 committed state of every file, and the store's changes applied to the tree (kernel caches
 invalidated through the queue). Called on the trio thread, never from inside a FUSE handler.
+`Filesystem` (filesystem.py) answers the port by handing each call to a `SyncView`.
 """
 
 from __future__ import annotations
@@ -9,12 +10,13 @@ import dataclasses
 import errno
 import logging
 from collections.abc import Callable
-from datetime import UTC, datetime
 
 from memfs.limits import RESERVED_NAMES, check_memory_path
+from memfs.mount.handles import HandleTable
 from memfs.mount.invalidation import InvalidationQueue
-from memfs.mount.nodes import DirLike, DirNode, FileHandle, FileNode, Store
+from memfs.mount.nodes import DirLike, DirNode, FileNode, Store
 from memfs.mount.replies import FsError
+from memfs.mount.staging import utf8_ok
 from memfs.mount.state import State
 from memfs.mount.tree import Tree
 from memfs.mount.view_rows import FLAG_BAD_UTF8
@@ -23,26 +25,16 @@ from memfs.records import LocalFile
 log = logging.getLogger("memfs.mount.sync_view")
 
 
-def rfc3339_now() -> str:
-    return datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
-
-
-def utf8_ok(data: bytes | bytearray) -> bool:
-    try:
-        bytes(data).decode("utf-8")
-    except UnicodeDecodeError:
-        return False
-    return True
-
-
-class SyncFacing:
-    """Part of the filesystem façade (filesystem.py): the methods the sync engine calls."""
-
-    tree: Tree
-    state: State
-    inval: InvalidationQueue
-    now: Callable[[], int]
-    _handles: dict[int, FileHandle]
+class SyncView:
+    def __init__(
+        self,
+        tree: Tree,
+        state: State,
+        handles: HandleTable,
+        inval: InvalidationQueue,
+        now: Callable[[], int],
+    ):
+        self.tree, self.state, self.handles, self.inval, self.now = tree, state, handles, inval, now
 
     def local_view(self, store_id: str) -> dict[str, LocalFile]:
         """path -> the committed state (last close/fsync) of every file in the view: what the
@@ -180,9 +172,7 @@ class SyncFacing:
         node.memory_id, node.sha, node.size, node.bad_utf8 = memory_id, sha, size, bad
         node.unborn, node.replaces = False, None  # the store's content: nothing left to wait for
         node.mtime_ns = node.ctime_ns = mtime_ns
-        for h in self._handles.values():
-            if h.node is node:
-                h.wrote = False  # their unflushed writes were dropped
+        self.handles.drop_unflushed(node)
         self.inval.wake()
 
     def move_path(self, store_id: str, old: str, new: str) -> None:
@@ -279,23 +269,6 @@ class SyncFacing:
         if node.replaces is not None:  # what the sync sees of an unborn file
             s = node.replaces
             node.replaces = dataclasses.replace(s, memory_id=memory_id)
-
-    def add_notice(self, store_id: str, kind: str, path: str, details: str = "") -> str:
-        """Append a line to the store's .sync-notices.log (last 100 kept); returns the line."""
-        st = self.tree.store(store_id)
-        line = f"{rfc3339_now()} {kind} {path} {details}".rstrip()
-        line = line.replace("\n", " ")
-        self.state.add_notice(store_id, line)
-        st.notices.append(line)
-        st.render_notices()
-        node = st.notices_node
-        node.mtime_ns = node.ctime_ns = max(self.now(), node.mtime_ns + 1)
-        self.inval.inode(node)
-        self.inval.wake()
-        return line
-
-    def notices(self, store_id: str) -> list[str]:
-        return list(self.tree.store(store_id).notices)
 
     def committed_content(self, store_id: str, path: str) -> bytes:
         """The staged content at `path` (what a push would send)."""

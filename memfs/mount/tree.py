@@ -2,8 +2,8 @@
 size, content, attributes). Built at start from the state dir's rows; the view lives in memory,
 and content comes from the state dir's LRU cache or, on a miss, its blobs table.
 
-The tree changes only in memory here; the operations (filesystem.py, sync_view.py) write the
-matching rows.
+The tree changes only in memory here; its users (filesystem.py, staging.py, failed_writers.py,
+sync_view.py) write the matching rows.
 """
 
 from __future__ import annotations

@@ -133,7 +133,7 @@ async def test_a_hosted_first_download_stores_each_pages_content_as_it_arrives(h
     arrive (remote.StoreReader.read), so the apply step places the store in one go
     (apply_stored_many), as a snapshot's: no file is written one by one from listed content,
     and no memory is fetched on its own."""
-    from memfs.mount.sync_view import SyncFacing as SyncView
+    from memfs.mount.sync_view import SyncView
 
     one_by_one: list[str] = []
     real = SyncView.apply_remote
