@@ -9,6 +9,7 @@
     rows/        one module per family of rows; `rows.GROUPS` is what `--only` chooses from
     report.py    the table, the issue order, the JSON file
     main.py      flags, set-up, the groups in order, tear-down
+    measure/     measurement tools run by hand, one question each (`python -m benchmarks.measure.NAME`)
 
 It builds only on public names: memfs's commands and control socket, the service's HTTP API,
 tests/support's service, sandbox, proxy (the one proxy the tests use too) and seed helpers.

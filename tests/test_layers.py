@@ -208,3 +208,24 @@ def test_the_bench_check_catches_a_private_use(tmp_path, source):
     (tmp_path / "benchmarks").mkdir()
     (tmp_path / "benchmarks" / "bad.py").write_text(source)
     assert bench_violations(tmp_path), f"{source!r} was not caught"
+
+
+def test_the_measurement_tools_are_under_the_rule(tmp_path):
+    """The hand-run measurement tools live in benchmarks/measure/, where the check above reads
+    them (one of them used to import the worker's private `_call_blocking` and a test's conftest
+    from scripts/); scripts/ keeps only the Python that scripts/run uses."""
+    tools = sorted((REPO / "benchmarks" / "measure").glob("*.py"))
+    assert {p.stem for p in tools} >= {
+        "console_perf",
+        "counter_rate",
+        "read_ab",
+        "worker_sync_latency",
+        "write_rate",
+    }
+    assert set(tools) <= set(_bench_sources(REPO))
+    assert [p.name for p in sorted((REPO / "scripts").glob("*.py"))] == ["demo_seed.py"]
+    (tmp_path / "benchmarks" / "measure").mkdir(parents=True)
+    (tmp_path / "benchmarks" / "measure" / "bad.py").write_text(
+        "from memfs.worker.daemon_link import _call_blocking\n"
+    )
+    assert bench_violations(tmp_path)

@@ -1,7 +1,7 @@
 """The access log's handler: one line per request, written in batches, not one write() per line.
 
 Why: a `logging.StreamHandler` writes and flushes every record, one write(2) per request; on the
-counter path that was ~40 µs of ~330 µs per request here (scripts/counter_rate.py, uvicorn). This
+counter path that was ~40 µs of ~330 µs per request here (benchmarks/measure/counter_rate.py, uvicorn). This
 handler formats each record when it is logged (so its time and content are the request's) and
 writes the lines collected so far every `FLUSH_S` seconds, when `MAX_LINES` are waiting, and at
 exit. A line therefore reaches the stream at most `FLUSH_S` after its request; warnings and errors

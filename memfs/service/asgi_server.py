@@ -1,7 +1,7 @@
 """`memfs serve` (default; `--server uvicorn`): the app on uvicorn, asyncio (uvloop + httptools), one process.
 
 Why the default: the counter path's cost is the per-request stack, not the database. Measured
-here with scripts/counter_rate.py (4 keep-alive connections, a loaded two-core machine) uvicorn
+here with benchmarks/measure/counter_rate.py (4 keep-alive connections, a loaded two-core machine) uvicorn
 answered 1,850-2,340 counter reads/s with the fast path (counter_path.py) where Hypercorn's trio
 worker answered 430-700. Only the mount must run on trio; the app is plain ASGI with anyio
 (`anyio.to_thread` for storage, anyio in the watch hub and the retention job), so it runs on

@@ -62,7 +62,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         choices=("uvicorn", "hypercorn"),
         default="uvicorn",
         help="HTTP server: uvicorn on asyncio/uvloop (default) or Hypercorn on trio "
-        "(uvicorn answers 3-5x the counter reads/s here; scripts/counter_rate.py)",
+        "(uvicorn answers 3-5x the counter reads/s here; benchmarks/measure/counter_rate.py)",
     )
     p.add_argument(
         "--console",

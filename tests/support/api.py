@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import base64
 import hashlib
+import json
 from typing import Any
 
 import httpx
@@ -13,6 +15,11 @@ SESSION_BETA = {"anthropic-beta": "managed-agents-2026-04-01"}
 
 def sha(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
+
+
+def sessions_token(work_secret: str) -> str:
+    """The session token a work secret carries (url-safe base64 of JSON, padding stripped)."""
+    return json.loads(base64.urlsafe_b64decode(work_secret + "=" * (-len(work_secret) % 4)))["sessions_token"]
 
 
 class Api:

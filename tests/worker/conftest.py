@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import base64
 import json
 import logging
 from dataclasses import dataclass
@@ -11,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.api import Api
+from tests.support.api import Api, sessions_token
 from tests.support.sandbox import Sandbox
 from tests.worker.fake_platform import FakePlatform, PlatformServer, Step, Work
 
@@ -21,10 +20,6 @@ RW_SEED = {
     "/profile.md": "name: agent\nlikes: grep\n",
 }
 RO_SEED = {"/handbook/style.md": "Write short sentences.\n"}
-
-
-def sessions_token(secret: str) -> str:
-    return json.loads(base64.urlsafe_b64decode(secret + "=" * (-len(secret) % 4)))["sessions_token"]
 
 
 @dataclass

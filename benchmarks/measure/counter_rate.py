@@ -1,6 +1,6 @@
 """Counter reads (or memory writes) per second on one `memfs serve` process, from a raw client.
 
-    .venv/bin/python scripts/counter_rate.py [--seconds 5] [--connections 4] [--memories 0]
+    .venv/bin/python -m benchmarks.measure.counter_rate [--seconds 5] [--connections 4] [--memories 0]
         [--db sqlite|postgresql|URL] [--server uvicorn|hypercorn] [--writes] [--watches N]
 
 `--writes`: each connection POSTs 1 KiB updates of its own memory (a new version, a commit, each)
@@ -28,9 +28,7 @@ import threading
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from tests.support.service import ServiceProcess  # noqa: E402
+from tests.support.service import ServiceProcess
 
 
 def _read_response(sock: socket.socket, buf: bytearray) -> bytes:

@@ -7,25 +7,24 @@ against the full control socket (found through --root), once against the sync-on
 thread), in interleaved rounds. Prints two lines per socket. Shared machines are noisy: compare
 the two lines of one run, not runs of different minutes. Run with the worktree's venv:
 
-    .venv/bin/python scripts/worker_sync_latency.py [calls]
+    .venv/bin/python -m benchmarks.measure.worker_sync_latency [calls]
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
+import socket
 import statistics
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from tests.support.api import Api  # noqa: E402
-from tests.support.sandbox import Sandbox  # noqa: E402
-from tests.support.service import ServiceProcess  # noqa: E402
-from tests.worker.conftest import sessions_token  # noqa: E402, F401 - same session shape as the tests
+from tests.support.api import Api
+from tests.support.sandbox import Sandbox
+from tests.support.service import ServiceProcess
 
 
 async def timed_calls(link, calls: int) -> list[float]:
@@ -48,7 +47,6 @@ async def timed_calls_per_connection(link, calls: int) -> list[float]:
     import anyio
 
     from memfs.session import control
-    from memfs.worker.daemon_link import _call_blocking
 
     path = link.socket_path()
     request = {"op": "sync", "force": False, "wait": False}
@@ -59,7 +57,7 @@ async def timed_calls_per_connection(link, calls: int) -> list[float]:
     else:
 
         def once():
-            return _call_blocking(path, request, 20)
+            return call_on_new_connection(path, request, 20)
 
     took = []
     for _ in range(calls):
@@ -68,6 +66,22 @@ async def timed_calls_per_connection(link, calls: int) -> list[float]:
         took.append(time.perf_counter() - started)
         assert answer.get("ok") and not answer.get("ran"), answer
     return took
+
+
+def call_on_new_connection(sock_path: Path, request: dict, timeout: float) -> dict:
+    """One request on a fresh connection to a socket given by its own path (the sync-only one),
+    as the worker's blocking call did it."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        s.settimeout(timeout)
+        s.connect(str(sock_path))
+        s.sendall(json.dumps(request).encode() + b"\n")
+        buf = b""
+        while not buf.endswith(b"\n"):
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            buf += chunk
+    return json.loads(buf)
 
 
 ROUNDS = 5

@@ -5,12 +5,13 @@ some with several versions), starts `memfs serve --console` on it on a free loop
 and times every console page: 7 GETs each, first, median and worst, as a browser's request sees
 them. A store's overview counts its memories and bytes with one indexed query (`store_totals`), so
 its first view after a start (timed again on fresh processes at the end) costs what later ones do.
-Prints a table; asserts nothing. Run: .venv/bin/python scripts/console_perf.py [--postgresql]
+Prints a table; asserts nothing. Run: .venv/bin/python -m benchmarks.measure.console_perf [--postgresql]
 (--postgresql: the same on a throwaway PostgreSQL cluster, tests/support/postgres.py, as root).
 """
 
 from __future__ import annotations
 
+import argparse
 import re
 import shutil
 import statistics
@@ -21,11 +22,9 @@ from pathlib import Path
 
 import httpx
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from memfs.service.database import open_storage  # noqa: E402
-from memfs.service.storage import Actor  # noqa: E402
-from tests.support.service import ServiceProcess  # noqa: E402
+from memfs.service.database import open_storage
+from memfs.service.storage import Actor
+from tests.support.service import ServiceProcess
 
 MEMORIES = 10_000
 DIRS = 50
@@ -71,11 +70,14 @@ def sign_in(c: httpx.Client, key: str) -> None:
 
 
 def main() -> int:
+    ap = argparse.ArgumentParser(description="Times every console page on a 10,000-memory store.")
+    ap.add_argument("--postgresql", action="store_true", help="on a throwaway PostgreSQL cluster (as root)")
+    args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="memfs-console-perf-"))
     db = work / "data" / "store.db"
     db.parent.mkdir(parents=True)
     cluster = url = svc = None
-    if "--postgresql" in sys.argv[1:]:
+    if args.postgresql:
         from tests.support.postgres import PostgresCluster
 
         cluster = PostgresCluster()

@@ -1,6 +1,6 @@
 """2,000 creates into one store of a fresh `memfs serve`: single requests vs batch writes.
 
-    .venv/bin/python scripts/write_rate.py [--files 2000] [--size 16384] [--concurrency 32]
+    .venv/bin/python -m benchmarks.measure.write_rate [--files 2000] [--size 16384] [--concurrency 32]
         [--modes single-1,single-N,batch] [--db sqlite|URL]
 
 Starts its own service on a loopback port (a temp dir, SQLite unless --db), then per mode creates
@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import json
 import random
-import sys
 import tempfile
 import threading
 import time
@@ -27,9 +26,7 @@ from pathlib import Path
 
 import httpx
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from tests.support.service import ServiceProcess  # noqa: E402
+from tests.support.service import ServiceProcess
 
 WORDS = [
     w * k for w in ("memory", "store", "batch", "commit", "fsync", "write", "agent", "note") for k in (1, 2)
