@@ -450,7 +450,7 @@ class Filesystem:
             # For a new file this is durability only: a FLUSH also comes for every close of a
             # copy of the fd (bash's `> f` dup2s and closes the original; a fork + exec closes
             # its O_CLOEXEC copies), while the writer is still at work. It becomes part of what
-            # the sync may push at its creating handle's release (_birth_at).
+            # the sync may push at its creating handle's release (Staging.birth_at).
             self.staging.stage(node, node.buf)
 
     def fsync(self, fh: int, datasync: bool = False) -> None:
