@@ -106,13 +106,22 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _token() -> str | None:
-    from memfs.work_secret import sessions_token_from_secret  # light: read before the heavy imports
+    """The sessions token: from the pipe a parent passed (MEMFS_TOKEN_FD), else the work secret,
+    else MEMFS_TOKEN. Read once: the variables are then wiped from this process's environment
+    and the process made non-dumpable (memfs/secret_env.py), so no same-uid process (the agent's
+    tools) reads the credential in /proc/<pid>/environ or its memory; the daemon and its early
+    download are forks of this process and inherit both."""
+    from memfs import secret_env  # light: read before the heavy imports
+    from memfs.work_secret import sessions_token_from_secret
 
-    return (
-        sessions_token_from_secret(os.environ.get("ANTHROPIC_WORK_SECRET"))
-        or os.environ.get("MEMFS_TOKEN")
-        or None
+    passed = secret_env.read_token_fd()
+    taken = secret_env.take(("ANTHROPIC_WORK_SECRET", "MEMFS_TOKEN"))
+    token = (
+        passed or sessions_token_from_secret(taken.get("ANTHROPIC_WORK_SECRET")) or taken.get("MEMFS_TOKEN")
     )
+    if token:
+        secret_env.make_non_dumpable()
+    return token or None
 
 
 # -- mount --------------------------------------------------------------------------------------
@@ -169,6 +178,7 @@ def cmd_mount(args: argparse.Namespace) -> int:
     if problem:
         return _fail("mount", problem, EXIT_NOT_ANSWERING if "does not answer" in problem else 1)
     state_dir = Path(args.state_dir).resolve() if args.state_dir else control.default_state_dir(root)
+    args.token = _token()  # before the fork: taken out of the environment (secret_env.py)
     if not args.foreground:
         return _spawn_daemon(args, root, state_dir, session_id, base_url)
     return _run_foreground(args, root, state_dir, session_id, base_url)
@@ -264,6 +274,8 @@ def _daemon_child(args, root: str, state_dir: Path, session_id: str, base_url: s
         # group, not this one; SIGHUP is ignored all the same.
         os.setpgid(0, 0)
         signal.signal(signal.SIGHUP, signal.SIG_IGN)
+        # Holds no directory of the caller's (the agent's working directory, often) for hours.
+        os.chdir("/")
         # Like Popen(close_fds=True): descriptors the caller's shell passed down (pipes of a
         # command substitution, say) must not be held open by a daemon that runs for hours.
         os.closerange(3, write_fd)
@@ -294,7 +306,7 @@ def _run_foreground(
     from memfs.session import early_fetch
     from memfs.session.preflight import REQUEST_TIMEOUT
 
-    token = _token()
+    token = args.token
     # First, before the imports below: the helper that reads the session and streams the
     # snapshots into the state dir while this process imports (None: it does not apply).
     early = early_fetch.begin(root, state_dir, session_id, base_url, token, timeout=REQUEST_TIMEOUT)
