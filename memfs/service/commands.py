@@ -21,6 +21,7 @@ from memfs.protocol import (
     STORES_PATH,
     is_access,
 )
+from memfs.service import connections
 
 DEFAULT_BASE_URL = "http://127.0.0.1:8470"
 
@@ -92,6 +93,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="serve https with this certificate chain (with --keyfile)",
     )
     p.add_argument("--keyfile", default=None, metavar="PEM", help="the private key of --certfile")
+    connections.add_args(p)
     p.set_defaults(func=_serve)
 
     store = sub.add_parser("store", help="manage memory stores (admin, over HTTP)")
@@ -147,11 +149,15 @@ def _serve(args: argparse.Namespace) -> int:
     if args.rate_burst is not None and (args.rate_burst < 1 or not args.rate_limit):
         print("memfs serve: --rate-burst must be at least 1, and goes with --rate-limit", file=sys.stderr)
         return 2
+    limits = connections.from_args(args)
+    if isinstance(limits, str):
+        print(f"memfs serve: {limits}", file=sys.stderr)
+        return 2
     return run(
         args.host, args.port, args.db, args.admin_key, args.max_memories, extensions=not args.hosted_api,
         retention_days=args.version_retention_days, retention_interval_s=args.retention_interval,
         server=args.server, console=args.console, rate_limit=args.rate_limit, rate_burst=args.rate_burst,
-        certfile=args.certfile, keyfile=args.keyfile,
+        certfile=args.certfile, keyfile=args.keyfile, limits=limits,
     )  # fmt: skip
 
 

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import logging
+import math
 import os
 import secrets
 import signal
@@ -19,6 +20,7 @@ from memfs.logging_setup import setup_logging
 from memfs.service import access_log
 from memfs.service.app import create_app
 from memfs.service.backend import DatabaseError
+from memfs.service.connections import ConnectionLimits
 from memfs.service.database import DatabaseUrlError, open_storage
 from memfs.service.ratelimit import RateLimiter
 from memfs.service.retention import DEFAULT_INTERVAL_S, DEFAULT_RETENTION_DAYS, Retention, run_periodically
@@ -93,6 +95,7 @@ def run(
     rate_burst: int | None = None,
     certfile: str | None = None,
     keyfile: str | None = None,
+    limits: ConnectionLimits | None = None,
 ) -> int:
     formatter = setup_logging()
     # one line per request, written in batches (access_log.py: a write per line is ~40 µs)
@@ -118,6 +121,11 @@ def run(
     config = Config()
     config.bind = [f"[{host}]:{port}" if ":" in host else f"{host}:{port}"]
     config.graceful_timeout = 5.0
+    limits = limits or ConnectionLimits()
+    # Hypercorn's own bounds (it has no connection cap; `--max-connections` is uvicorn's).
+    config.keep_alive_timeout = limits.keep_alive
+    config.read_timeout = math.ceil(limits.body_timeout)
+    config.h11_max_incomplete_size = limits.max_header_bytes
     config.accesslog = None  # our own access log has no query strings or headers
     config.errorlog = logging.getLogger("hypercorn.error")
     if certfile and keyfile:
@@ -135,7 +143,14 @@ def run(
             from memfs.service import asgi_server
 
             asgi_server.run(
-                app, host, port, retention, retention_interval_s, certfile=certfile, keyfile=keyfile
+                app,
+                host,
+                port,
+                retention,
+                retention_interval_s,
+                certfile=certfile,
+                keyfile=keyfile,
+                limits=limits,
             )
         else:
             trio.run(_serve, app, config, host, retention, retention_interval_s)
