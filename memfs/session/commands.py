@@ -14,6 +14,7 @@ from pathlib import Path
 
 from memfs import limits
 from memfs.logging_setup import LOG_FORMATS, setup_logging
+from memfs.private_files import open_private_append, private_dir
 from memfs.protocol import DELETION_MODES
 from memfs.session import control
 from memfs.session.hook import EXIT_NOT_ANSWERING, cmd_sync
@@ -219,7 +220,7 @@ def _spawn_daemon(
     arguments are checked: no second interpreter to start, and the heavy imports (~0.4 s) run in
     the daemon, beside its early download (early_fetch.py), not before the fork."""
     try:
-        state_dir.mkdir(parents=True, exist_ok=True)
+        private_dir(state_dir)  # every store's content lands here (memfs/private_files.py)
     except OSError as exc:
         return _fail(
             "mount", f"cannot create the state dir {state_dir}: {exc.strerror}; choose a writable --state-dir"
@@ -281,7 +282,7 @@ def _daemon_child(args, root: str, state_dir: Path, session_id: str, base_url: s
         os.closerange(3, write_fd)
         os.closerange(write_fd + 1, 1 << 16)
         null = os.open(os.devnull, os.O_RDONLY)
-        logf = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        logf = open_private_append(log_path)
         os.dup2(null, 0)
         os.dup2(logf, 1)
         os.dup2(logf, 2)
