@@ -175,6 +175,10 @@ def cmd_mount(args: argparse.Namespace) -> int:
     if args.max_files < 1 or args.max_bytes < 1:
         return _fail("mount", "--max-files and --max-bytes must be positive", 2)
     root = os.path.abspath(args.root)
+    try:  # the registry `memfs sync|status|unmount` find this mount by: refused if not trustworthy
+        control.checked_runtime_dir(create=True)
+    except (control.RegistryRefused, OSError) as exc:
+        return _fail("mount", str(exc))
     problem = _live_mount_problem(root)
     if problem:
         return _fail("mount", problem, EXIT_NOT_ANSWERING if "does not answer" in problem else 1)
@@ -375,7 +379,10 @@ NAMED_PER_STORE = 10  # paths `memfs status` names per store and category (the r
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    state_dir = control.lookup_state_dir(args.root)
+    try:
+        state_dir = control.lookup_state_dir(args.root)
+    except control.RegistryRefused as exc:
+        return _fail("status", str(exc))
     try:
         answer: dict[str, Any] = control.call(state_dir, {"op": "status"}, timeout=30)
         answer["live"] = True
@@ -467,7 +474,10 @@ def cmd_unmount(args: argparse.Namespace) -> int:
     from memfs.session.daemon import clear_stale_mount, wait_until_unmounted
 
     root = os.path.abspath(args.root)
-    state_dir = control.lookup_state_dir(root)
+    try:
+        state_dir = control.lookup_state_dir(root)
+    except control.RegistryRefused as exc:
+        return _fail("unmount", str(exc))
     try:
         answer = control.call(
             state_dir, {"op": "unmount", "flush_timeout": args.flush_timeout}, timeout=args.flush_timeout + 30
