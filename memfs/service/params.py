@@ -101,9 +101,21 @@ def text(
     if len(value) > max_chars:
         raise invalid(f"{field}: must be at most {max_chars} characters long (got {len(value)})")
     for ch in value:
-        if ch == "\x00" or (single_line and unicodedata.category(ch) == "Cc"):
-            raise invalid(f"{field}: must not contain control characters (found U+{ord(ch):04X})")
+        if ch == "\x00" or (
+            single_line and (unicodedata.category(ch) in _NOT_ONE_LINE or ch in _BIDI_CONTROLS)
+        ):
+            raise invalid(
+                f"{field}: must not contain control characters, line separators or bidi controls "
+                f"(found U+{ord(ch):04X})"
+            )
     return value
+
+
+# A one-line name (a store's, a metadata key) shows as written wherever it is listed: no control
+# character, no line or paragraph separator (U+2028, U+2029), and none of the bidirectional
+# controls that make a name read differently from what it is (U+202E turns "exe.txt" around).
+_NOT_ONE_LINE = frozenset(("Cc", "Zl", "Zp"))
+_BIDI_CONTROLS = frozenset("\u200e\u200f\u061c\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
 
 
 def store_name(value: object) -> str:
