@@ -99,3 +99,26 @@ def read_token_fd() -> str | None:
             return pipe.read(65536).decode().strip() or None
     except (ValueError, OSError):
         return None
+
+
+def hide_in_cmdline(secret: str) -> bool:
+    """Overwrite `secret` where /proc/<pid>/cmdline (what `ps` shows every local user) reads it
+    from: the argument block of this process. Best effort (True if it was found and hidden): the
+    argument was visible from the exec until now, so a flag stays the weaker way to pass it."""
+    needle = secret.encode()
+    if not needle:
+        return False
+    try:
+        with open("/proc/self/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()
+        arg_start, arg_end = int(fields[45]), int(fields[46])  # stat fields 48 and 49
+        with open("/proc/self/mem", "r+b", buffering=0) as mem:
+            mem.seek(arg_start)
+            block = mem.read(arg_end - arg_start)
+            if needle not in block:
+                return False
+            mem.seek(arg_start)
+            mem.write(block.replace(needle, b"*" * len(needle)))
+        return True
+    except (OSError, ValueError, IndexError):
+        return False

@@ -37,6 +37,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         "(default: $MEMFS_DB, else ./memfs-data/store.db)",
     )
     p.add_argument("--admin-key", help="admin key (default: $MEMFS_ADMIN_KEY, else generated and printed)")
+    p.add_argument(
+        "--admin-key-file", metavar="PATH", help="read the admin key from this file (not shown by ps)"
+    )
     p.add_argument("--max-memories", type=int, default=DEFAULT_MAX_MEMORIES, help="memories per store")
     p.add_argument(
         "--hosted-api",
@@ -153,11 +156,25 @@ def _serve(args: argparse.Namespace) -> int:
     if isinstance(limits, str):
         print(f"memfs serve: {limits}", file=sys.stderr)
         return 2
+    key_from_file = None
+    if args.admin_key_file:
+        try:
+            with open(args.admin_key_file) as f:
+                key_from_file = f.read().strip()
+        except OSError as e:
+            print(
+                f"memfs serve: cannot read --admin-key-file {args.admin_key_file}: {e.strerror}",
+                file=sys.stderr,
+            )
+            return 2
+        if not key_from_file:
+            print(f"memfs serve: --admin-key-file {args.admin_key_file} is empty", file=sys.stderr)
+            return 2
     return run(
-        args.host, args.port, args.db, args.admin_key, args.max_memories, extensions=not args.hosted_api,
+        args.host, args.port, args.db, key_from_file or args.admin_key, args.max_memories, extensions=not args.hosted_api,
         retention_days=args.version_retention_days, retention_interval_s=args.retention_interval,
         server=args.server, console=args.console, rate_limit=args.rate_limit, rate_burst=args.rate_burst,
-        certfile=args.certfile, keyfile=args.keyfile, limits=limits,
+        certfile=args.certfile, keyfile=args.keyfile, limits=limits, key_on_command_line=key_from_file is None,
     )  # fmt: skip
 
 

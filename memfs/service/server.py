@@ -15,6 +15,7 @@ import trio
 from hypercorn.config import Config
 from hypercorn.trio import serve
 
+from memfs import secret_env
 from memfs.limits import DEFAULT_MAX_MEMORIES
 from memfs.logging_setup import setup_logging
 from memfs.service import access_log
@@ -28,12 +29,38 @@ from memfs.service.retention import DEFAULT_INTERVAL_S, DEFAULT_RETENTION_DAYS, 
 log = logging.getLogger("memfs.service")
 
 
+MIN_ADMIN_KEY_CHARS = 16
+
+
 def resolve_admin_key(admin_key: str | None) -> tuple[str, bool]:
     """Flag, then MEMFS_ADMIN_KEY, else a fresh key. Returns (key, generated)."""
     key = admin_key or os.environ.get("MEMFS_ADMIN_KEY")
     if key:
         return key, False
     return "memfs_admin_" + secrets.token_urlsafe(32), True
+
+
+def admin_key_problem(key: str) -> str | None:
+    """Why `key` cannot be the admin key: it is every store's credential, so a guessable one is refused."""
+    if len(key) < MIN_ADMIN_KEY_CHARS:
+        return (
+            f"the admin key must be at least {MIN_ADMIN_KEY_CHARS} characters (got {len(key)}); "
+            "make one with `openssl rand -hex 24`, or set none and one is generated"
+        )
+    return None
+
+
+def _guard_admin_key(admin_key: str | None) -> None:
+    """The admin key given as a flag is in /proc/<pid>/cmdline, which `ps` shows every local user:
+    hidden there now (and said so), and the process made non-dumpable, as every memfs process
+    that holds a credential is (memfs/secret_env.py)."""
+    secret_env.make_non_dumpable()
+    if admin_key:
+        secret_env.hide_in_cmdline(admin_key)
+        log.warning(
+            "--admin-key is readable by every local user (ps) until the service starts: "
+            "prefer MEMFS_ADMIN_KEY or --admin-key-file"
+        )
 
 
 async def _serve(app, config: Config, host: str, retention: Retention, retention_interval_s: float) -> None:
@@ -96,6 +123,7 @@ def run(
     certfile: str | None = None,
     keyfile: str | None = None,
     limits: ConnectionLimits | None = None,
+    key_on_command_line: bool = True,  # False: admin_key came from --admin-key-file
 ) -> int:
     formatter = setup_logging()
     # one line per request, written in batches (access_log.py: a write per line is ~40 µs)
@@ -105,7 +133,12 @@ def run(
         print(f"memfs serve: {tls_problem}", file=sys.stderr)
         return 2
     limiter = RateLimiter(rate_limit, rate_burst) if rate_limit > 0 else None
+    _guard_admin_key(admin_key if key_on_command_line else None)
     key, generated = resolve_admin_key(admin_key)
+    key_problem = admin_key_problem(key)
+    if key_problem:
+        print(f"memfs serve: {key_problem}", file=sys.stderr)
+        return 2
     try:
         storage = open_storage(db_path)
     except (DatabaseUrlError, DatabaseError) as e:

@@ -3,6 +3,10 @@ that would not read as written are refused, and the console over TLS sends HSTS.
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from pathlib import Path
+
 import httpx
 import pytest
 
@@ -39,3 +43,34 @@ def test_the_console_over_tls_sends_hsts_and_over_http_does_not(tmp_path):
     finally:
         svc.stop()
         plain.stop()
+
+
+def test_the_admin_key_flag_is_hidden_from_ps_and_a_short_key_is_refused(tmp_path):
+    key = "flag-admin-key-" + "0123456789abcdef"
+    svc = ServiceProcess(tmp_path / "svc", admin_key=key)
+    try:
+        cmdline = Path(f"/proc/{svc.proc.pid}/cmdline").read_bytes()
+        assert b"--admin-key" in cmdline and key.encode() not in cmdline, cmdline
+        assert svc.create_store("still the key")["name"] == "still the key"
+    finally:
+        svc.stop()
+    short = subprocess.run(
+        [sys.executable, "-m", "memfs", "serve", "--port", "0", "--db", str(tmp_path / "s.db"), "--admin-key", "k"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert short.returncode == 2 and "at least 16 characters" in short.stderr, short.stderr
+    assert not (tmp_path / "s.db").exists()
+
+
+def test_the_admin_key_can_come_from_a_file(tmp_path):
+    key_file = tmp_path / "admin-key"
+    key_file.write_text("file-admin-key-0123456789abcdef\n")
+    svc = ServiceProcess(
+        tmp_path / "svc",
+        admin_key="file-admin-key-0123456789abcdef",
+        extra_args=("--admin-key-file", str(key_file)),
+    )
+    try:
+        assert svc.create_store("from the file")["name"] == "from the file"
+    finally:
+        svc.stop()
