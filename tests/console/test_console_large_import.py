@@ -1,4 +1,4 @@
-"""The console's import streams past the API's 1 MiB body limit (issue 26, item 7): SEMANTICS
+"""The console's import streams past the API's 1 MiB body limit: SEMANTICS
 promises imports up to 256 MiB spooled to disk, and the service's frame refused any body over
 1 MiB before the console saw it. A real `memfs serve --console`, a real browser."""
 

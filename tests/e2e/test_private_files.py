@@ -1,5 +1,5 @@
 """What memfs writes that holds memory content or a credential is private whatever the umask
-(issue 26, item 3; docs/OPERATIONS.md#security). A real `memfs serve` and a real `memfs mount`,
+(docs/OPERATIONS.md#security). A real `memfs serve` and a real `memfs mount`,
 both started under umask 022 (the common default, with which they used to leave the state dir
 0755, state.db and memfs.log 0644 and the service's database 0644)."""
 

@@ -1,5 +1,5 @@
 """The registry dir (`/run/memfs`, `/tmp/memfs-<uid>`, MEMFS_RUNTIME_DIR) is checked for owner and
-mode, and `memfs unmount` removes its entries (issue 26, item 6). Before, another local user who
+mode, and `memfs unmount` removes its entries. Before, another local user who
 made /tmp/memfs-<uid> first chose the state dir that `memfs sync|status|unmount --root R` talked
 to, and entries piled up for ever."""
 

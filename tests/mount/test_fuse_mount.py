@@ -682,7 +682,7 @@ def test_modes_asked_for_are_kept_and_a_non_owner_write_drops_setuid(mount):
 
 
 def test_rename_whiteout_is_refused_not_done_as_a_plain_rename(mount):
-    """Issue 26, item 8: RENAME_WHITEOUT used to be ignored (a plain rename happened, no whiteout)."""
+    """RENAME_WHITEOUT used to be ignored (a plain rename happened, no whiteout)."""
     import ctypes
 
     m = mount()

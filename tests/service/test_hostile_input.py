@@ -1,5 +1,5 @@
 """Authenticated input that used to answer 500 now answers 400, and nothing partial is written
-(issue 26, items 4 and 8): out-of-range dates, JSON nested past the parser's limit, and JSON
+(docs/API.md): out-of-range dates, JSON nested past the parser's limit, and JSON
 that is not UTF-8 (UTF-16, a byte order mark), which docs/API.md says is a 400."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The smaller findings of issue 26 (item 8), each answered as docs/API.md says: store names
+"""Smaller hardening findings, each answered as docs/API.md says: store names
 that would not read as written are refused, and the console over TLS sends HSTS."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""A forged log line stays one line (issue 26, item 5): the access log used to print the decoded
+"""A forged log line stays one line: the access log used to print the decoded
 path, so `%0a` in a URL (no credential needed) started a line of the sender's choosing and `%00`
 wrote a NUL into the log. A real `memfs serve`, its real stderr."""
 

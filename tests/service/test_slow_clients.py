@@ -1,5 +1,5 @@
 """A slow client is cut after the configured time, and the connection cap answers the next one
-(issue 26, item 2; docs/OPERATIONS.md#security). Real `memfs serve`, real sockets.
+(docs/OPERATIONS.md#security). Real `memfs serve`, real sockets.
 
 Before, a connection that sent part of its headers, nothing, or part of a body stayed open for
 ever, unauthenticated, and nothing capped how many there were.

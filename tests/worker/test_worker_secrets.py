@@ -1,4 +1,4 @@
-"""`memfs worker --mount` keeps the work secret from the agent (issue 26, item 1).
+"""`memfs worker --mount` keeps the work secret from the agent.
 
 The agent's tools run with the worker's uid and in its working directory: whatever memfs starts
 must run nothing the agent wrote, and no memfs process may show the secret in /proc/<pid>/environ

@@ -27,7 +27,7 @@ class _SecurityHeaders:
         self.app = app
         self._headers = [(k.encode(), v.encode()) for k, v in SECURITY_HEADERS.items()]
         # Over TLS: browsers keep to https for a year, so the session cookie never goes out in
-        # the clear. Not over plain http, where the header means nothing (RFC 6797 §7.2).
+        # the clear. Not over plain http, where the header means nothing (RFC 6797, section 7.2).
         self._tls_headers = [*self._headers, (b"strict-transport-security", b"max-age=31536000")]
 
     async def __call__(self, scope, receive, send) -> None:
