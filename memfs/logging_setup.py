@@ -11,11 +11,37 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import sys
 import time
 
 LOG_FORMATS = ("text", "json")
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+
+# What would break a log line or mislead its reader: C0 and C1 controls (newline, NUL, escape
+# sequences), DEL, the Unicode line and paragraph separators, and the bidi controls that reorder
+# what a terminal shows. A request path, a file name or a store name can carry any of them.
+_UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def _escape_char(m: re.Match[str]) -> str:
+    code = ord(m.group())
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def escape_line(text: str) -> str:
+    """`text` on one line and as it reads: the characters above as \\xNN / \\uNNNN."""
+    return _UNSAFE.sub(_escape_char, text) if _UNSAFE.search(text) else text
+
+
+class TextFormatter(logging.Formatter):
+    """TEXT_FORMAT with the message escaped (`escape_line`): a value logged from a request or a
+    file name never forges a line. A traceback (exc_text) stays on its own lines, after it."""
+
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        record.message = escape_line(record.message)
+        return super().formatMessage(record)
 
 
 class JsonFormatter(logging.Formatter):
@@ -38,7 +64,7 @@ def setup_logging(fmt: str = "text", level: int = logging.INFO) -> logging.Forma
     if fmt not in LOG_FORMATS:
         raise ValueError(f"log format must be one of {LOG_FORMATS}, got {fmt!r}")
     handler = logging.StreamHandler(sys.stderr)
-    formatter = JsonFormatter() if fmt == "json" else logging.Formatter(TEXT_FORMAT)
+    formatter = JsonFormatter() if fmt == "json" else TextFormatter(TEXT_FORMAT)
     handler.setFormatter(formatter)
     root = logging.getLogger()
     root.handlers[:] = [handler]

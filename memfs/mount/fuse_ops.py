@@ -187,6 +187,11 @@ class FuseOps(pyfuse3.Operations):
 
     @_handler
     def rename(self, parent_inode_old, name_old, parent_inode_new, name_new, flags, ctx):
+        if flags & ~(pyfuse3.RENAME_NOREPLACE | pyfuse3.RENAME_EXCHANGE):
+            # RENAME_WHITEOUT (or a flag to come): a store has no whiteouts. Done as a plain
+            # rename, the caller (an overlayfs) would believe a whiteout is in place; EINVAL is
+            # the kernel's answer for a flag a filesystem does not support.
+            raise FUSEError(errno.EINVAL)
         self.fs.permit_rename(parent_inode_old, name_old, parent_inode_new, name_new, self._caller(ctx))
         f = 0
         if flags & pyfuse3.RENAME_NOREPLACE:

@@ -36,7 +36,8 @@ class KeptCopies(StateDb):
         target = self.kept_dir / store_id / f"{_utc_stamp()}-{n}" / rel
         target.parent.mkdir(parents=True, exist_ok=True)
         tmp = target.parent / f".tmp-{os.getpid()}-{n}"
-        with open(tmp, "wb") as f:
+        # 0600: content the agent lost, under a private state dir (memfs/private_files.py) too
+        with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "wb") as f:
             f.write(bytes(data))
             f.flush()
             os.fsync(f.fileno())

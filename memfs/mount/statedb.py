@@ -25,6 +25,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Self
 
+from memfs.private_files import private_dir, private_file
+
 SCHEMA_VERSION = 2
 
 # Each entry migrates from version i to i+1. Never edit a released entry: append.
@@ -87,8 +89,9 @@ class StateDb:
         self.kept_dir = self.path / "kept"
         self.lock_path = self.path / "lock"
         self.db_path = self.path / "state.db"
-        for d in (self.path, self.kept_dir):
-            d.mkdir(parents=True, exist_ok=True)
+        for d in (self.path, self.kept_dir):  # every store's content: private whatever the umask
+            private_dir(d)
+        private_file(self.db_path)  # before SQLite creates it: its -wal and -shm take its mode
         self._mutex = threading.RLock()
         self._generations: dict[str, int] = {}  # per store: bumped by every change to what is staged
         self._depth = 0
@@ -159,7 +162,7 @@ class StateDb:
         """Take the state dir for this process (exclusive, non-blocking); raise StateLocked if taken."""
         if self._lock_fd is not None:
             return
-        fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+        fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as e:

@@ -16,7 +16,7 @@ import logging
 import threading
 import time
 
-from memfs.logging_setup import TEXT_FORMAT
+from memfs.logging_setup import TEXT_FORMAT, TextFormatter, escape_line
 
 FLUSH_S = 0.5
 MAX_LINES = 512
@@ -41,7 +41,8 @@ class BatchedLineHandler(logging.Handler):
         """The formatter is the text format of logging_setup, unchanged: `add_message` may format."""
         f = self.formatter
         return (
-            type(f) is logging.Formatter
+            f is not None
+            and type(f) in (logging.Formatter, TextFormatter)
             and f._fmt == TEXT_FORMAT
             and f.datefmt is None
             and f.converter is time.localtime
@@ -121,6 +122,8 @@ class RequestLine:
         logger = self.logger
         if not logger.isEnabledFor(logging.INFO):
             return
+        # The decoded path, escaped: `%0a` or `%00` in a URL (unauthenticated) must not forge a line.
+        method, path = escape_line(method), escape_line(path)
         handlers = logger.handlers
         if (
             len(handlers) == 1

@@ -740,15 +740,21 @@ class _RequestFrame:
         scope.setdefault("state", {})["request_id"] = request_id
         started = time.perf_counter()
         status: list[int] = []
+        tracked = body.Tracked(receive) if body.streamed(scope) else None
 
         async def send_with_id(message) -> None:
             if message["type"] == "http.response.start":
                 status.append(message["status"])
                 headers = [*message.get("headers", []), (REQUEST_ID_HEADER.encode(), request_id.encode())]
+                if tracked is not None and not tracked.ended:  # a streamed body left unread
+                    headers.append((b"connection", b"close"))
                 message = {**message, "headers": headers}
             await send(message)
 
         try:
+            if tracked is not None:
+                await self.app(scope, tracked, send_with_id)
+                return
             try:
                 raw = await body.read_whole(scope, receive)
             except body.ClientGone:

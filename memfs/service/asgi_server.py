@@ -14,12 +14,17 @@ stops accepting, drains in-flight requests (at most 5 s) and runs the lifespan's
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
+import math
 import signal
 
 import uvicorn
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
+from memfs.protocol import REQUEST_ID_HEADER
+from memfs.service.app import _next_request_id
+from memfs.service.connections import ConnectionLimits
 from memfs.service.retention import Retention, run_periodically
 
 log = logging.getLogger("memfs.service")
@@ -70,6 +75,135 @@ class _CoalescingHttpTools(HttpToolsProtocol):
         super().connection_made(_CoalescingTransport(transport, asyncio.get_running_loop()))  # type: ignore[arg-type]
 
 
+def raw_error(status: int, reason: str, type_: str, message: str) -> bytes:
+    """A whole error response (the API's envelope, a request id, `connection: close`) for what
+    is refused before the app sees a request: the app's own answers carry the same."""
+    request_id = _next_request_id()
+    body = json.dumps(
+        {"type": "error", "error": {"type": type_, "message": message}, "request_id": request_id}
+    ).encode()
+    head = (
+        f"HTTP/1.1 {status} {reason}\r\ncontent-type: application/json\r\n"
+        f"content-length: {len(body)}\r\n{REQUEST_ID_HEADER}: {request_id}\r\nconnection: close\r\n\r\n"
+    )
+    return head.encode() + body
+
+
+class _GuardedHttpTools(_CoalescingHttpTools):
+    """Bounds how long a request may take to arrive, which uvicorn does not (docs/OPERATIONS.md#security).
+
+    Its head (line and headers) must be complete within `header_timeout` of its first byte (or of
+    the connection, for the first request: a client that sends nothing is cut too) and within
+    `max_header_bytes`; its body may pause at most `body_timeout` between pieces, counted only
+    while the server reads (uvicorn stops reading while the app has not taken what arrived).
+    Between requests uvicorn's keep-alive timeout applies; while the app answers, nothing."""
+
+    limits = ConnectionLimits()
+
+    def connection_made(self, transport) -> None:
+        super().connection_made(transport)
+        self._timer: asyncio.TimerHandle | None = None
+        self._head_bytes = 0
+        self._phase = "head"
+        self._arm(self.limits.header_timeout, self._head_too_slow)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm()
+        super().connection_lost(exc)
+
+    def _arm(self, delay: float, callback) -> None:
+        self._disarm()
+        self._timer = self.loop.call_later(delay, callback)
+
+    def _disarm(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def data_received(self, data: bytes) -> None:
+        if self._phase != "refused":
+            super().data_received(data)
+
+    def _count_head(self, size: int) -> bool:
+        self._head_bytes += size
+        if self._head_bytes <= self.limits.max_header_bytes:
+            return True
+        self._refuse(431, "Request Header Fields Too Large", "the request line and headers are too long")
+        return False
+
+    def on_url(self, url: bytes) -> None:
+        if self._phase != "refused" and self._count_head(len(url)):
+            super().on_url(url)
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        if self._phase != "refused" and self._count_head(len(name) + len(value) + 4):
+            super().on_header(name, value)
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        if self._phase == "done":  # the next request on this connection: its own deadline
+            self._phase = "head"
+            self._head_bytes = 0
+            self._arm(self.limits.header_timeout, self._head_too_slow)
+
+    def on_headers_complete(self) -> None:
+        if self._phase == "refused":
+            return
+        # uvicorn's own `limit_concurrency` check, answered with the API's envelope.
+        cap = self.limits.max_connections
+        if len(self.connections) >= cap or len(self.tasks) >= cap:
+            log.warning("%d connections held (--max-connections): answered 503", len(self.connections))
+            self._refuse(503, "Service Unavailable", "the service holds too many connections; retry later")
+            return
+        self._phase = "body"
+        self._arm(self.limits.body_timeout, self._body_too_slow)
+        super().on_headers_complete()
+
+    def on_body(self, body: bytes) -> None:
+        if self._phase == "refused":  # the rest of what arrived with a refused request's head
+            return
+        self._arm(self.limits.body_timeout, self._body_too_slow)
+        super().on_body(body)
+
+    def on_message_complete(self) -> None:
+        if self._phase == "refused":
+            return
+        self._phase = "done"
+        self._disarm()
+        super().on_message_complete()
+
+    def send_400_response(self, msg: str) -> None:
+        self._refuse(400, "Bad Request", "the request is not valid HTTP/1.1")
+
+    def _refuse(self, status: int, reason: str, message: str) -> None:
+        self._disarm()
+        self._phase = "refused"
+        if not self.transport.is_closing():
+            self.transport.write(raw_error(status, reason, "invalid_request_error", message))
+            self.transport.close()
+
+    def _head_too_slow(self) -> None:
+        self._timer = None
+        self._refuse(
+            408,
+            "Request Timeout",
+            f"the request's headers did not arrive within {self.limits.header_timeout:g} s",
+        )
+
+    def _body_too_slow(self) -> None:
+        self._timer = None
+        if self.flow.read_paused:  # the server is not reading: not the client's delay
+            self._arm(self.limits.body_timeout, self._body_too_slow)
+            return
+        log.info("closed a connection whose request body paused over %g s", self.limits.body_timeout)
+        # The app is reading this body: it sees a disconnect and answers nothing more.
+        self.transport.close()
+
+
+def guarded_protocol(limits: ConnectionLimits) -> type[_GuardedHttpTools]:
+    return type("GuardedHttpTools", (_GuardedHttpTools,), {"limits": limits})
+
+
 class _Server(uvicorn.Server):
     def __init__(self, config: uvicorn.Config, app) -> None:
         super().__init__(config)
@@ -93,13 +227,15 @@ async def serve(
     retention_interval_s: float,
     certfile: str | None = None,
     keyfile: str | None = None,
+    limits: ConnectionLimits | None = None,
 ) -> None:
+    limits = limits or ConnectionLimits()
     config = uvicorn.Config(
         app,
         host=host,
         port=port,
         loop="none",  # we run the loop (uvloop, in run())
-        http=_CoalescingHttpTools,
+        http=guarded_protocol(limits),
         lifespan="on",
         access_log=False,  # our own access log has no query strings or headers
         log_config=None,
@@ -110,7 +246,10 @@ async def serve(
         ssl_keyfile=keyfile,
         # uvicorn's default (5 s) closes the connection of a client that ticks every 5-15 s between
         # two ticks: a new TCP connection per tick. 75 s is nginx's default.
-        timeout_keep_alive=75,
+        timeout_keep_alive=math.ceil(limits.keep_alive),
+        # Connections and tasks at once: beyond it uvicorn answers 503 and closes (a stalled
+        # client costs a connection and up to a 1 MiB body; the cap bounds what they can hold).
+        limit_concurrency=limits.max_connections,
     )
     server = _Server(config, app)
     server._loop = asyncio.get_running_loop()
@@ -147,6 +286,7 @@ def run(
     retention_interval_s: float,
     certfile: str | None = None,
     keyfile: str | None = None,
+    limits: ConnectionLimits | None = None,
 ) -> None:
     import uvloop
 
@@ -154,4 +294,4 @@ def run(
     # gracefully; a handler that does nothing makes that a normal exit (status 0, as before).
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, _stopped)
-    uvloop.run(serve(app, host, port, retention, retention_interval_s, certfile, keyfile))
+    uvloop.run(serve(app, host, port, retention, retention_interval_s, certfile, keyfile, limits))

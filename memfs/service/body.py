@@ -1,4 +1,5 @@
-"""The request body, read whole (at most 1 MiB) before any handler runs (docs/SEMANTICS.md#d-api).
+"""The request body, read whole (at most 1 MiB) before any handler runs (docs/SEMANTICS.md#d-api);
+the console's import alone streams its body (`streamed`).
 
 Why before the handler and not inside it: on a keep-alive connection the server can start the
 next request only once this one's body has been received. A handler that answers without reading
@@ -13,6 +14,8 @@ the end of the body, the answer closes the connection (`connection: close`).
 """
 
 from __future__ import annotations
+
+import re
 
 import anyio
 
@@ -77,6 +80,31 @@ async def read_whole(scope, receive) -> bytes:
             raise BodyTooLarge(drained=not more or await _drain(receive, len(buf)))
         if not message.get("more_body", False):
             return bytes(buf)
+
+
+# The one route that takes a body past 1 MiB: the console's import (up to 256 MiB, spooled to
+# disk by the form parser, never held in memory). It reads and caps its body itself, after it
+# has checked the session; the frame hands it `Tracked` instead of reading the body first.
+_STREAMED = re.compile(r"/console(/stores/[^/]+)?/import")
+
+
+def streamed(scope) -> bool:
+    return scope["method"] == "POST" and _STREAMED.fullmatch(scope["path"]) is not None
+
+
+class Tracked:
+    """The real `receive`, noting whether the body was read to its end: if it was not when the
+    answer starts, the answer closes the connection (what is left of the body cannot be skipped)."""
+
+    def __init__(self, receive):
+        self._receive = receive
+        self.ended = False
+
+    async def __call__(self):
+        message = await self._receive()
+        if message["type"] != "http.request" or not message.get("more_body", False):
+            self.ended = True
+        return message
 
 
 def replaying(body: bytes, receive):

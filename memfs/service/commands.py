@@ -21,6 +21,7 @@ from memfs.protocol import (
     STORES_PATH,
     is_access,
 )
+from memfs.service import connections
 
 DEFAULT_BASE_URL = "http://127.0.0.1:8470"
 
@@ -36,6 +37,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         "(default: $MEMFS_DB, else ./memfs-data/store.db)",
     )
     p.add_argument("--admin-key", help="admin key (default: $MEMFS_ADMIN_KEY, else generated and printed)")
+    p.add_argument(
+        "--admin-key-file", metavar="PATH", help="read the admin key from this file (not shown by ps)"
+    )
     p.add_argument("--max-memories", type=int, default=DEFAULT_MAX_MEMORIES, help="memories per store")
     p.add_argument(
         "--hosted-api",
@@ -92,6 +96,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="serve https with this certificate chain (with --keyfile)",
     )
     p.add_argument("--keyfile", default=None, metavar="PEM", help="the private key of --certfile")
+    connections.add_args(p)
     p.set_defaults(func=_serve)
 
     store = sub.add_parser("store", help="manage memory stores (admin, over HTTP)")
@@ -147,11 +152,29 @@ def _serve(args: argparse.Namespace) -> int:
     if args.rate_burst is not None and (args.rate_burst < 1 or not args.rate_limit):
         print("memfs serve: --rate-burst must be at least 1, and goes with --rate-limit", file=sys.stderr)
         return 2
+    limits = connections.from_args(args)
+    if isinstance(limits, str):
+        print(f"memfs serve: {limits}", file=sys.stderr)
+        return 2
+    key_from_file = None
+    if args.admin_key_file:
+        try:
+            with open(args.admin_key_file) as f:
+                key_from_file = f.read().strip()
+        except OSError as e:
+            print(
+                f"memfs serve: cannot read --admin-key-file {args.admin_key_file}: {e.strerror}",
+                file=sys.stderr,
+            )
+            return 2
+        if not key_from_file:
+            print(f"memfs serve: --admin-key-file {args.admin_key_file} is empty", file=sys.stderr)
+            return 2
     return run(
-        args.host, args.port, args.db, args.admin_key, args.max_memories, extensions=not args.hosted_api,
+        args.host, args.port, args.db, key_from_file or args.admin_key, args.max_memories, extensions=not args.hosted_api,
         retention_days=args.version_retention_days, retention_interval_s=args.retention_interval,
         server=args.server, console=args.console, rate_limit=args.rate_limit, rate_burst=args.rate_burst,
-        certfile=args.certfile, keyfile=args.keyfile,
+        certfile=args.certfile, keyfile=args.keyfile, limits=limits, key_on_command_line=key_from_file is None,
     )  # fmt: skip
 
 

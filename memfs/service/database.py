@@ -12,6 +12,7 @@ import os
 import re
 from pathlib import Path
 
+from memfs.private_files import private_dir, private_file
 from memfs.service.rules import StoreService
 
 SQLITE_SCHEME = "sqlite:///"
@@ -46,7 +47,9 @@ def open_storage(db: str | os.PathLike) -> StoreService:
     if path is not None:
         from memfs.service.sqlite_storage import SqliteBackend
 
-        path.parent.mkdir(parents=True, exist_ok=True)
+        if not path.parent.exists():
+            private_dir(path.parent)  # a directory made for the database: only its owner's
+        private_file(path)  # every store's content, private whatever the umask (and its -wal, -shm)
         return StoreService(SqliteBackend(path))
     from memfs.service.postgres_storage import PostgresBackend
 

@@ -40,18 +40,31 @@ async def json_object(request: Request, allowed: tuple[str, ...]) -> dict:
     raw = await read_body(request)
     if not raw.strip():
         return {}
-    try:
-        body = json.loads(raw)
-    except UnicodeDecodeError:
-        raise invalid("request body is not valid UTF-8") from None
-    except ValueError as e:
-        raise invalid(f"request body is not valid JSON: {e}") from None
+    body = parse_json(raw)
     if not isinstance(body, dict):
         raise invalid(f"request body must be a JSON object, not {type(body).__name__}")
     unknown = sorted(set(body) - set(allowed))
     if unknown:
         raise invalid(f"unknown field {unknown[0]!r}; allowed fields: {', '.join(allowed)}")
     return body
+
+
+def parse_json(raw: bytes) -> object:
+    """A body as JSON in UTF-8, as docs/API.md says: `json.loads(bytes)` would also take UTF-16,
+    UTF-32 and a byte order mark. Nesting past the parser's recursion limit (~1,000 levels) is a
+    400 like any other invalid body, not a RecursionError (500)."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise invalid("request body is not valid UTF-8") from None
+    if text.startswith("\ufeff"):
+        raise invalid("request body starts with a byte order mark: send UTF-8 without one") from None
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise invalid("request body is nested too deeply") from None
+    except ValueError as e:
+        raise invalid(f"request body is not valid JSON: {e}") from None
 
 
 # --- body fields ---------------------------------------------------------------------------------
@@ -88,9 +101,21 @@ def text(
     if len(value) > max_chars:
         raise invalid(f"{field}: must be at most {max_chars} characters long (got {len(value)})")
     for ch in value:
-        if ch == "\x00" or (single_line and unicodedata.category(ch) == "Cc"):
-            raise invalid(f"{field}: must not contain control characters (found U+{ord(ch):04X})")
+        if ch == "\x00" or (
+            single_line and (unicodedata.category(ch) in _NOT_ONE_LINE or ch in _BIDI_CONTROLS)
+        ):
+            raise invalid(
+                f"{field}: must not contain control characters, line separators or bidi controls "
+                f"(found U+{ord(ch):04X})"
+            )
     return value
+
+
+# A one-line name (a store's, a metadata key) shows as written wherever it is listed: no control
+# character, no line or paragraph separator (U+2028, U+2029), and none of the bidirectional
+# controls that make a name read differently from what it is (U+202E turns "exe.txt" around).
+_NOT_ONE_LINE = frozenset(("Cc", "Zl", "Zp"))
+_BIDI_CONTROLS = frozenset("\u200e\u200f\u061c\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
 
 
 def store_name(value: object) -> str:
@@ -216,7 +241,10 @@ def q_time(request: Request, name: str) -> str | None:
         raise invalid(f"{name}: not an RFC 3339 timestamp: {raw!r}") from None
     if dt.tzinfo is None:
         dt = dt.replace(tzinfo=UTC)
-    return dt.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    try:
+        return dt.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    except OverflowError:  # 0001-01-01T00:00:00+01:00 is before year 1 in UTC
+        raise invalid(f"{name}: outside the years 1 to 9999 in UTC: {raw!r}") from None
 
 
 def q_path_prefix(request: Request) -> str:

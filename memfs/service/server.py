@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import logging
+import math
 import os
 import secrets
 import signal
@@ -14,16 +15,21 @@ import trio
 from hypercorn.config import Config
 from hypercorn.trio import serve
 
+from memfs import secret_env
 from memfs.limits import DEFAULT_MAX_MEMORIES
 from memfs.logging_setup import setup_logging
 from memfs.service import access_log
 from memfs.service.app import create_app
 from memfs.service.backend import DatabaseError
+from memfs.service.connections import ConnectionLimits
 from memfs.service.database import DatabaseUrlError, open_storage
 from memfs.service.ratelimit import RateLimiter
 from memfs.service.retention import DEFAULT_INTERVAL_S, DEFAULT_RETENTION_DAYS, Retention, run_periodically
 
 log = logging.getLogger("memfs.service")
+
+
+MIN_ADMIN_KEY_CHARS = 16
 
 
 def resolve_admin_key(admin_key: str | None) -> tuple[str, bool]:
@@ -32,6 +38,29 @@ def resolve_admin_key(admin_key: str | None) -> tuple[str, bool]:
     if key:
         return key, False
     return "memfs_admin_" + secrets.token_urlsafe(32), True
+
+
+def admin_key_problem(key: str) -> str | None:
+    """Why `key` cannot be the admin key: it is every store's credential, so a guessable one is refused."""
+    if len(key) < MIN_ADMIN_KEY_CHARS:
+        return (
+            f"the admin key must be at least {MIN_ADMIN_KEY_CHARS} characters (got {len(key)}); "
+            "make one with `openssl rand -hex 24`, or set none and one is generated"
+        )
+    return None
+
+
+def _guard_admin_key(admin_key: str | None) -> None:
+    """The admin key given as a flag is in /proc/<pid>/cmdline, which `ps` shows every local user:
+    hidden there now (and said so), and the process made non-dumpable, as every memfs process
+    that holds a credential is (memfs/secret_env.py)."""
+    secret_env.make_non_dumpable()
+    if admin_key:
+        secret_env.hide_in_cmdline(admin_key)
+        log.warning(
+            "--admin-key is readable by every local user (ps) until the service starts: "
+            "prefer MEMFS_ADMIN_KEY or --admin-key-file"
+        )
 
 
 async def _serve(app, config: Config, host: str, retention: Retention, retention_interval_s: float) -> None:
@@ -93,6 +122,8 @@ def run(
     rate_burst: int | None = None,
     certfile: str | None = None,
     keyfile: str | None = None,
+    limits: ConnectionLimits | None = None,
+    key_on_command_line: bool = True,  # False: admin_key came from --admin-key-file
 ) -> int:
     formatter = setup_logging()
     # one line per request, written in batches (access_log.py: a write per line is ~40 µs)
@@ -102,7 +133,12 @@ def run(
         print(f"memfs serve: {tls_problem}", file=sys.stderr)
         return 2
     limiter = RateLimiter(rate_limit, rate_burst) if rate_limit > 0 else None
+    _guard_admin_key(admin_key if key_on_command_line else None)
     key, generated = resolve_admin_key(admin_key)
+    key_problem = admin_key_problem(key)
+    if key_problem:
+        print(f"memfs serve: {key_problem}", file=sys.stderr)
+        return 2
     try:
         storage = open_storage(db_path)
     except (DatabaseUrlError, DatabaseError) as e:
@@ -118,6 +154,11 @@ def run(
     config = Config()
     config.bind = [f"[{host}]:{port}" if ":" in host else f"{host}:{port}"]
     config.graceful_timeout = 5.0
+    limits = limits or ConnectionLimits()
+    # Hypercorn's own bounds (it has no connection cap; `--max-connections` is uvicorn's).
+    config.keep_alive_timeout = limits.keep_alive
+    config.read_timeout = math.ceil(limits.body_timeout)
+    config.h11_max_incomplete_size = limits.max_header_bytes
     config.accesslog = None  # our own access log has no query strings or headers
     config.errorlog = logging.getLogger("hypercorn.error")
     if certfile and keyfile:
@@ -135,7 +176,14 @@ def run(
             from memfs.service import asgi_server
 
             asgi_server.run(
-                app, host, port, retention, retention_interval_s, certfile=certfile, keyfile=keyfile
+                app,
+                host,
+                port,
+                retention,
+                retention_interval_s,
+                certfile=certfile,
+                keyfile=keyfile,
+                limits=limits,
             )
         else:
             trio.run(_serve, app, config, host, retention, retention_interval_s)

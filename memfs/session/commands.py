@@ -14,6 +14,7 @@ from pathlib import Path
 
 from memfs import limits
 from memfs.logging_setup import LOG_FORMATS, setup_logging
+from memfs.private_files import open_private_append, private_dir
 from memfs.protocol import DELETION_MODES
 from memfs.session import control
 from memfs.session.hook import EXIT_NOT_ANSWERING, cmd_sync
@@ -106,13 +107,22 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _token() -> str | None:
-    from memfs.work_secret import sessions_token_from_secret  # light: read before the heavy imports
+    """The sessions token: from the pipe a parent passed (MEMFS_TOKEN_FD), else the work secret,
+    else MEMFS_TOKEN. Read once: the variables are then wiped from this process's environment
+    and the process made non-dumpable (memfs/secret_env.py), so no same-uid process (the agent's
+    tools) reads the credential in /proc/<pid>/environ or its memory; the daemon and its early
+    download are forks of this process and inherit both."""
+    from memfs import secret_env  # light: read before the heavy imports
+    from memfs.work_secret import sessions_token_from_secret
 
-    return (
-        sessions_token_from_secret(os.environ.get("ANTHROPIC_WORK_SECRET"))
-        or os.environ.get("MEMFS_TOKEN")
-        or None
+    passed = secret_env.read_token_fd()
+    taken = secret_env.take(("ANTHROPIC_WORK_SECRET", "MEMFS_TOKEN"))
+    token = (
+        passed or sessions_token_from_secret(taken.get("ANTHROPIC_WORK_SECRET")) or taken.get("MEMFS_TOKEN")
     )
+    if token:
+        secret_env.make_non_dumpable()
+    return token or None
 
 
 # -- mount --------------------------------------------------------------------------------------
@@ -165,10 +175,15 @@ def cmd_mount(args: argparse.Namespace) -> int:
     if args.max_files < 1 or args.max_bytes < 1:
         return _fail("mount", "--max-files and --max-bytes must be positive", 2)
     root = os.path.abspath(args.root)
+    try:  # the registry `memfs sync|status|unmount` find this mount by: refused if not trustworthy
+        control.checked_runtime_dir(create=True)
+    except (control.RegistryRefused, OSError) as exc:
+        return _fail("mount", str(exc))
     problem = _live_mount_problem(root)
     if problem:
         return _fail("mount", problem, EXIT_NOT_ANSWERING if "does not answer" in problem else 1)
     state_dir = Path(args.state_dir).resolve() if args.state_dir else control.default_state_dir(root)
+    args.token = _token()  # before the fork: taken out of the environment (secret_env.py)
     if not args.foreground:
         return _spawn_daemon(args, root, state_dir, session_id, base_url)
     return _run_foreground(args, root, state_dir, session_id, base_url)
@@ -209,7 +224,7 @@ def _spawn_daemon(
     arguments are checked: no second interpreter to start, and the heavy imports (~0.4 s) run in
     the daemon, beside its early download (early_fetch.py), not before the fork."""
     try:
-        state_dir.mkdir(parents=True, exist_ok=True)
+        private_dir(state_dir)  # every store's content lands here (memfs/private_files.py)
     except OSError as exc:
         return _fail(
             "mount", f"cannot create the state dir {state_dir}: {exc.strerror}; choose a writable --state-dir"
@@ -264,12 +279,14 @@ def _daemon_child(args, root: str, state_dir: Path, session_id: str, base_url: s
         # group, not this one; SIGHUP is ignored all the same.
         os.setpgid(0, 0)
         signal.signal(signal.SIGHUP, signal.SIG_IGN)
+        # Holds no directory of the caller's (the agent's working directory, often) for hours.
+        os.chdir("/")
         # Like Popen(close_fds=True): descriptors the caller's shell passed down (pipes of a
         # command substitution, say) must not be held open by a daemon that runs for hours.
         os.closerange(3, write_fd)
         os.closerange(write_fd + 1, 1 << 16)
         null = os.open(os.devnull, os.O_RDONLY)
-        logf = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        logf = open_private_append(log_path)
         os.dup2(null, 0)
         os.dup2(logf, 1)
         os.dup2(logf, 2)
@@ -294,7 +311,7 @@ def _run_foreground(
     from memfs.session import early_fetch
     from memfs.session.preflight import REQUEST_TIMEOUT
 
-    token = _token()
+    token = args.token
     # First, before the imports below: the helper that reads the session and streams the
     # snapshots into the state dir while this process imports (None: it does not apply).
     early = early_fetch.begin(root, state_dir, session_id, base_url, token, timeout=REQUEST_TIMEOUT)
@@ -362,7 +379,10 @@ NAMED_PER_STORE = 10  # paths `memfs status` names per store and category (the r
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    state_dir = control.lookup_state_dir(args.root)
+    try:
+        state_dir = control.lookup_state_dir(args.root)
+    except control.RegistryRefused as exc:
+        return _fail("status", str(exc))
     try:
         answer: dict[str, Any] = control.call(state_dir, {"op": "status"}, timeout=30)
         answer["live"] = True
@@ -454,7 +474,10 @@ def cmd_unmount(args: argparse.Namespace) -> int:
     from memfs.session.daemon import clear_stale_mount, wait_until_unmounted
 
     root = os.path.abspath(args.root)
-    state_dir = control.lookup_state_dir(root)
+    try:
+        state_dir = control.lookup_state_dir(root)
+    except control.RegistryRefused as exc:
+        return _fail("unmount", str(exc))
     try:
         answer = control.call(
             state_dir, {"op": "unmount", "flush_timeout": args.flush_timeout}, timeout=args.flush_timeout + 30

@@ -144,8 +144,55 @@ def _sha256_hex(data: bytes) -> str:
     return sha256(data).hexdigest()
 
 
-def _registry_file(key: str) -> str:
-    return os.path.join(_runtime_dir(), f"{_sha256_hex(key.encode())[:20]}.json")
+class RegistryRefused(Exception):
+    """The runtime dir is not one this user can trust (another user's, or writable by others)."""
+
+
+def runtime_dir_problem(path: str, st: os.stat_result) -> str | None:
+    """Why the registry dir `path` cannot be trusted, or None. Another local user who made
+    /tmp/memfs-<uid> first (or a symlink there) would otherwise choose the state dir that
+    `memfs sync|status|unmount --root R` talk to. Root's own directories are trusted."""
+    import stat
+
+    if not stat.S_ISDIR(st.st_mode):  # a symlink too: lstat
+        return f"the memfs registry dir {path} is not a directory (a symlink or a file)"
+    if st.st_uid not in (os.geteuid(), 0):
+        return (
+            f"the memfs registry dir {path} belongs to uid {st.st_uid}, not to you (uid {os.geteuid()}): "
+            "another user may have made it to redirect memfs commands; remove it, or set MEMFS_RUNTIME_DIR "
+            "to a directory of yours"
+        )
+    if st.st_mode & 0o022:
+        return (
+            f"the memfs registry dir {path} is writable by other users (mode {oct(st.st_mode & 0o777)}); "
+            f"make it private: chmod 700 {path}"
+        )
+    return None
+
+
+def checked_runtime_dir(create: bool = False) -> str | None:
+    """The registry dir, checked (RegistryRefused); None when it does not exist and `create` is
+    False. Created 0700 (with its parents as the umask says)."""
+    path = _runtime_dir()
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        if not create:
+            return None
+        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+        try:
+            os.mkdir(path, 0o700)
+        except FileExistsError:
+            pass  # made meanwhile: checked below like any other
+        st = os.lstat(path)
+    problem = runtime_dir_problem(path, st)
+    if problem:
+        raise RegistryRefused(problem)
+    return path
+
+
+def _registry_file(key: str, directory: str | None = None) -> str:
+    return os.path.join(directory or _runtime_dir(), f"{_sha256_hex(key.encode())[:20]}.json")
 
 
 def _default_state_dir(root: str | os.PathLike[str]) -> str:
@@ -166,19 +213,37 @@ def default_state_dir(root: str | os.PathLike[str]) -> "Path":
 def register(real_root: str, state_dir: "Path", pid: int, given: str | None = None) -> None:
     body = _dumps({"root": real_root, "state_dir": str(state_dir), "pid": pid})
     keys = {real_root} | ({registry_key(given)} if given else set())
+    directory = checked_runtime_dir(create=True)
     for key in keys:
-        path = _registry_file(key)
-        os.makedirs(os.path.dirname(path), exist_ok=True)
+        path = _registry_file(key, directory)
         tmp = f"{path}.tmp{os.getpid()}"
         with open(tmp, "w") as f:
             f.write(body)
         os.replace(tmp, path)
 
 
+def unregister(real_root: str, state_dir: "Path", given: str | None = None) -> None:
+    """Remove the entries of a daemon that ended cleanly (nothing left for `memfs flush`): they
+    would otherwise pile up in /run/memfs. Only entries that still name this state dir."""
+    keys = {real_root} | ({registry_key(given)} if given else set())
+    for key in keys:
+        path = _registry_file(key)
+        entry = registry_entry(key)
+        if entry is not None and entry.get("state_dir") == str(state_dir):
+            try:
+                os.unlink(path)
+            except FileNotFoundError:
+                pass
+
+
 def registry_entry(root: str | os.PathLike[str]) -> "dict[str, Any] | None":
-    """What the daemon of root registered ({root, state_dir, pid}), or None."""
+    """What the daemon of root registered ({root, state_dir, pid}), or None. RegistryRefused when
+    the registry dir is not trustworthy (runtime_dir_problem)."""
+    directory = checked_runtime_dir()
+    if directory is None:
+        return None
     try:
-        with open(_registry_file(registry_key(root))) as f:
+        with open(_registry_file(registry_key(root), directory)) as f:
             entry = _loads(f.read())
     except (OSError, ValueError):
         return None

@@ -214,8 +214,15 @@ class Daemon:
                         with trio.move_on_after(2):
                             await self.final_answered.wait()
                 finally:
-                    # The registry entry stays: `memfs status|flush` still find the state dir later.
                     nursery.cancel_scope.cancel()
+        # `memfs unmount` with every change on the store leaves nothing for `memfs status|flush`
+        # to find: the registry entry goes (else /run/memfs keeps one per root ever mounted).
+        # After a signal, or with changes left, it stays: status reads the state dir through it.
+        if self.stop_reason == "unmount requested" and not self.final.get("pending"):
+            try:
+                control.unregister(opts.root, opts.state_dir, given=self.given_root)
+            except (control.RegistryRefused, OSError) as exc:
+                log.warning("could not remove the registry entry of %s: %s", opts.root, exc)
         pending = self.final["pending"] if self.final else -1
         if pending:
             from memfs.session.offline import describe_not_on_store

@@ -27,7 +27,10 @@ def _fail(message: str, code: int = 1) -> int:
 
 def cmd_sync(args) -> int:
     """args: .root, .force, .wait, .json (an argparse Namespace or `_SyncArgs`)."""
-    state_dir = control.state_dir_of(args.root)
+    try:
+        state_dir = control.state_dir_of(args.root)
+    except control.RegistryRefused as exc:
+        return _fail(str(exc))
     try:
         answer = control.call(
             state_dir, {"op": "sync", "force": args.force, "wait": args.wait}, timeout=SYNC_TIMEOUT

@@ -15,19 +15,19 @@ unmounts them at the end; without it the stores must already be mounted at `--ro
 from __future__ import annotations
 
 import argparse
-import ctypes
 import logging
 import os
 import signal
 import subprocess
 import sys
 
+from memfs import secret_env
 from memfs.logging_setup import setup_logging
+from memfs.secret_env import make_non_dumpable
 
 log = logging.getLogger("memfs.worker")
 
 ITEM_VARS = ("ANTHROPIC_WORK_ID", "ANTHROPIC_ENVIRONMENT_ID", "ANTHROPIC_SESSION_ID")
-PR_SET_DUMPABLE = 4
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -58,14 +58,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=cmd_worker)
 
 
-def make_non_dumpable() -> bool:
-    """prctl(PR_SET_DUMPABLE, 0): /proc/<pid>/environ and ptrace are closed to same-uid processes."""
-    try:
-        return ctypes.CDLL(None, use_errno=True).prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) == 0
-    except (OSError, AttributeError):
-        return False
-
-
 def cmd_worker(args: argparse.Namespace) -> int:
     setup_logging()
     try:
@@ -87,14 +79,17 @@ def cmd_worker(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
-    if args.force_stop:
-        return 0 if _force_stop_item() else 1
     if not make_non_dumpable():
         log.warning("could not make the worker non-dumpable: same-uid processes may read its environment")
+    # Out of the environment once read (the block /proc/<pid>/environ shows is overwritten): the
+    # SDK gets them as arguments, a child only what it needs (secret_env.child_env).
+    args.secrets = secret_env.take()
+    if args.force_stop:
+        return 0 if _force_stop_item(args.secrets) else 1
     if args.mount:
         code = _mount(args)
         if code != 0:
-            _force_stop_item()
+            _force_stop_item(args.secrets)
             return code
     try:
         import anyio
@@ -139,7 +134,10 @@ async def _run_item(args: argparse.Namespace) -> int:
 
         tg.start_soon(on_signals)
         try:
-            await worker.handle_item()
+            await worker.handle_item(
+                work_secret=args.secrets.get("ANTHROPIC_WORK_SECRET"),
+                environment_key=args.secrets.get("ANTHROPIC_ENVIRONMENT_KEY"),
+            )
         except Exception as exc:  # noqa: BLE001 - reported, and the exit status says so
             log.error("the work item failed: %s", _causes(exc))
             tg.cancel_scope.cancel()
@@ -156,12 +154,34 @@ def _causes(exc: BaseException) -> str:
     return "; ".join(_causes(e) for e in inner) if inner else f"{type(exc).__name__}: {exc}"
 
 
-def _memfs(
-    *argv: str, env: dict[str, str] | None = None, timeout: float = 120
-) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "memfs", *argv], env=env, timeout=timeout, stdout=sys.stderr, stderr=sys.stderr
-    )
+def _memfs(*argv: str, token: str | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
+    """`memfs ARGV` as a child that can run nothing of the agent's and holds no secret of ours.
+
+    `-I`: no current directory (the agent's, often) on sys.path, no PYTHON* variable, no user
+    site: a `memfs/` or `trio.py` the agent wrote is never imported. cwd `/`: the mount daemon
+    this forks holds no directory of the agent's. The environment is secret_env.child_env()
+    (no credential); the token, when the child needs one, comes on a pipe (MEMFS_TOKEN_FD)."""
+    env = secret_env.child_env()
+    fds: tuple[int, ...] = ()
+    if token:
+        read_fd, write_fd = os.pipe()
+        os.write(write_fd, token.encode())  # a few hundred bytes: well under the pipe's buffer
+        os.close(write_fd)
+        env[secret_env.TOKEN_FD_ENV] = str(read_fd)
+        fds = (read_fd,)
+    try:
+        return subprocess.run(
+            [sys.executable, "-I", "-m", "memfs", *argv],
+            env=env,
+            cwd="/",
+            pass_fds=fds,
+            timeout=timeout,
+            stdout=sys.stderr,
+            stderr=sys.stderr,
+        )
+    finally:
+        for fd in fds:
+            os.close(fd)
 
 
 def _mount(args: argparse.Namespace) -> int:
@@ -173,8 +193,13 @@ def _mount(args: argparse.Namespace) -> int:
         argv += ["--state-dir", args.state_dir]
     if args.sync_interval:
         argv += ["--sync-interval", str(args.sync_interval)]
+    from memfs.work_secret import sessions_token_from_secret
+
+    token = sessions_token_from_secret(args.secrets.get("ANTHROPIC_WORK_SECRET")) or args.secrets.get(
+        "MEMFS_TOKEN"
+    )
     try:
-        proc = _memfs(*argv)
+        proc = _memfs(*argv, token=token)
     except subprocess.TimeoutExpired:
         log.error("memfs mount did not finish in time")
         return 3
@@ -196,14 +221,14 @@ def _unmount(args: argparse.Namespace) -> None:
         log.error("memfs unmount exited %d (see above); nothing staged is deleted", proc.returncode)
 
 
-def _force_stop_item() -> bool:
+def _force_stop_item(secrets: dict[str, str]) -> bool:
     """Stop the work item so it does not sit queued until its lease expires."""
     import anyio
     from anthropic import AsyncAnthropic
 
     from memfs.client import sessions_token_from_secret
 
-    token = sessions_token_from_secret(os.environ.get("ANTHROPIC_WORK_SECRET")) or os.environ.get(
+    token = sessions_token_from_secret(secrets.get("ANTHROPIC_WORK_SECRET")) or secrets.get(
         "ANTHROPIC_ENVIRONMENT_KEY"
     )
     if not token:

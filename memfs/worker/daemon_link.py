@@ -69,7 +69,10 @@ class DaemonLink:
 
     def state_dir(self) -> Path:
         if self._state_dir is None:
-            self._state_dir = control.lookup_state_dir(self.root)
+            try:
+                self._state_dir = control.lookup_state_dir(self.root)
+            except control.RegistryRefused as exc:
+                raise DaemonUnavailable(str(exc)) from None
         return self._state_dir
 
     def socket_path(self) -> Path:

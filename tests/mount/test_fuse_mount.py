@@ -679,3 +679,19 @@ def test_modes_asked_for_are_kept_and_a_non_owner_write_drops_setuid(mount):
         assert sh("cat s4777", cwd=store, check=True).stdout == "x\nmore\n"
     finally:
         shutil.rmtree(plain, ignore_errors=True)
+
+
+def test_rename_whiteout_is_refused_not_done_as_a_plain_rename(mount):
+    """RENAME_WHITEOUT used to be ignored (a plain rename happened, no whiteout)."""
+    import ctypes
+
+    m = mount()
+    notes = m.root / "notes"
+    (notes / "a.md").write_text("kept where it is\n")
+    libc = ctypes.CDLL(None, use_errno=True)
+    at_fdcwd, rename_whiteout = -100, 4
+    rc = libc.renameat2(
+        at_fdcwd, str(notes / "a.md").encode(), at_fdcwd, str(notes / "b.md").encode(), rename_whiteout
+    )
+    assert rc == -1 and ctypes.get_errno() == errno.EINVAL
+    assert (notes / "a.md").read_text() == "kept where it is\n" and not (notes / "b.md").exists()

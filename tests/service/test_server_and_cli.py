@@ -62,7 +62,7 @@ def test_generated_and_env_admin_keys(tmp_path):
     for mode in ("generated", "env"):
         err_path = tmp_path / f"{mode}.stderr"
         out_path = tmp_path / f"{mode}.stdout"
-        run_env = {**env, **({"MEMFS_ADMIN_KEY": "from-env-key"} if mode == "env" else {})}
+        run_env = {**env, **({"MEMFS_ADMIN_KEY": "from-env-key-0123456789"} if mode == "env" else {})}
         cmd = [
             sys.executable,
             "-m",
@@ -87,7 +87,7 @@ def test_generated_and_env_admin_keys(tmp_path):
                 key = generated[0]
             else:
                 assert generated == []
-                key = "from-env-key"
+                key = "from-env-key-0123456789"
             with httpx.Client(base_url=url, headers=MEMORY) as c:
                 assert c.get("/v1/memory_stores", headers={"x-api-key": key}).status_code == 200
                 assert c.get("/v1/memory_stores", headers={"x-api-key": key + "x"}).status_code == 401
@@ -114,7 +114,7 @@ def test_db_urls_choose_the_backend_or_fail_clearly(tmp_path):
         ),
     ):
         r = subprocess.run(
-            [sys.executable, "-m", "memfs", "serve", "--port", "0", "--db", db, "--admin-key", "k"],
+            [sys.executable, "-m", "memfs", "serve", "--port", "0", "--db", db, "--admin-key", "k" * 16],
             capture_output=True, text=True, timeout=60, cwd=tmp_path,
         )  # fmt: skip
         assert r.returncode == 2, (db, r.stdout, r.stderr)

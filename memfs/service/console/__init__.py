@@ -26,11 +26,16 @@ class _SecurityHeaders:
     def __init__(self, app):
         self.app = app
         self._headers = [(k.encode(), v.encode()) for k, v in SECURITY_HEADERS.items()]
+        # Over TLS: browsers keep to https for a year, so the session cookie never goes out in
+        # the clear. Not over plain http, where the header means nothing (RFC 6797, section 7.2).
+        self._tls_headers = [*self._headers, (b"strict-transport-security", b"max-age=31536000")]
 
     async def __call__(self, scope, receive, send) -> None:
+        headers = self._tls_headers if scope.get("scheme") == "https" else self._headers
+
         async def send_with_headers(message) -> None:
             if message["type"] == "http.response.start":
-                message = {**message, "headers": [*message.get("headers", []), *self._headers]}
+                message = {**message, "headers": [*message.get("headers", []), *headers]}
             await send(message)
 
         await self.app(scope, receive, send_with_headers)

@@ -147,7 +147,10 @@ class Console:
         return origin.split("://", 1)[-1] == host
 
     async def form(self, request: Request, *, max_bytes: int = FORM_MAX_BYTES):
-        """The posted form of a signed-in session, after the CSRF and origin checks."""
+        """The posted form of a signed-in session, after the CSRF and origin checks. The session
+        is checked before the body is read: an import's may be 256 MiB, spooled to disk."""
+        if self._nonce(request) is None:
+            raise HTTPException(401)
         declared = request.headers.get("content-length")
         if declared is not None and declared.isdigit() and int(declared) > max_bytes:
             raise _TooLarge()

@@ -136,6 +136,9 @@ def _parse(raw: bytes, lineno: int, plan: ImportPlan) -> dict | None:
     except UnicodeDecodeError:
         plan.error(lineno, "not valid UTF-8")
         return None
+    except RecursionError:  # deeper than the parser's limit: refused like any invalid line
+        plan.error(lineno, "nested too deeply")
+        return None
     except ValueError as e:
         plan.error(lineno, f"not valid JSON ({e})")
         return None
