@@ -131,13 +131,15 @@ def row_fleet(b: Bench, p: Plan) -> None:
         mounts = mount_all(sandboxes)
         download = {"s": time.perf_counter() - t, "mount_s": mounts, **delta(mem, c0)}
         download["failed_mounts"] = sum(len(m["failed_attempts"]) for m in mounts)
+        download["never_mounted"] = sum(not m["mounted"] for m in mounts)
         log(
             f"hosted fleet: {len(sandboxes)} mounts in {download['s']:.1f} s ({download['limited']} 429s, "
-            f"{download['failed_mounts']} failed mount attempts)"
+            f"{download['failed_mounts']} failed mount attempts, {download['never_mounted']} never mounted)"
         )
+        up = [sb for sb, m in zip(sandboxes, mounts, strict=True) if m["mounted"]]
         c0 = mem.counts()
-        agents = Agents(b, sandboxes)
-        edits = Edits(mem, targets, sandboxes)
+        agents = Agents(b, up)
+        edits = Edits(mem, targets, up)
         time.sleep(p.fleet_s)
         edits.stop_editing.set()
         window = {"seconds": p.fleet_s, **delta(mem, c0), "edits": len(edits.edits)}
@@ -172,6 +174,7 @@ def _report(b: Bench, p: Plan, mine: dict, theirs: dict) -> None:
     rtt = f"{p.rtt * 1000:g} ms"
     mw, ow = mine["window"], theirs["window"]
     mr, orr = mine["readable"], theirs["readable"]
+    # pairs count every sandbox of the fleet: one that never mounted never reads an edit
     all_seen = mr["pairs"] > 0 and mr["within_two_intervals"] == mr["pairs"]
     b.add(
         f"hosted fleet-{p.fleet} 429s",
