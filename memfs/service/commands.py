@@ -47,6 +47,34 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="serve only the hosted API: no counter, changes feed or snapshot (to test clients' fallback)",
     )
     p.add_argument(
+        "--session-versions",
+        choices=("allow", "refuse"),
+        default="allow",
+        help="whether a session token may read memory_versions (refuse: 403 permission_error; the "
+        "hosted API does not document which; clients must work both ways)",
+    )
+    p.add_argument(
+        "--test-late-versions",
+        action="store_true",
+        help="tests: a memory write with the header memfs-test-backdate-seconds: S is recorded S "
+        "seconds in the past (a version that becomes visible behind later ones)",
+    )
+    p.add_argument(
+        "--org-limits",
+        default=None,
+        metavar="READS,WRITES|off",
+        help="per-organisation limits shared by every credential (and, on PostgreSQL, every replica): "
+        "reads (GET) and writes (POST, DELETE) a minute, 0 for no limit on a class, or off "
+        "(default: 1200,300 with --hosted-api, the hosted API's; else off)",
+    )
+    p.add_argument(
+        "--org-burst",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="how many seconds' worth of each --org-limits class may come at once (default 3)",
+    )
+    p.add_argument(
         "--version-retention-days",
         type=float,
         default=30.0,
@@ -136,6 +164,8 @@ def _client_args(p: argparse.ArgumentParser) -> None:
 
 
 def _serve(args: argparse.Namespace) -> int:
+    from memfs.service.hosted import HostedOptions
+    from memfs.service.orglimit import DEFAULT_BURST_S
     from memfs.service.server import run  # imports the servers only for this command
 
     if args.max_memories < 1:
@@ -170,12 +200,38 @@ def _serve(args: argparse.Namespace) -> int:
         if not key_from_file:
             print(f"memfs serve: --admin-key-file {args.admin_key_file} is empty", file=sys.stderr)
             return 2
+    try:
+        org_limits = _org_limits(args)
+    except ValueError as e:
+        print(f"memfs serve: {e}", file=sys.stderr)
+        return 2
     return run(
         args.host, args.port, args.db, key_from_file or args.admin_key, args.max_memories, extensions=not args.hosted_api,
         retention_days=args.version_retention_days, retention_interval_s=args.retention_interval,
         server=args.server, console=args.console, rate_limit=args.rate_limit, rate_burst=args.rate_burst,
         certfile=args.certfile, keyfile=args.keyfile, limits=limits, key_on_command_line=key_from_file is None,
+        hosted=HostedOptions(session_versions=args.session_versions == "allow",
+                             late_versions=args.test_late_versions),
+        org_limits=org_limits, org_burst_s=args.org_burst or DEFAULT_BURST_S,
     )  # fmt: skip
+
+
+def _org_limits(args: argparse.Namespace) -> tuple[int, int] | None:
+    """(reads, writes) a minute, or None: no per-organisation limits."""
+    from memfs.service.orglimit import DEFAULT_READS_PER_MIN, DEFAULT_WRITES_PER_MIN, parse_limits
+
+    if args.org_burst is not None and not (args.org_burst > 0 and math.isfinite(args.org_burst)):
+        raise ValueError("--org-burst must be a number of seconds > 0")
+    if args.org_limits is None:
+        limits = (DEFAULT_READS_PER_MIN, DEFAULT_WRITES_PER_MIN) if args.hosted_api else None
+    else:
+        try:
+            limits = parse_limits(args.org_limits)
+        except ValueError as e:
+            raise ValueError(f"--org-limits: {e}") from None
+    if args.org_burst is not None and limits is None:
+        raise ValueError("--org-burst goes with per-organisation limits (--hosted-api or --org-limits)")
+    return limits
 
 
 class _Failed(Exception):
