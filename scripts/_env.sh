@@ -72,6 +72,27 @@ ensure_python() {
     export PATH="$VENV/bin:$PATH"
 }
 
+ensure_sdk_oldest() {
+    # The oldest anthropic memfs[worker] supports, for the seam tests (scripts/test): a small venv
+    # under the main one with only that SDK (and its dependencies) of its own; a .pth adds the main
+    # venv's site-packages behind it, so memfs, pytest and the rest come from there unchanged.
+    local sdk="anthropic==2.10.0" venv="$VENV/sdk-oldest"
+    if [ "$(cat "$venv/.memfs-sdk" 2>/dev/null || true)" = "$sdk" ]; then
+        return 0
+    fi
+    echo "memfs: making $venv with $sdk (the seam tests' oldest SDK)" >&2
+    rm -rf "$venv"
+    "$VENV/bin/python" -m venv "$venv"
+    "$venv/bin/pip" install -q --disable-pip-version-check "$sdk" 2>&1 | grep -v "^WARNING: Location" >&2 || true
+    local main own
+    main="$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
+    own="$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
+    echo "import site; site.addsitedir('$main')" >"$own/zz-memfs-main-venv.pth"
+    "$venv/bin/python" -c 'import anthropic, memfs, pytest; assert anthropic.__version__ == "2.10.0"' \
+        || { echo "memfs: the oldest-SDK venv $venv does not work" >&2; exit 1; }
+    echo "$sdk" >"$venv/.memfs-sdk"
+}
+
 ensure_haproxy() {
     # docs/OPERATIONS.md's load balancer, run by tests/service/test_operations_doc.py (in /usr/sbin);
     # the tests' only, so not in ensure_debian_packages (which scripts/run calls too).

@@ -3,10 +3,12 @@
 
 from __future__ import annotations
 
+import re
 import time
 
 import pytest
 
+from memfs.worker._sdk import LEASE_RULES
 from tests.worker.conftest import RO, RW
 from tests.worker.fake_platform import Step
 
@@ -134,7 +136,7 @@ def test_a_remote_edit_between_two_calls_is_seen_by_the_later_read(wworld):
     assert run.texts() == ["name: agent\nlikes: grep\n", "name: agent\nlikes: remote edits\n"]
 
 
-@pytest.mark.expected_log(r"ERROR anthropic.lib.environments._worker: lease lost")
+@pytest.mark.expected_log(rf"ERROR {re.escape(LEASE_RULES.logger)}: lease lost")
 def test_a_lost_lease_stops_the_item_without_a_final_push(wworld, spy, caplog):
     wworld.mount()
     m = wworld.memory
