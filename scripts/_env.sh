@@ -93,6 +93,29 @@ ensure_sdk_oldest() {
     echo "$sdk" >"$venv/.memfs-sdk"
 }
 
+ensure_node_worker() {
+    # The TypeScript worker package (workers/typescript) and its end-to-end test: npm (Debian's node
+    # and npm when missing), then the package's dependencies from its package-lock.json, again only
+    # when the lock file changed. They include Node 22 (the npm package `node`): the SDK's agent
+    # toolset needs it, and Debian's node may be older.
+    if ! command -v npm >/dev/null 2>&1; then
+        if [ "$(id -u)" != 0 ]; then
+            echo "memfs: npm is missing (run as root, or: sudo apt-get install nodejs npm)" >&2
+            exit 1
+        fi
+        echo "memfs: installing Debian's nodejs and npm (for the TypeScript worker's test)" >&2
+        apt_install_without_starting nodejs npm || { echo "memfs: installing nodejs/npm failed" >&2; exit 1; }
+    fi
+    local pkg="$REPO/workers/typescript" want
+    want="$(sha256sum "$pkg/package-lock.json" | cut -d' ' -f1)"
+    if [ "$(cat "$pkg/node_modules/.memfs-installed" 2>/dev/null || true)" != "$want" ]; then
+        echo "memfs: npm ci in workers/typescript" >&2
+        (cd "$pkg" && npm ci --no-audit --no-fund --loglevel=error >&2) \
+            || { echo "memfs: npm ci in workers/typescript failed" >&2; exit 1; }
+        echo "$want" >"$pkg/node_modules/.memfs-installed"
+    fi
+}
+
 ensure_haproxy() {
     # docs/OPERATIONS.md's load balancer, run by tests/service/test_operations_doc.py (in /usr/sbin);
     # the tests' only, so not in ensure_debian_packages (which scripts/run calls too).
