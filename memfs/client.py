@@ -439,11 +439,7 @@ class StoreClient:
         down, and a tick that fails then waits an interval (SEMANTICS.md#d-unreachable) rather than hammering it.
         Retrying a write is safe: creates answer 409 when they had landed, updates and deletes
         carry the sha precondition."""
-        retryable = resp.status_code == 429 or resp.status_code >= 500
-        # a 400 only when its error code says a second try can pass (errors.RETRYABLE_CODES)
-        if attempt >= self.retries or not (
-            retryable or resp.status_code == 400 and _api_error(resp).retryable
-        ):
+        if attempt >= self.retries or not _api_error(resp).retryable:  # errors.ApiError.retryable
             return None
         wait = retry_after(resp)
         if wait is None or wait > self.retry_within:
