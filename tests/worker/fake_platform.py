@@ -74,6 +74,10 @@ class Step:
     name: str
     input: dict[str, Any]
     after: Callable[[dict[str, Any]], None] | None = None
+    # A subagent's session thread: consecutive steps on threads are called all at once, each on its
+    # own thread (anthropic 2.16 runs them concurrently up to max_concurrent_calls); the agent goes
+    # on once every one of them has its result.
+    thread: str | None = None
 
 
 @dataclass
@@ -116,6 +120,7 @@ class Session:
     result_times: list[float] = field(default_factory=list)
     started: bool = False
     step: int = 0
+    outstanding: int = 0  # calls on threads still without a result
 
     def status(self) -> str:
         """The status the platform reports: the newest session status event's (anthropic 2.16's runner
@@ -250,7 +255,22 @@ class FakePlatform:
 
     def _emit_next(self, session: Session) -> None:
         """The scripted agent's next move: the next tool call, or the end of its turn."""
-        if session.step < len(session.script):
+        threaded = list(itertools.takewhile(lambda st: st.thread is not None, session.script[session.step :]))
+        if threaded:
+            for st in threaded:
+                self._emit(
+                    session,
+                    {
+                        "type": "agent.tool_use",
+                        "id": new_id("toolu"),
+                        "name": st.name,
+                        "input": st.input,
+                        "evaluated_permission": "allow",
+                        "session_thread_id": st.thread,
+                    },
+                )
+            session.outstanding = len(threaded)
+        elif session.step < len(session.script):
             step = session.script[session.step]
             call_id = new_id("toolu")
             self._emit(
@@ -398,6 +418,10 @@ class FakePlatform:
             session.step += 1
             if step is not None and step.after is not None:
                 await asyncio.to_thread(step.after, ev)
+            if session.outstanding:
+                session.outstanding -= 1
+                if session.outstanding:
+                    continue  # the agent waits for every thread's result
             self._emit_next(session)
         await self._notify()
         answer = BetaManagedAgentsSendSessionEvents.model_validate({"data": sent}).model_dump(mode="json")
