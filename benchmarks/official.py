@@ -1,6 +1,8 @@
-"""The official side: `SessionMemoryStores` (anthropic 2.10.0), driven the way `EnvironmentWorker`
-drives it (download, sync_if_due, finish, flush_writes, dispose), on a Bearer sub-client built the
-way the worker builds it. Two of anthropic's private names are used, both the worker's own way of
+"""The official side: `SessionMemoryStores` (anthropic 2.16.0), driven the way 2.16's `EnvironmentWorker`
+(`WorkItemRun`) drives it: download; after a tool call `sync_if_due`; when the session goes idle the
+idle flush (`flush_writes`, bounded by MEMORY_FLUSH_TIMEOUT); at the end finish, flush_writes,
+dispose. A measured idle or one-change tick is one turn: the sync after its call, then the idle
+flush (which lists every store again). All on a Bearer sub-client built the way the worker builds it. Two of anthropic's private names are used, both the worker's own way of
 doing it: `_copy_client_with_bearer_auth` (how the worker makes the sub-client) and
 `SessionMemoryStores._last_sync` (back-dated instead of sleeping out the interval)."""
 
@@ -53,6 +55,18 @@ def make_due(stores) -> None:
     stores._last_sync -= INTERVAL + 1
 
 
+async def official_turn(stores) -> None:
+    """One turn as 2.16's worker serves it: the sync after the tool call (due: back-dated), then the
+    flush when the session goes idle (`WorkItemRun._flush_after_idle`)."""
+    import anyio
+    from anthropic.lib.tools._memories import MEMORY_FLUSH_TIMEOUT
+
+    make_due(stores)
+    await stores.sync_if_due()
+    with anyio.move_on_after(MEMORY_FLUSH_TIMEOUT):
+        await stores.flush_writes()
+
+
 async def official_teardown(stores, client) -> None:
     # The worker's teardown: finish (clean end), flush_writes, dispose.
     with contextlib.suppress(Exception):
@@ -100,10 +114,9 @@ async def official_steady(args: dict) -> dict:
         if not args["steady"]:
             return out
         for _ in range(args["runs"]):
-            make_due(stores)
             r0, b0 = admin.requests(), _bytes(args["ctl_port"])
             t = time.perf_counter()
-            await stores.sync_if_due()
+            await official_turn(stores)
             dt = time.perf_counter() - t
             out["idle"].append(
                 {"s": dt, "requests": admin.requests() - r0, "bytes": _bytes(args["ctl_port"]) - b0}
@@ -112,9 +125,8 @@ async def official_steady(args: dict) -> dict:
             new = f"official one-change {i} {time.time()}\n" + "x" * 2000
             r0, b0 = admin.requests(), _bytes(args["ctl_port"])  # as memfs's: less the edit itself
             admin.update(target["store_id"], target["memory_id"], new)
-            make_due(stores)
             t = time.perf_counter()
-            await stores.sync_if_due()
+            await official_turn(stores)
             dt = time.perf_counter() - t
             local = root / target["slug"] / target["path"].lstrip("/")
             ok = local.read_text() == new

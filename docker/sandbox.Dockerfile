@@ -17,6 +17,8 @@
 ARG BASE_IMAGE=python:3.11-slim-bookworm
 
 # -- build: a virtualenv with memfs and pyfuse3 compiled against this base's Python and libfuse3.
+#    Only what the sandbox uses: memfs (the mount, the client, the commands) and its `worker` extra
+#    (the SDK, for the worker mode); not the store service's stack (`memfs[serve]`).
 #    /wheels keeps every wheel used (pyfuse3's included): a later build may put them in dist/.
 FROM ${BASE_IMAGE} AS build
 RUN set -eu; \
@@ -36,7 +38,8 @@ RUN set -eu; \
     wheel="$(ls /dist/memfs-*.whl | sort -V | tail -n 1)"; \
     /opt/memfs/bin/pip wheel -q $PIP_OPTIONS --find-links /dist -w /wheels "$wheel[worker]"; \
     /opt/memfs/bin/pip install -q --no-index --find-links /wheels "$wheel[worker]"; \
-    /opt/memfs/bin/python -c 'import memfs, pyfuse3, trio, httpx, starlette, hypercorn, anthropic, memfs.worker.tools'; \
+    /opt/memfs/bin/python -c 'import memfs, pyfuse3, trio, httpx, anthropic, memfs.worker.tools, memfs.session.commands'; \
+    ! /opt/memfs/bin/python -c 'import starlette' 2>/dev/null; \
     /opt/memfs/bin/memfs --help >/dev/null; \
     install -m 0755 /dist/entrypoint.sh /opt/memfs/bin/memfs-sandbox-entrypoint
 

@@ -26,7 +26,7 @@ RUN set -eu; \
     python3 -m venv /opt/memfs; \
     wheel="$(ls /dist/memfs-*.whl | sort -V | tail -n 1)"; \
     /opt/memfs/bin/pip install -q $PIP_OPTIONS --no-deps "$wheel"; \
-    reqs="$(/opt/memfs/bin/python -c 'import importlib.metadata as m, re; print("\n".join(r for r in m.requires("memfs") if "extra ==" not in r and re.match(r"[A-Za-z0-9_.-]+", r).group(0).lower() != "pyfuse3"))')"; \
+    reqs="$(/opt/memfs/bin/python -c 'import importlib.metadata as m, re; print("\n".join(r.split(";")[0] for r in m.requires("memfs") if ("extra ==" not in r or "extra == \"serve\"" in r) and re.match(r"[A-Za-z0-9_.-]+", r).group(0).lower() != "pyfuse3"))')"; \
     echo "$reqs" | tr '\n' '\0' | xargs -0 /opt/memfs/bin/pip install -q $PIP_OPTIONS --find-links /dist; \
     /opt/memfs/bin/python -c 'import memfs.service.commands, starlette, hypercorn, trio, httpx'; \
     ln -s /opt/memfs/bin/memfs /usr/local/bin/memfs; \

@@ -358,7 +358,7 @@ class StoreClient:
         down, and a tick that fails then waits an interval (SEMANTICS.md#d-unreachable) rather than hammering it.
         Retrying a write is safe: creates answer 409 when they had landed, updates and deletes
         carry the sha precondition."""
-        if attempt >= self.retries or not (resp.status_code == 429 or resp.status_code >= 500):
+        if attempt >= self.retries or not _api_error(resp).retryable:  # errors.ApiError.retryable
             return None
         wait = retry_after(resp)
         if wait is None or wait > self.retry_within:

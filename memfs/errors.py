@@ -9,6 +9,17 @@ from __future__ import annotations
 
 from typing import Any
 
+# Refusals that a second try can get past, named by `error.details.error_code` (anthropic 2.16): the
+# body arrived too slowly (400, nothing was done), the workspace's storage is not connected yet (503).
+RETRYABLE_CODES = frozenset({"request_body_timeout", "storage_not_ready"})
+
+
+def error_code(body: Any) -> str | None:
+    """`error.details.error_code` of an error body, when it has one."""
+    details = body.get("error", {}).get("details") if isinstance(body, dict) else None
+    code = details.get("error_code") if isinstance(details, dict) else None
+    return code if isinstance(code, str) else None
+
 
 class ApiError(Exception):
     """The service answered with an error status."""
@@ -25,12 +36,12 @@ class ApiError(Exception):
 
     @property
     def retryable(self) -> bool:
-        return self.status in (408, 429) or self.status >= 500
+        return self.status in (408, 429) or self.status >= 500 or error_code(self.body) in RETRYABLE_CODES
 
     @property
     def refused(self) -> bool:
         """The service will never accept this request as it is (bad path, too big, not UTF-8...)."""
-        return self.status in (400, 413, 422)
+        return self.status in (400, 413, 422) and not self.retryable
 
 
 class Unreachable(Exception):

@@ -72,6 +72,50 @@ ensure_python() {
     export PATH="$VENV/bin:$PATH"
 }
 
+ensure_sdk_oldest() {
+    # The oldest anthropic memfs[worker] supports, for the seam tests (scripts/test): a small venv
+    # under the main one with only that SDK (and its dependencies) of its own; a .pth adds the main
+    # venv's site-packages behind it, so memfs, pytest and the rest come from there unchanged.
+    local sdk="anthropic==2.10.0" venv="$VENV/sdk-oldest"
+    if [ "$(cat "$venv/.memfs-sdk" 2>/dev/null || true)" = "$sdk" ]; then
+        return 0
+    fi
+    echo "memfs: making $venv with $sdk (the seam tests' oldest SDK)" >&2
+    rm -rf "$venv"
+    "$VENV/bin/python" -m venv "$venv"
+    "$venv/bin/pip" install -q --disable-pip-version-check "$sdk" 2>&1 | grep -v "^WARNING: Location" >&2 || true
+    local main own
+    main="$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
+    own="$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
+    echo "import site; site.addsitedir('$main')" >"$own/zz-memfs-main-venv.pth"
+    "$venv/bin/python" -c 'import anthropic, memfs, pytest; assert anthropic.__version__ == "2.10.0"' \
+        || { echo "memfs: the oldest-SDK venv $venv does not work" >&2; exit 1; }
+    echo "$sdk" >"$venv/.memfs-sdk"
+}
+
+ensure_node_worker() {
+    # The TypeScript worker package (workers/typescript) and its end-to-end test: npm (Debian's node
+    # and npm when missing), then the package's dependencies from its package-lock.json, again only
+    # when the lock file changed. They include Node 22 (the npm package `node`): the SDK's agent
+    # toolset needs it, and Debian's node may be older.
+    if ! command -v npm >/dev/null 2>&1; then
+        if [ "$(id -u)" != 0 ]; then
+            echo "memfs: npm is missing (run as root, or: sudo apt-get install nodejs npm)" >&2
+            exit 1
+        fi
+        echo "memfs: installing Debian's nodejs and npm (for the TypeScript worker's test)" >&2
+        apt_install_without_starting nodejs npm || { echo "memfs: installing nodejs/npm failed" >&2; exit 1; }
+    fi
+    local pkg="$REPO/workers/typescript" want
+    want="$(sha256sum "$pkg/package-lock.json" | cut -d' ' -f1)"
+    if [ "$(cat "$pkg/node_modules/.memfs-installed" 2>/dev/null || true)" != "$want" ]; then
+        echo "memfs: npm ci in workers/typescript" >&2
+        (cd "$pkg" && npm ci --no-audit --no-fund --loglevel=error >&2) \
+            || { echo "memfs: npm ci in workers/typescript failed" >&2; exit 1; }
+        echo "$want" >"$pkg/node_modules/.memfs-installed"
+    fi
+}
+
 ensure_haproxy() {
     # docs/OPERATIONS.md's load balancer, run by tests/service/test_operations_doc.py (in /usr/sbin);
     # the tests' only, so not in ensure_debian_packages (which scripts/run calls too).

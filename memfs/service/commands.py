@@ -163,10 +163,20 @@ def _client_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print the JSON response")
 
 
+# What `pip install memfs` leaves out: the service's stack is the `serve` extra (a sandbox only mounts).
+SERVE_EXTRA_HINT = "memfs serve needs the store service's stack: pip install 'memfs[serve]'"
+
+
 def _serve(args: argparse.Namespace) -> int:
-    from memfs.service.hosted import HostedOptions
-    from memfs.service.orglimit import DEFAULT_BURST_S
-    from memfs.service.server import run  # imports the servers only for this command
+    try:
+        from memfs.service.hosted import HostedOptions
+        from memfs.service.orglimit import DEFAULT_BURST_S
+        from memfs.service.server import run  # imports the servers only for this command
+    except ImportError as exc:
+        if exc.name is None or exc.name.startswith("memfs"):
+            raise  # memfs's own module: a broken install, not a missing extra
+        print(f"{SERVE_EXTRA_HINT} ({exc.name} is not installed)", file=sys.stderr)
+        return 2
 
     if args.max_memories < 1:
         print("memfs serve: --max-memories must be at least 1", file=sys.stderr)

@@ -1,8 +1,9 @@
 """Every name memfs takes from the `anthropic` package, public and private, in one place.
 
-memfs.worker rides the official worker's public `tools=` factory. Two things it needs have no
-public name in anthropic 2.10; they are here and nowhere else, and tests/worker/test_sdk_seams.py
-fails loudly when a new SDK moves them:
+Checked on anthropic 2.10.0 and 2.16.0 (SDK_VERSIONS_CHECKED; the range memfs[worker] allows).
+memfs.worker rides the official worker's public `tools=` factory. What it needs that has no public
+name is here and nowhere else, and tests/worker/test_sdk_seams.py fails loudly when a new SDK moves
+it:
 
 - `aclose_runnable_tool`: the runner's own cleanup of one tool (its `close`/`aclose` hook and,
   for a tool written as a context manager such as `bash`, its `__aexit__`). A wrapping tool must
@@ -10,12 +11,19 @@ fails loudly when a new SDK moves them:
 - `http_client_of`: the HTTP client a client sends through (`AsyncAnthropic._client`). Sub-clients
   made for the worker share it, so a response hook on it sees the lease heartbeats of the item,
   which is how the final sync learns that the lease was lost and must not push (lease.py).
+- `LEASE_RULES`: how the installed SDK judges its heartbeats, which lease.py mirrors. 2.10 (the
+  lease inside `_worker.py`): only a 412 is a lost lease, and 90 s are assumed before the first
+  answer gives the TTL. 2.16 (`lib/environments/_lease.py`): any heartbeat answer its retry policy
+  calls fatal (a 4xx but 408, 409, 429) is a lost lease, 300 s (`CLAIM_TIMEOUT`) before the first
+  answer, and "lease lost" is logged by that module's logger.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import importlib.util
+from typing import Any, NamedTuple
 
+import anthropic
 from anthropic import AsyncAnthropic
 from anthropic.lib.tools import BetaAsyncBuiltinFunctionTool, ToolError
 from anthropic.lib.tools._beta_functions import aclose_runnable_tool  # private: see above
@@ -23,6 +31,8 @@ from anthropic.lib.tools.agent_toolset import AgentToolContext, beta_agent_tools
 
 __all__ = [
     "AgentToolContext",
+    "LEASE_RULES",
+    "SDK_VERSIONS_CHECKED",
     "AsyncAnthropic",
     "BetaAsyncBuiltinFunctionTool",
     "ToolError",
@@ -31,6 +41,27 @@ __all__ = [
     "http_client_of",
     "resolve_path",
 ]
+
+# The releases whose worker this module was read against (the oldest and the newest of the range).
+SDK_VERSIONS_CHECKED = ("2.10.0", "2.16.0")
+
+
+class LeaseRules(NamedTuple):
+    ttl_before_first_answer: float  # seconds a lease is assumed to last until a heartbeat says
+    lost_on_any_fatal_4xx: bool  # False: only a 412 (the precondition) is a lost lease
+    logger: str  # the logger that reports a lost lease
+
+
+def _lease_rules() -> LeaseRules:
+    if importlib.util.find_spec("anthropic.lib.environments._lease") is None:  # 2.10: no lease module
+        return LeaseRules(90.0, False, "anthropic.lib.environments._worker")
+    from anthropic.lib.environments import _lease  # private: see above
+
+    return LeaseRules(float(_lease.CLAIM_TIMEOUT), True, _lease.log.name)
+
+
+LEASE_RULES = _lease_rules()
+SDK_VERSION = anthropic.__version__
 
 
 def http_client_of(client: Any) -> Any | None:

@@ -15,6 +15,7 @@ unmounts them at the end; without it the stores must already be mounted at `--ro
 from __future__ import annotations
 
 import argparse
+import inspect
 import logging
 import os
 import signal
@@ -51,11 +52,28 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="seconds to keep serving after the session's turn ended (the SDK's default: 60)",
     )
     p.add_argument(
+        "--max-concurrent-calls",
+        type=_calls,
+        default=None,
+        metavar="N|none",
+        help="calls of different session threads run at once (anthropic >= 2.16; the SDK's default: 1; "
+        "`none`: no limit). Each call's pre-call sync waits its turn on the daemon link",
+    )
+    p.add_argument(
         "--force-stop",
         action="store_true",
         help="only force-stop the work item and exit (a sandbox whose mount failed)",
     )
     p.set_defaults(func=cmd_worker)
+
+
+def _calls(value: str) -> int | str:
+    if value == "none":
+        return value
+    n = int(value)
+    if n < 1:
+        raise argparse.ArgumentTypeError("at least 1, or none")
+    return n
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
@@ -107,7 +125,13 @@ async def _run_item(args: argparse.Namespace) -> int:
 
     from memfs.worker import memfs_tools
 
-    kwargs = {} if args.max_idle is None else {"max_idle": args.max_idle}
+    kwargs: dict = {} if args.max_idle is None else {"max_idle": args.max_idle}
+    if args.max_concurrent_calls is not None:
+        if "max_concurrent_calls" not in inspect.signature(EnvironmentWorker).parameters:
+            log.error("--max-concurrent-calls needs anthropic >= 2.16 (pip install -U 'memfs[worker]')")
+            return 2
+        calls = args.max_concurrent_calls
+        kwargs["max_concurrent_calls"] = None if calls == "none" else calls
     # No api key: every request of the item carries the work secret's sessions token (or the
     # environment key), which the worker's own sub-clients set.
     client = AsyncAnthropic(api_key="unused", base_url=os.environ.get("ANTHROPIC_BASE_URL"))

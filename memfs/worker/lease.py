@@ -6,8 +6,11 @@ belongs to another worker whose mount may already be writing the same memories. 
 lease object is local to `_handle_item`, so memfs watches what the worker sees instead: the answers
 to its heartbeats, on the httpx client every sub-client of the worker shares.
 
-A heartbeat answered 412 means the lease belongs to someone else (the SDK's LEASE_LOST); no
-successful heartbeat for a whole lease TTL means it must be assumed lost (ASSUMED_LOST).
+The rules are the installed SDK's (memfs/worker/_sdk.py, LEASE_RULES): a heartbeat answered 412
+means the lease belongs to someone else; from anthropic 2.16 any other 4xx that its retry policy
+calls fatal (all but 408, 409, 429) ends the lease as lost too. No successful heartbeat for a whole
+lease TTL (before the first answer: the SDK's assumed TTL, 90 s in 2.10, 300 s in 2.16) means it
+must be assumed lost.
 """
 
 from __future__ import annotations
@@ -20,12 +23,13 @@ import weakref
 from dataclasses import dataclass, field
 from typing import Any
 
-from memfs.worker._sdk import http_client_of
+from memfs.worker._sdk import LEASE_RULES, http_client_of
 
 log = logging.getLogger("memfs.worker")
 
 _HEARTBEAT = re.compile(r"/v1/environments/[^/]+/work/([^/]+)/heartbeat$")
-DEFAULT_TTL = 90.0  # the SDK's assumption before the first answer tells the real TTL
+DEFAULT_TTL = LEASE_RULES.ttl_before_first_answer  # until the first answer tells the real TTL
+_RETRYABLE_4XX = frozenset({408, 409, 429})  # the SDK's retry policy: these never end a lease
 _watches: weakref.WeakKeyDictionary[Any, LeaseWatch] = weakref.WeakKeyDictionary()
 
 
@@ -59,7 +63,11 @@ class LeaseWatch:
             work_id, _Beat(last_ok=now if response.is_success else self.installed_at)
         )
         self.latest = work_id
-        if response.status_code == 412:
+        if response.status_code == 412 or (
+            LEASE_RULES.lost_on_any_fatal_4xx
+            and 400 <= response.status_code < 500
+            and response.status_code not in _RETRYABLE_4XX
+        ):
             beat.lost = True
             return
         if not response.is_success:

@@ -95,7 +95,9 @@ class WorkerWorld:
             _strict_response_validation=True,
         )
 
-    def run_item(self, script: list[Step], *, tools=None, timeout: float = 60, **kw) -> ItemRun:
+    def run_item(
+        self, script: list[Step], *, tools=None, timeout: float = 60, worker_options: dict | None = None, **kw
+    ) -> ItemRun:
         """The unchanged EnvironmentWorker.handle_item() for one scripted session."""
         from anthropic.lib.environments import EnvironmentWorker
 
@@ -113,6 +115,7 @@ class WorkerWorld:
                     workdir=self.workdir,
                     max_idle=2,
                     tools=tools if tools is not None else memfs_tools(root=self.root),
+                    **(worker_options or {}),
                 )
                 with_timeout = asyncio.wait_for(
                     worker.handle_item(

@@ -9,8 +9,9 @@ and the tests' client validates it again on receipt (`_strict_response_validatio
 the SDK would not accept fails the test here instead of passing by leniency.
 
 The scripted agent emits one `agent.tool_use` at a time, each followed by a `session.status_idle`
-that requires action; when the worker posts the `user.tool_result`, the fake records it, runs the
-step's hook (a remote edit, a lost lease), then emits the next call. After the last result it ends
+that requires action; when the worker posts the `user.tool_result`, the fake records it, goes
+`session.status_running`, runs the step's hook (a remote edit, a lost lease), then emits the next
+call. `sessions.retrieve` reports the newest status event's status, as the platform does. After the last result it ends
 the turn and terminates the session.
 """
 
@@ -73,6 +74,10 @@ class Step:
     name: str
     input: dict[str, Any]
     after: Callable[[dict[str, Any]], None] | None = None
+    # A subagent's session thread: consecutive steps on threads are called all at once, each on its
+    # own thread (anthropic 2.16 runs them concurrently up to max_concurrent_calls); the agent goes
+    # on once every one of them has its result.
+    thread: str | None = None
 
 
 @dataclass
@@ -115,11 +120,20 @@ class Session:
     result_times: list[float] = field(default_factory=list)
     started: bool = False
     step: int = 0
+    outstanding: int = 0  # calls on threads still without a result
+
+    def status(self) -> str:
+        """The status the platform reports: the newest session status event's (anthropic 2.16's runner
+        stops after max_idle only once `sessions.retrieve` says idle). Before any, the session is
+        running: the platform queues a session's work when it has something to do."""
+        for ev in reversed(self.events):
+            kind = ev["type"].removeprefix("session.status_")
+            if ev["type"].startswith("session.status_"):
+                return {"rescheduled": "rescheduling"}.get(kind, kind)
+        return "running"
 
     def body(self) -> dict[str, Any]:
-        status = (
-            "terminated" if self.events and self.events[-1]["type"] == "session.status_terminated" else "idle"
-        )
+        status = self.status()
         d = {
             "id": self.id,
             "type": "session",
@@ -166,6 +180,7 @@ class FakePlatform:
         self.requests: list[tuple[str, str, int]] = []  # (method, path, status)
         self.errors: list[str] = []  # what the fake itself found wrong in the worker's requests
         self._changed: asyncio.Condition | None = None
+        self.closing = False  # set at shutdown: open event streams end before the server stops
         # Runs (in a thread) when a stop request arrives, before it is answered: what the store
         # holds at that moment is what the worker saved before it stopped the item.
         self.on_stop: Callable[[Work], None] | None = None
@@ -240,7 +255,22 @@ class FakePlatform:
 
     def _emit_next(self, session: Session) -> None:
         """The scripted agent's next move: the next tool call, or the end of its turn."""
-        if session.step < len(session.script):
+        threaded = list(itertools.takewhile(lambda st: st.thread is not None, session.script[session.step :]))
+        if threaded:
+            for st in threaded:
+                self._emit(
+                    session,
+                    {
+                        "type": "agent.tool_use",
+                        "id": new_id("toolu"),
+                        "name": st.name,
+                        "input": st.input,
+                        "evaluated_permission": "allow",
+                        "session_thread_id": st.thread,
+                    },
+                )
+            session.outstanding = len(threaded)
+        elif session.step < len(session.script):
             step = session.script[session.step]
             call_id = new_id("toolu")
             self._emit(
@@ -382,10 +412,16 @@ class FakePlatform:
             session.results.append(ev)
             session.result_times.append(time.monotonic())
             sent.append(ev)
+            # The agent works on the result (the step's hook runs meanwhile), then calls again.
+            self._emit(session, {"type": "session.status_running"})
             step = session.script[session.step] if session.step < len(session.script) else None
             session.step += 1
             if step is not None and step.after is not None:
                 await asyncio.to_thread(step.after, ev)
+            if session.outstanding:
+                session.outstanding -= 1
+                if session.outstanding:
+                    continue  # the agent waits for every thread's result
             self._emit_next(session)
         await self._notify()
         answer = BetaManagedAgentsSendSessionEvents.model_validate({"data": sent}).model_dump(mode="json")
@@ -399,6 +435,7 @@ class FakePlatform:
         seen = len(session.events)  # a stream delivers what happens after it attached
         if not session.started:
             session.started = True
+            self._emit(session, {"type": "session.status_running"})
             self._emit_next(session)
             await self._notify()
 
@@ -412,6 +449,8 @@ class FakePlatform:
                     yield f"event: {ev['type']}\ndata: {json.dumps(ev)}\n\n".encode()
                     if ev["type"] == "session.status_terminated":
                         return
+                if self.closing:
+                    return  # a stream left open (a worker that lost its lease) ends with the server
                 async with self._changed:
                     with contextlib.suppress(TimeoutError):
                         await asyncio.wait_for(self._changed.wait(), 5)
@@ -442,6 +481,15 @@ class PlatformServer:
 
     def __exit__(self, *exc: object) -> None:
         if self._loop is not None and self._stop is not None:
+
+            async def close() -> None:
+                self.platform.closing = True
+                await self.platform._notify()
+
+            # The streams end first: a connection still open when hypercorn stops is cancelled,
+            # and asyncio logs that as an error in the test.
+            with contextlib.suppress(Exception):
+                asyncio.run_coroutine_threadsafe(close(), self._loop).result(5)
             self._loop.call_soon_threadsafe(self._stop.set)
         self._thread.join(15)
 
@@ -454,6 +502,15 @@ class PlatformServer:
 
         return asyncio.run_coroutine_threadsafe(run(), self._loop).result(10)
 
+    def _on_loop_error(self, loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+        # At shutdown hypercorn cancels the connections still open (a worker that lost its lease
+        # leaves its event stream and a keep-alive connection behind), and Python 3.11's
+        # StreamReaderProtocol callback reports each cancelled connection task as an error. That
+        # is the fake server stopping, not something the worker did: every other error is reported.
+        if self.platform.closing and isinstance(context.get("exception"), asyncio.CancelledError):
+            return
+        loop.default_exception_handler(context)
+
     def _run(self) -> None:
         import socket
 
@@ -462,6 +519,7 @@ class PlatformServer:
 
         async def main():
             self._loop = asyncio.get_running_loop()
+            self._loop.set_exception_handler(self._on_loop_error)
             self._stop = asyncio.Event()
             self.platform._changed = asyncio.Condition()
             sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)

@@ -138,3 +138,45 @@ def test_a_busy_daemon_that_answers_its_ping_gets_the_whole_timeout(tmp_path, mo
         assert asyncio.run(main()) == {"ok": True, "ran": True}
     finally:
         daemon.close()
+
+
+def test_concurrent_calls_each_get_their_own_answer_and_a_cancelled_one_costs_nothing(wworld, via):
+    """anthropic 2.16 runs calls of several session threads at once (max_concurrent_calls): their
+    pre-call syncs share the link. Each must get the answer to its own request, in whatever order
+    they run, and one call stopped half-way (the runner cancels a stopped call) must not leave its
+    answer to be read by the next."""
+
+    async def main() -> None:
+        link = DaemonLink(wworld.root)
+        got: dict[int, dict] = {}
+        try:
+
+            async def one(i: int) -> None:
+                if i % 2:
+                    got[i] = await link.async_status()
+                else:
+                    got[i] = await link.async_sync(force=False, wait=False, timeout=20)
+
+            async def stopped() -> None:
+                with anyio.CancelScope() as scope:
+                    scope.cancel()  # cancelled at its first await: on the lock, or half-way through
+                    await link.async_status()
+
+            for _ in range(3):
+                async with anyio.create_task_group() as tg:
+                    for i in range(12):
+                        tg.start_soon(one, i)
+                        if i == 5:
+                            tg.start_soon(stopped)
+                for i, answer in got.items():
+                    assert answer["ok"], answer
+                    assert ("stores" in answer) == bool(i % 2), (i, answer)  # status answers list stores
+                    assert ("ran" in answer) == (not i % 2), (
+                        i,
+                        answer,
+                    )  # sync answers say whether a tick ran
+                got.clear()
+        finally:
+            await link.aclose()
+
+    asyncio.run(main())

@@ -59,3 +59,26 @@ def test_failing_heartbeats_mean_lost_only_after_a_whole_ttl(monkeypatch):
     assert w.lost("work_a")
     feed(w, answer("work_a", 200, {"ttl_seconds": 10}))
     assert not w.lost("work_a")
+
+
+def test_a_fatal_4xx_heartbeat_is_a_lost_lease_where_the_sdk_says_so(monkeypatch):
+    """anthropic 2.16 (lib/environments/_lease.py) counts any 4xx its retry policy will not retry as a
+    lost lease; 2.10 only a 412. 408, 409 and 429 are transient under both."""
+    for any_4xx in (True, False):
+        monkeypatch.setattr(lease, "LEASE_RULES", lease.LEASE_RULES._replace(lost_on_any_fatal_4xx=any_4xx))
+        w = lease.LeaseWatch()
+        feed(w, *(answer(f"work_{s}", s) for s in (401, 403, 404, 408, 409, 429, 412)))
+        assert [w.lost(f"work_{s}") for s in (401, 403, 404)] == [any_4xx] * 3
+        assert [w.lost(f"work_{s}") for s in (408, 409, 429, 412)] == [False, False, False, True]
+
+
+def test_before_the_first_answer_the_sdks_ttl_is_assumed(monkeypatch):
+    clock = [1000.0]
+    monkeypatch.setattr(lease.time, "monotonic", lambda: clock[0])
+    w = lease.LeaseWatch(installed_at=clock[0])
+    clock[0] += lease.DEFAULT_TTL - 1
+    feed(w, answer("work_a", 503))
+    assert not w.lost("work_a")
+    clock[0] += 2
+    assert w.lost("work_a")
+    assert lease.DEFAULT_TTL == lease.LEASE_RULES.ttl_before_first_answer

@@ -11,13 +11,59 @@ import pytest
 from memfs.worker import _sdk
 
 
-def test_the_pinned_sdk_range_is_the_one_installed():
+def _minor(version: str) -> tuple[int, int]:
+    major, minor = (int(x) for x in version.split(".")[:2])
+    return major, minor
+
+
+def test_the_installed_sdk_is_one_the_seams_were_checked_on():
+    """scripts/test runs these tests on the newest (the test extra) and on the oldest (a venv of its own)."""
     import anthropic
 
-    major, minor = (int(x) for x in anthropic.__version__.split(".")[:2])
-    assert (major, minor) == (2, 10), (
-        f"memfs[worker] is tested with anthropic 2.10.x, found {anthropic.__version__}"
+    assert _sdk.SDK_VERSIONS_CHECKED == ("2.10.0", "2.16.0")
+    oldest, newest = (_minor(v) for v in _sdk.SDK_VERSIONS_CHECKED)
+    assert oldest <= _minor(anthropic.__version__) <= newest, (
+        f"memfs.worker's seams were checked on anthropic {' and '.join(_sdk.SDK_VERSIONS_CHECKED)}; "
+        f"found {anthropic.__version__}: read its worker and update memfs/worker/_sdk.py"
     )
+
+
+def test_the_extra_pins_the_checked_range():
+    import tomllib
+    from pathlib import Path
+
+    project = tomllib.loads((Path(__file__).parents[2] / "pyproject.toml").read_text())["project"]
+    oldest, newest = (_minor(v) for v in _sdk.SDK_VERSIONS_CHECKED)
+    want = f"anthropic>={oldest[0]}.{oldest[1]},<{newest[0]}.{newest[1] + 1}"
+    assert project["optional-dependencies"]["worker"] == [want]
+
+
+def test_the_lease_rules_are_the_installed_sdks():
+    """2.10: a 412 only, 90 s before the first answer, logged by _worker; 2.16: _lease.py's rules."""
+    import anthropic
+
+    rules = _sdk.LEASE_RULES
+    if _minor(anthropic.__version__) < (2, 16):
+        from anthropic.lib.environments import _worker
+
+        assert rules == (90.0, False, "anthropic.lib.environments._worker")
+        assert _worker._HEARTBEAT_TTL_DEFAULT == 90.0, "2.10's assumed lease TTL moved"
+        loop = inspect.getsource(_worker._heartbeat_loop)
+        assert "_is_status(e, 412)" in loop and "HEARTBEAT_REJECTED" in loop, "2.10's lease rule changed"
+    else:
+        from anthropic.lib.environments import _lease
+
+        assert rules == (300.0, True, "anthropic.lib.environments._lease")
+        extend = inspect.getsource(_lease.Lease._extend)
+        assert "is_fatal_status_error(e)" in extend and 'self._end = "lost"' in extend, (
+            "2.16's rule (a fatal 4xx heartbeat is a lost lease) changed"
+        )
+        from anthropic.lib._retry import is_fatal_status_error
+
+        assert "_RETRYABLE_4XX" in inspect.getsource(is_fatal_status_error)
+        from anthropic.lib import _retry
+
+        assert frozenset({408, 409, 429}) == _retry._RETRYABLE_4XX
 
 
 def test_environment_worker_takes_a_tools_factory_and_no_memory():

@@ -70,6 +70,8 @@ def test_memfs_worker_mounts_from_its_own_store_url_runs_the_item_and_unmounts(w
         wworld.service.base_url,
         "--state-dir",
         str(wworld.box.state_dir),
+        "--max-concurrent-calls",
+        "4",  # anthropic 2.16's EnvironmentWorker(max_concurrent_calls=...)
     )
     try:
         assert proc.wait(90) == 0, worker_log(wworld)

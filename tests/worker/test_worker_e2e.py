@@ -3,10 +3,12 @@
 
 from __future__ import annotations
 
+import re
 import time
 
 import pytest
 
+from memfs.worker._sdk import LEASE_RULES
 from tests.worker.conftest import RO, RW
 from tests.worker.fake_platform import Step
 
@@ -114,6 +116,34 @@ def test_an_oversized_write_or_edit_is_refused_and_the_memory_keeps_its_content(
     assert contents["/fits.md"] == "é" * 51_200
 
 
+def test_concurrent_calls_of_several_threads_each_sync_first_and_land(wworld, spy):
+    """anthropic 2.16 runs calls of different session threads at once (max_concurrent_calls): each
+    call's pre-call sync gets its own answer, every call runs, the final sync comes after all."""
+    wworld.mount()
+    m = wworld.memory
+    marks = wworld.tmp / "marks"
+    marks.mkdir()
+    n = 4
+
+    def call(k: int) -> Step:
+        # Each call waits (20 s at most) until every call has started: only calls that run at once
+        # all get past it and write their file.
+        all_started = f"[ $(ls {marks} | wc -l) -ge {n} ]"
+        command = (
+            f"touch {marks}/{k}; for i in $(seq 200); do {all_started} && break; sleep 0.1; done; "
+            f"{all_started} && mkdir -p {m(RW, 'threads')} && echo 'thread {k}' > {m(RW, f'threads/t{k}.md')}"
+        )
+        return Step("bash", {"command": command}, thread=f"sthr_{k}")
+
+    run = wworld.run_item([call(k) for k in range(n)], worker_options={"max_concurrent_calls": n})
+    assert [r["is_error"] for r in run.results()] == [False] * n, run.texts()
+    contents = wworld.api.contents(wworld.rw)
+    assert [contents.get(f"/threads/t{k}.md") for k in range(n)] == [f"thread {k}\n" for k in range(n)]
+    assert spy.syncs() == [(False, False)] * n + [(True, True)]
+    assert run.work.stop_requests == [{"force": True}]
+    assert wworld.platform.errors == []
+
+
 def test_a_remote_edit_between_two_calls_is_seen_by_the_later_read(wworld):
     wworld.mount()
     m = wworld.memory
@@ -134,7 +164,7 @@ def test_a_remote_edit_between_two_calls_is_seen_by_the_later_read(wworld):
     assert run.texts() == ["name: agent\nlikes: grep\n", "name: agent\nlikes: remote edits\n"]
 
 
-@pytest.mark.expected_log(r"ERROR anthropic.lib.environments._worker: lease lost")
+@pytest.mark.expected_log(rf"ERROR {re.escape(LEASE_RULES.logger)}: lease lost")
 def test_a_lost_lease_stops_the_item_without_a_final_push(wworld, spy, caplog):
     wworld.mount()
     m = wworld.memory

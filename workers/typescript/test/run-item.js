@@ -1,0 +1,28 @@
+// The test's work item process (tests/worker/test_typescript_worker.py): the unchanged official
+// EnvironmentWorker.handleItem() of @anthropic-ai/sdk with memfsTools(), from the ANTHROPIC_*
+// variables `ant beta:worker poll --on-work` sets. Exit 0: the item ran; 1: it failed.
+const Anthropic = require('@anthropic-ai/sdk').default;
+const { EnvironmentWorker } = require('@anthropic-ai/sdk/helpers/beta/environments');
+const { memfsTools, LeaseWatch } = require('../dist');
+
+const lease = new LeaseWatch();
+const client = new Anthropic({
+  apiKey: 'unused',
+  baseURL: process.env.ANTHROPIC_BASE_URL,
+  maxRetries: 0,
+  middleware: [lease.middleware],
+});
+const worker = new EnvironmentWorker({
+  client,
+  tools: memfsTools({ root: process.env.MEMFS_TEST_ROOT, lease }),
+  memorySyncIntervalMs: null,
+  workdir: process.env.MEMFS_TEST_WORKDIR,
+  maxIdleMs: 2000,
+});
+worker.handleItem().then(
+  () => process.exit(0),
+  (e) => {
+    console.error(`the work item failed: ${e && e.stack ? e.stack : e}`);
+    process.exit(1);
+  },
+);
