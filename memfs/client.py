@@ -11,11 +11,10 @@ a 409 is an answer, not a fault (SEMANTICS.md#d-three-way).
 
 from __future__ import annotations
 
-import email.utils
 import ssl
-import time
 import zlib
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from operator import itemgetter
 from typing import Any, NamedTuple
@@ -25,6 +24,7 @@ import httpx
 import orjson
 import trio
 
+from memfs.budget import RequestBudget, kind_of, retry_after
 from memfs.errors import ApiError, Unreachable
 from memfs.plain_get import PlainGet, PlainHTTPError
 from memfs.protocol import COUNTER_HEADER, MEMORY_BETA, SESSIONS_BETA
@@ -284,28 +284,6 @@ async def _stream_snapshot(url: str, resp: httpx.Response, sink: SnapshotSink) -
     return parser.finish()
 
 
-def retry_after(resp: httpx.Response) -> float | None:
-    """Seconds the service asks us to wait (`retry-after-ms`, `retry-after`: seconds or a date)."""
-    ms = resp.headers.get("retry-after-ms")
-    if ms:
-        try:
-            return max(0.0, float(ms) / 1000)
-        except ValueError:
-            pass
-    value = resp.headers.get("retry-after")
-    if not value:
-        return None
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        pass
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    return max(0.0, when.timestamp() - time.time())
-
-
 class StoreClient:
     def __init__(
         self,
@@ -339,6 +317,7 @@ class StoreClient:
             transport=transport,  # `concurrency` connections in all (tests: their own transport)
         )
         self.requests_sent = 0
+        self.budget = RequestBudget()  # by kind, rolling windows; and the client-wide hold (a 429)
         self.pages_parsed = 0  # listing pages parsed, not taken as the last listing had them (tests)
         self._last_listings: dict[str, _LastListing] = {}  # store id -> its last basic listing
         self.retried = 0  # requests sent again after a retry-after (for the logs and tests)
@@ -367,11 +346,23 @@ class StoreClient:
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
 
-    async def _request(self, method: str, url: str | httpx.URL, **kw: Any) -> httpx.Response:
-        for attempt in range(self.retries + 1):
+    @asynccontextmanager
+    async def _sending(self, kind: str) -> AsyncIterator[None]:
+        """A slot, and right before the request goes out in it: the client-wide hold a refusal
+        put waited out (or failed on: memfs/budget.py), then the request counted."""
+        async with self.slots:
+            wait = self.budget.wait_for(self.retry_within)
+            if wait:
+                await trio.sleep(wait)
             self.requests_sent += 1
+            self.budget.count(kind)
+            yield
+
+    async def _request(self, method: str, url: str | httpx.URL, **kw: Any) -> httpx.Response:
+        kind = kind_of(method, str(url))
+        for attempt in range(self.retries + 1):
             try:
-                async with self.slots:
+                async with self._sending(kind):
                     resp = await self._http.request(method, url, **kw)
             except httpx.HTTPError as exc:
                 raise Unreachable(f"{method} {url}: {_describe(exc)}") from exc
@@ -401,9 +392,8 @@ class StoreClient:
         # (~9 % of the daemon's CPU in a hosted tick, py-spy). `query` is percent-encoded ASCII.
         target = endpoint.raw_path + b"?" + query
         for attempt in range(self.retries + 1):
-            self.requests_sent += 1
             try:
-                async with self.slots:
+                async with self._sending("list"):
                     status, headers, body = await plain.get(target, self._get_headers, self._get_timeout)
             except PlainHTTPError as exc:
                 url = f"{endpoint}?{query.decode('ascii')}"
@@ -439,10 +429,12 @@ class StoreClient:
         down, and a tick that fails then waits an interval (SEMANTICS.md#d-unreachable) rather than hammering it.
         Retrying a write is safe: creates answer 409 when they had landed, updates and deletes
         carry the sha precondition."""
-        if attempt >= self.retries or not (resp.status_code == 429 or resp.status_code >= 500):
+        if not (resp.status_code == 429 or resp.status_code >= 500):
             return None
         wait = retry_after(resp)
-        if wait is None or wait > self.retry_within:
+        if wait is not None and (resp.status_code == 429 or wait > 0):
+            self.budget.hold(wait)  # every request of the client waits it out, not only this one
+        if attempt >= self.retries or wait is None or wait > self.retry_within:
             return None
         self.retried += 1
         return wait
@@ -522,10 +514,9 @@ class StoreClient:
         Unreachable: what `sink` got by then is part of a store, which the caller must not show."""
         url = f"/v1/memory_stores/{store_id}/snapshot"
         for attempt in range(self.retries + 1):
-            self.requests_sent += 1
             wait = None
             try:
-                async with self.slots, self._http.stream("GET", url) as resp:
+                async with self._sending("snapshot"), self._http.stream("GET", url) as resp:
                     if resp.status_code in (404, 405):
                         # No snapshot endpoint (or no such store: the listing that follows says so).
                         await resp.aread()
@@ -684,6 +675,10 @@ class StoreClient:
         total = sum(len(k.items) for k in listings.values())
         if total + len(kept.items) <= LISTINGS_KEPT:
             listings[store_id] = kept
+
+    async def list_versions(self, store_id: str, params: dict[str, str | int]) -> dict[str, Any]:
+        """One page of a store's version feed (newest first: `{data, next_page}`, SEMANTICS.md#d-no-counter)."""
+        return await self._json("GET", f"/v1/memory_stores/{store_id}/memory_versions", params=params)
 
     async def get_memory(self, store_id: str, memory_id: str) -> dict[str, Any]:
         return await self._json(
