@@ -51,6 +51,7 @@ from memfs.service.auth import (
 from memfs.service.counter_path import CounterPath
 from memfs.service.cursors import CursorError, Cursors
 from memfs.service.errors import ApiError, envelope, from_storage, invalid, not_found, rate_limited
+from memfs.service.hosted import HostedOptions
 from memfs.service.list_path import ListPath
 from memfs.service.metrics import CONTENT_TYPE, Metrics
 from memfs.service.ratelimit import RateLimiter, retry_after_headers
@@ -82,6 +83,7 @@ def _json(body: object, status: int = 200, headers: dict | None = None) -> JSONR
 
 class _Service:
     extensions = True  # the memfs extensions (counter, changes feed, snapshot, counter header, batch)
+    hosted = HostedOptions()  # the emulator's switches (hosted.py)
 
     def __init__(
         self,
@@ -247,7 +249,13 @@ class _Service:
         path = params.memory_path(body["path"])
         content = params.memory_content(body["content"])
         mem = await self.call(
-            self.storage.create_memory, sid, path, content, p.actor, max_memories=self.max_memories
+            self.storage.create_memory,
+            sid,
+            path,
+            content,
+            p.actor,
+            max_memories=self.max_memories,
+            backdate_s=self.hosted.backdate(request),
         )
         return _json(wire.memory(mem, full))
 
@@ -324,6 +332,7 @@ class _Service:
             path=path,
             expected_sha256=expected,
             actor=p.actor,
+            backdate_s=self.hosted.backdate(request),
         )
         return _json(wire.memory(mem, full))
 
@@ -333,7 +342,14 @@ class _Service:
         p.require_store(sid, write=True)
         raw = request.query_params.get("expected_content_sha256")
         expected = None if raw is None else params.sha256(raw, "expected_content_sha256")
-        await self.call(self.storage.delete_memory, sid, mid, expected_sha256=expected, actor=p.actor)
+        await self.call(
+            self.storage.delete_memory,
+            sid,
+            mid,
+            expected_sha256=expected,
+            actor=p.actor,
+            backdate_s=self.hosted.backdate(request),
+        )
         return _json({"id": mid, "type": "memory_deleted"})
 
     async def write_batch(self, request: Request) -> Response:
@@ -370,7 +386,9 @@ class _Service:
 
     async def list_versions(self, request: Request) -> Response:
         sid = request.path_params["store_id"]
-        (await self.principal(request)).require_store(sid)
+        p = await self.principal(request)
+        p.require_store(sid)
+        self.hosted.check_versions(p)
         full = params.q_view(request, "basic")
         filters = VersionFilter(
             memory_id=params.q_str(request, "memory_id"),
@@ -385,12 +403,15 @@ class _Service:
             # This service has no service accounts: nothing was written by one.
             return _json({"data": [], "next_page": None})
         listing = ("versions", sid, dataclasses.astuple(filters), full)
+        after = self.after(request, listing)
+        if after is not None and not isinstance(after, str):  # a cursor of the seq-ordered listing
+            raise invalid("page: this cursor is from an older version of this service; list again")
         page = await self.call(
             self.storage.list_versions,
             sid,
             filters=filters,
             limit=limit,
-            after=self.after(request, listing),
+            after=after,
             with_content=full,
         )
         next_page = self.cursors.encode(listing, page.next_after)
@@ -398,7 +419,9 @@ class _Service:
 
     async def get_version(self, request: Request) -> Response:
         sid, vid = request.path_params["store_id"], request.path_params["version_id"]
-        (await self.principal(request)).require_store(sid)
+        p = await self.principal(request)
+        p.require_store(sid)
+        self.hosted.check_versions(p)
         full = params.q_view(request, "full")
         return _json(wire.version(await self.call(self.storage.get_version, sid, vid), full))
 
@@ -799,16 +822,20 @@ def create_app(
     watch_hub: WatchHub | None = None,
     console: bool = False,
     rate_limiter: RateLimiter | None = None,
+    hosted: HostedOptions | None = None,
 ):
     """The ASGI app serving `storage`. `admin_key` can do everything; sessions get scoped tokens.
 
     The returned app's `watch_hub` holds the watches; its change source runs for the app's lifespan,
     and `watch_hub.close()` (server.py, at SIGTERM) answers every held watch at once.
-    `rate_limiter` (None: no limit) limits each credential's requests (429 with retry-after)."""
+    `rate_limiter` (None: no limit) limits each credential's requests (429 with retry-after).
+    `hosted`: the emulator's switches (hosted.py; default: the hosted API's documented behaviour)."""
     metrics = metrics or Metrics()
     hub = watch_hub or WatchHub(storage)
     service = _Service(storage, admin_key, max_memories, metrics, hub, rate_limiter)
     service.extensions = extensions
+    if hosted is not None:
+        service.hosted = hosted
     # The counter fast path answers before the router, so before the rate limiter too: with a
     # limit configured every request takes the full path (a runaway ticker is limited like any other).
     fast = CounterPath(storage, admin_key, metrics, hub) if extensions and rate_limiter is None else None

@@ -163,9 +163,9 @@ class Tx(Protocol):
     def insert_version(self, v: VersionRecord, counter: int) -> None: ...
     def version(self, store_id: str, version_id: str) -> VersionRecord | None: ...
     def list_versions(
-        self, store_id: str, *, filters: VersionFilter, after: int | None, limit: int, content: bool
-    ) -> list[tuple[int, VersionRecord]]:
-        """Newest first with positions, as `list_stores`."""
+        self, store_id: str, *, filters: VersionFilter, after: str | None, limit: int, content: bool
+    ) -> list[tuple[str, VersionRecord]]:
+        """Newest first (`created_at` desc, `id` desc) with positions "CREATED_AT ID"."""
 
     def redact_version(self, version_id: str, *, at: str, actor: Actor) -> None: ...
 

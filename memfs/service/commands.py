@@ -43,6 +43,19 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="serve only the hosted API: no counter, changes feed or snapshot (to test clients' fallback)",
     )
     p.add_argument(
+        "--session-versions",
+        choices=("allow", "refuse"),
+        default="allow",
+        help="whether a session token may read memory_versions (refuse: 403 permission_error; the "
+        "hosted API does not document which; clients must work both ways)",
+    )
+    p.add_argument(
+        "--test-late-versions",
+        action="store_true",
+        help="tests: a memory write with the header memfs-test-backdate-seconds: S is recorded S "
+        "seconds in the past (a version that becomes visible behind later ones)",
+    )
+    p.add_argument(
         "--version-retention-days",
         type=float,
         default=30.0,
@@ -131,6 +144,7 @@ def _client_args(p: argparse.ArgumentParser) -> None:
 
 
 def _serve(args: argparse.Namespace) -> int:
+    from memfs.service.hosted import HostedOptions
     from memfs.service.server import run  # imports the servers only for this command
 
     if args.max_memories < 1:
@@ -152,6 +166,8 @@ def _serve(args: argparse.Namespace) -> int:
         retention_days=args.version_retention_days, retention_interval_s=args.retention_interval,
         server=args.server, console=args.console, rate_limit=args.rate_limit, rate_burst=args.rate_burst,
         certfile=args.certfile, keyfile=args.keyfile,
+        hosted=HostedOptions(session_versions=args.session_versions == "allow",
+                             late_versions=args.test_late_versions),
     )  # fmt: skip
 
 

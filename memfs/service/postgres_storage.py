@@ -34,7 +34,7 @@ from memfs.service.sql_tx import _MEM_COLS, COUNTER_KEY, SqlTx
 
 WATCH_CHANNEL = "memfs_counters"  # watch.CHANNEL (not imported: watch.py imports anyio)
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 _MIGRATION_LOCK = 0x6D656D6673  # "memfs": the advisory lock key of schema migrations
 _POOL_MAX = 16
 
@@ -121,6 +121,8 @@ _MIGRATIONS: dict[int, list[str]] = {
         "CREATE INDEX memories_live_size ON memories (store_id, size, deleted_at) WHERE deleted_at IS NULL",
         "CREATE INDEX session_resources_store ON session_resources (memory_store_id, session_id)",
     ],
+    # 3: a versions listing in the hosted order (created_at desc, id desc), from an index
+    3: ['CREATE INDEX versions_time ON versions (store_id, created_at, (id COLLATE "C"))'],
 }
 
 
@@ -171,6 +173,7 @@ def counters_batch_from_tuples(rows) -> tuple[dict[str, int], dict[str, set[str]
 class PostgresTx(SqlTx):
     integrity_errors = (psycopg.errors.UniqueViolation,)
     not_id = "id IS DISTINCT FROM ?"
+    version_id = 'id COLLATE "C"'
 
     def _sql(self, sql: str) -> str:
         # The shared statements hold no literal '?' or '%': only placeholders to rewrite.

@@ -14,7 +14,7 @@ import hashlib
 import secrets
 import string
 from collections.abc import Callable, Iterator, Sequence
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from operator import attrgetter, itemgetter
 from typing import Any, TypeVar
 
@@ -66,9 +66,13 @@ def new_id(prefix: str) -> str:
     return prefix + out[:24]
 
 
-def now() -> str:
-    """RFC 3339 UTC with fixed width, so text order is time order in every backend."""
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+def now(backdate_s: float = 0.0) -> str:
+    """RFC 3339 UTC with fixed width, so text order is time order in every backend.
+    `backdate_s`: that many seconds ago (the emulator's late-version knob, app.py)."""
+    t = datetime.now(UTC)
+    if backdate_s:
+        t -= timedelta(seconds=backdate_s)
+    return t.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def sha256_hex(text: str) -> str:
@@ -406,14 +410,27 @@ class StoreService:
     # --- memories ------------------------------------------------------------------------------
 
     def create_memory(
-        self, store_id: str, path: str, content: str, actor: Actor, *, max_memories: int
+        self,
+        store_id: str,
+        path: str,
+        content: str,
+        actor: Actor,
+        *,
+        max_memories: int,
+        backdate_s: float = 0.0,
     ) -> MemoryRecord:
         with self.backend.write(store_id) as tx:
-            return self._create(tx, store_id, path, content, actor, max_memories)
+            return self._create(tx, store_id, path, content, actor, max_memories, backdate_s)
 
     @staticmethod
     def _create(
-        tx: Tx, store_id: str, path: str, content: str, actor: Actor, max_memories: int
+        tx: Tx,
+        store_id: str,
+        path: str,
+        content: str,
+        actor: Actor,
+        max_memories: int,
+        backdate_s: float = 0.0,
     ) -> MemoryRecord:
         sha, size = sha256_hex(content), len(content.encode("utf-8"))
         _require_writable(tx, store_id)
@@ -424,7 +441,7 @@ class StoreService:
                 f"memory store {store_id} already holds {live} memories, the limit of this service "
                 f"(--max-memories {max_memories}); delete memories before creating more"
             )
-        mid, vid, t = new_id("mem_"), new_id("memver_"), now()
+        mid, vid, t = new_id("mem_"), new_id("memver_"), now(backdate_s)
         counter = tx.bump(store_id)
         tx.insert_version(
             VersionRecord(vid, mid, store_id, "created", path, content, sha, size, t, actor, None, None),
@@ -513,9 +530,10 @@ class StoreService:
         path: str | None,
         expected_sha256: str | None,
         actor: Actor,
+        backdate_s: float = 0.0,
     ) -> MemoryRecord:
         with self.backend.write(store_id) as tx:
-            return self._update(tx, store_id, memory_id, content, path, expected_sha256, actor)
+            return self._update(tx, store_id, memory_id, content, path, expected_sha256, actor, backdate_s)
 
     @staticmethod
     def _update(
@@ -526,6 +544,7 @@ class StoreService:
         path: str | None,
         expected_sha256: str | None,
         actor: Actor,
+        backdate_s: float = 0.0,
     ) -> MemoryRecord:
         _require_writable(tx, store_id)
         row = _live_memory(tx, store_id, memory_id)
@@ -545,7 +564,7 @@ class StoreService:
         new_content = row.content if content is None else content
         assert new_content is not None
         size = len(new_content.encode("utf-8"))
-        vid, t = new_id("memver_"), now()
+        vid, t = new_id("memver_"), now(backdate_s)
         counter = tx.bump(store_id)
         tx.insert_version(
             VersionRecord(vid, memory_id, store_id, "modified", new_path, new_content, new_sha, size, t,
@@ -559,13 +578,26 @@ class StoreService:
         return _live_memory(tx, store_id, memory_id)
 
     def delete_memory(
-        self, store_id: str, memory_id: str, *, expected_sha256: str | None, actor: Actor
+        self,
+        store_id: str,
+        memory_id: str,
+        *,
+        expected_sha256: str | None,
+        actor: Actor,
+        backdate_s: float = 0.0,
     ) -> None:
         with self.backend.write(store_id) as tx:
-            self._delete(tx, store_id, memory_id, expected_sha256, actor)
+            self._delete(tx, store_id, memory_id, expected_sha256, actor, backdate_s)
 
     @staticmethod
-    def _delete(tx: Tx, store_id: str, memory_id: str, expected_sha256: str | None, actor: Actor) -> None:
+    def _delete(
+        tx: Tx,
+        store_id: str,
+        memory_id: str,
+        expected_sha256: str | None,
+        actor: Actor,
+        backdate_s: float = 0.0,
+    ) -> None:
         _require_store(tx, store_id)  # archived stores can still be deleted from
         row = _live_memory(tx, store_id, memory_id, content=False)
         if expected_sha256 is not None and expected_sha256 != row.content_sha256:
@@ -573,7 +605,7 @@ class StoreService:
                 f"memory {memory_id} has content_sha256 {row.content_sha256}, not the expected "
                 f"{expected_sha256}; nothing was deleted"
             )
-        vid, t = new_id("memver_"), now()
+        vid, t = new_id("memver_"), now(backdate_s)
         counter = tx.bump(store_id)
         tx.insert_version(
             VersionRecord(
@@ -623,7 +655,7 @@ class StoreService:
     # --- versions ------------------------------------------------------------------------------
 
     def list_versions(
-        self, store_id: str, *, filters: VersionFilter, limit: int, after: int | None, with_content: bool
+        self, store_id: str, *, filters: VersionFilter, limit: int, after: str | None, with_content: bool
     ) -> Page:
         with self.backend.read() as tx:
             _require_store(tx, store_id)

@@ -20,6 +20,7 @@ from memfs.service import access_log
 from memfs.service.app import create_app
 from memfs.service.backend import DatabaseError
 from memfs.service.database import DatabaseUrlError, open_storage
+from memfs.service.hosted import HostedOptions
 from memfs.service.ratelimit import RateLimiter
 from memfs.service.retention import DEFAULT_INTERVAL_S, DEFAULT_RETENTION_DAYS, Retention, run_periodically
 
@@ -93,6 +94,7 @@ def run(
     rate_burst: int | None = None,
     certfile: str | None = None,
     keyfile: str | None = None,
+    hosted: HostedOptions | None = None,
 ) -> int:
     formatter = setup_logging()
     # one line per request, written in batches (access_log.py: a write per line is ~40 µs)
@@ -122,7 +124,15 @@ def run(
     config.errorlog = logging.getLogger("hypercorn.error")
     if certfile and keyfile:
         config.certfile, config.keyfile = certfile, keyfile
-    app = create_app(storage, key, max_memories, extensions=extensions, console=console, rate_limiter=limiter)
+    app = create_app(
+        storage,
+        key,
+        max_memories,
+        extensions=extensions,
+        console=console,
+        rate_limiter=limiter,
+        hosted=hosted,
+    )
     if limiter is not None:
         log.info(
             "rate limit: %g requests/s per credential, bursts of %d (per process)",

@@ -154,6 +154,9 @@ class SqlTx:
     integrity_errors: tuple[type[BaseException], ...] = ()
     # `id IS NOT ?` is SQLite's null-safe inequality; PostgreSQL spells it IS DISTINCT FROM
     not_id = "id IS NOT ?"
+    # a version's id as the listing orders it: byte order (PostgreSQL's column has the database's
+    # collation, which may not be; the index versions_time is on this expression)
+    version_id = "id"
     # how to count a store's live memories fastest (SQLite needs an index hint)
     count_live_from = "memories"
     # where to sum a store's live memories from (SQLite is pointed at the covering index)
@@ -467,13 +470,17 @@ class SqlTx:
         return self._version(row, True) if row else None
 
     def list_versions(
-        self, store_id: str, *, filters: VersionFilter, after: int | None, limit: int, content: bool
-    ) -> list[tuple[int, VersionRecord]]:
+        self, store_id: str, *, filters: VersionFilter, after: str | None, limit: int, content: bool
+    ) -> list[tuple[str, VersionRecord]]:
+        """The hosted order: `created_at` descending, `id` descending among equal times. Not commit
+        order (seq): a version written late may carry an earlier time (a late commit, or the
+        emulator's --test-late-versions) and is listed where its time puts it, as the hosted API does."""
         where: list[str] = ["store_id = ?"]
         args: list[object] = [store_id]
         if after is not None:
-            where.append("seq < ?")
-            args.append(after)
+            at, _, vid = after.partition(" ")
+            where.append(f"(created_at, {self.version_id}) < (?, ?)")
+            args += [at, vid]
         for col, val in (("memory_id", filters.memory_id), ("operation", filters.operation)):
             if val is not None:
                 where.append(f"{col} = ?")
@@ -490,12 +497,13 @@ class SqlTx:
         if filters.created_lte is not None:
             where.append("created_at <= ?")
             args.append(filters.created_lte)
-        cols = "seq, " + _VER_COLS + (", content" if content else "")
+        cols = _VER_COLS + (", content" if content else "")
         rows = self._x(
-            f"SELECT {cols} FROM versions WHERE {' AND '.join(where)} ORDER BY seq DESC LIMIT ?",
+            f"SELECT {cols} FROM versions WHERE {' AND '.join(where)} "
+            f"ORDER BY created_at DESC, {self.version_id} DESC LIMIT ?",
             (*args, limit),
         ).fetchall()
-        return [(r["seq"], self._version(r, content)) for r in rows]
+        return [(f"{r['created_at']} {r['id']}", self._version(r, content)) for r in rows]
 
     def redact_version(self, version_id: str, *, at: str, actor: Actor) -> None:
         self._x(

@@ -33,7 +33,7 @@ from pathlib import Path
 from memfs.service.backend import WouldBlock
 from memfs.service.sql_tx import SqlTx
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 _MIGRATIONS: dict[int, list[str]] = {
     1: [
@@ -125,6 +125,8 @@ _MIGRATIONS: dict[int, list[str]] = {
         "CREATE INDEX memories_live_listing ON memories "
         "(store_id, path, id, sha, size, version_id, created_at, updated_at, deleted_at) WHERE deleted_at IS NULL",
     ],
+    # 4: a versions listing in the hosted order (created_at desc, id desc), from an index
+    4: ["CREATE INDEX versions_time ON versions (store_id, created_at, id)"],
 }
 
 

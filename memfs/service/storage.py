@@ -176,7 +176,8 @@ class SessionRecord:
 @dataclass
 class Page:
     """One page of a listing. `next_after`: the position the next page resumes after (the last
-    path of a memory listing, the last sequence number of a store or version listing), None at
+    path of a memory listing, the last sequence number of a store listing, "CREATED_AT ID" of a
+    version listing), None at
     the end; the app turns it into an opaque cursor (`cursors.py`)."""
 
     items: list
@@ -275,8 +276,17 @@ class Storage(Protocol):
     def store_totals(self, store_id: str) -> StoreTotals: ...  # the console's overview
 
     # memories
+    # backdate_s (create, update, delete): record the write that many seconds in the past
+    # (`memfs serve --test-late-versions`: a version that becomes visible behind later ones)
     def create_memory(
-        self, store_id: str, path: str, content: str, actor: Actor, *, max_memories: int
+        self,
+        store_id: str,
+        path: str,
+        content: str,
+        actor: Actor,
+        *,
+        max_memories: int,
+        backdate_s: float = 0.0,
     ) -> MemoryRecord: ...
     def list_memories(
         self,
@@ -309,9 +319,16 @@ class Storage(Protocol):
         path: str | None,
         expected_sha256: str | None,
         actor: Actor,
+        backdate_s: float = 0.0,
     ) -> MemoryRecord: ...
     def delete_memory(
-        self, store_id: str, memory_id: str, *, expected_sha256: str | None, actor: Actor
+        self,
+        store_id: str,
+        memory_id: str,
+        *,
+        expected_sha256: str | None,
+        actor: Actor,
+        backdate_s: float = 0.0,
     ) -> None: ...
 
     def write_batch(
@@ -320,8 +337,11 @@ class Storage(Protocol):
 
     # versions
     def list_versions(
-        self, store_id: str, *, filters: VersionFilter, limit: int, after: int | None, with_content: bool
-    ) -> Page: ...
+        self, store_id: str, *, filters: VersionFilter, limit: int, after: str | None, with_content: bool
+    ) -> Page:
+        """Newest first: `created_at` descending, then `id` descending (the hosted order); `after`
+        is a page's `next_after`, "CREATED_AT ID" of the last version it held."""
+
     def get_version(self, store_id: str, version_id: str) -> VersionRecord: ...
     def redact_version(self, store_id: str, version_id: str, actor: Actor) -> VersionRecord: ...
 

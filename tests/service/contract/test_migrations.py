@@ -74,7 +74,7 @@ def test_a_version_1_database_is_upgraded_in_place(db_url, tmp_path, monkeypatch
         assert (t.counter, t.memories, t.bytes) == (2, 2, 5)
         db = _Db(db_url, tmp_path / "contract.db")
         if db.db_url:
-            assert rows(db, "SELECT version FROM memfs_schema") == [(2,)]
+            assert rows(db, "SELECT version FROM memfs_schema") == [(postgres_storage.SCHEMA_VERSION,)]
             names = rows(
                 db, "SELECT indexname FROM pg_indexes WHERE tablename IN ('memories', 'session_resources')"
             )
