@@ -128,12 +128,14 @@ class VersionFeed:
         return age > timedelta(days=RETENTION_DAYS - RETENTION_MARGIN_DAYS)
 
     async def probe(self, store_id: str) -> FeedRead:
-        """Before a listing: where the feed stands now (its newest version), so that nothing written
-        while the store is listed is missed by the next read. One request; None when refused."""
+        """Before a listing: where the feed stands now (its newest versions), so that nothing written
+        while the store is listed is missed by the next read. One request; no position when refused."""
         if self.refused(store_id):
             return FeedRead(None, None)
         try:
-            page = await self.client.list_versions(store_id, {"limit": 1})
+            # One page, not one version: the ids within the overlap are then known as seen, so the
+            # next read does not take the writes just before the listing for new ones.
+            page = await self.client.list_versions(store_id, {"limit": PAGE})
         except ApiError as exc:
             if exc.status not in (403, 404):
                 raise

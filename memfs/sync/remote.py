@@ -311,8 +311,13 @@ class StoreReader:
             elif v.get("path") is None or v.get("content_sha256") is None:
                 redacted.append(mid)  # its path and sha are gone from the version: ask the memory
             else:
-                remote[mid] = P.RemoteEntry(mid, v["path"], v["content_sha256"], v["content_size_bytes"])
-                pulled.note_mtime(mid, v.get("created_at"))
+                path, sha, size = v["path"], v["content_sha256"], v["content_size_bytes"]
+                e = expect.get(mid)
+                if (
+                    e is None or e.path != path or e.sha != sha or e.size != size
+                ):  # else kept: equal by identity
+                    remote[mid] = P.RemoteEntry(mid, path, sha, size)
+                    pulled.note_mtime(mid, v.get("created_at"))
         await self._ask(store, redacted, remote, pulled)
         return RemoteRead(remote, in_path_order(remote), None)
 

@@ -132,18 +132,58 @@ def test_a_rename_a_delete_and_a_recreate_at_the_same_path_in_one_window(tmp_pat
         assert h.api.contents(sid)["/c.md"] == "charlie, edited here\n"
 
 
-@pytest.mark.timeout(120)
-def test_a_refused_feed_falls_back_to_listings_and_is_not_asked_each_tick(tmp_path):
-    """A session token that may not read versions (403): the mount lists, as before the feed, and
-    asks the feed again only rarely. (The emulator's own switch: tests/e2e/test_hosted_emulator.py.)"""
-    with hosted(tmp_path) as h:
-        h.proxy.add("GET", VERSIONS, "status", code=403)
-        h.box.sync()
+@pytest.mark.timeout(150)
+def test_a_feed_refused_to_session_tokens_falls_back_to_listings_still_demand_driven(tmp_path):
+    """`--session-versions refuse`: the session's token may not read versions (403). The mount lists,
+    as before the feed, asks the feed again only rarely, and still backs off while unused."""
+    with hosted(
+        tmp_path, serve_args=("--session-versions", "refuse"), mount_args=("--idle-poll-interval", "3600")
+    ) as h:
+        assert h.texts("feed-0") == SEED
         h.api.update(h.stores[0], h.id_of(h.stores[0], "/d/e.md"), content="echo, edited\n")
         h.proxy.reset_counts()
         h.box.sync()
         assert (h.box.root / "feed-0" / "d" / "e.md").read_text() == "echo, edited\n"
         assert h.count(LISTING) >= 2 and h.count(VERSIONS) == 0, h.proxy.log
+        time.sleep(7)  # the read above was a use: one more poll at the interval, then none
+        h.proxy.reset_counts()
+        time.sleep(12)  # nobody uses the mount: more than two intervals without a request
+        assert h.count(".", "*") == 0, h.proxy.log
+        h.api.update(h.stores[1], h.id_of(h.stores[1], "/b.md"), content="bravo, edited\n")
+        back = h.box.sync(force=False)
+        assert back["ran"] is True, back
+        assert (h.box.root / "feed-1" / "b.md").read_text() == "bravo, edited\n"
+
+
+@pytest.mark.timeout(150)
+def test_a_version_made_visible_late_is_settled_by_the_safety_net(tmp_path):
+    """`--test-late-versions`: an edit whose version is stamped 10 minutes back lands behind versions
+    the mount has already read past (and outside the overlap): the feed cannot see it; the safety
+    net's listing (one store per `--safety-net-interval`) applies it within that period."""
+    with hosted(
+        tmp_path, stores=1, serve_args=("--test-late-versions",), mount_args=("--safety-net-interval", "8")
+    ) as h:
+        sid = h.stores[0]
+        h.api.update(sid, h.id_of(sid, "/b.md"), content="bravo, edited\n")
+        h.box.sync()  # the feed's position is now this edit's version
+        r = h.api.http.post(
+            f"/v1/memory_stores/{sid}/memories/{h.id_of(sid, '/a.md')}",
+            json={"content": "alpha, committed late\n"},
+            headers={"anthropic-beta": "agent-memory-2026-07-22", "memfs-test-backdate-seconds": "600"},
+        )
+        assert r.status_code == 200, r.text
+        h.proxy.reset_counts()
+        h.box.sync()
+        assert (h.box.root / "feed-0" / "a.md").read_text() == "alpha\n"  # hidden from the feed
+        assert h.count(LISTING) == 0
+        deadline = time.monotonic() + 20  # the safety net's period (8 s) and an interval, with room
+        while time.monotonic() < deadline:
+            h.box.sync()  # an agent at work: the mount is in use
+            if (h.box.root / "feed-0" / "a.md").read_text() != "alpha\n":
+                break
+            time.sleep(1)
+        assert (h.box.root / "feed-0" / "a.md").read_text() == "alpha, committed late\n"
+        assert h.count(LISTING) >= 1
 
 
 @pytest.mark.timeout(150)
