@@ -54,6 +54,7 @@ from memfs.service.errors import ApiError, envelope, from_storage, invalid, not_
 from memfs.service.hosted import HostedOptions
 from memfs.service.list_path import ListPath
 from memfs.service.metrics import CONTENT_TYPE, Metrics
+from memfs.service.orglimit import OrgLimits
 from memfs.service.ratelimit import RateLimiter, retry_after_headers
 from memfs.service.storage import Actor, ResourceSpec, Storage, StorageError, VersionFilter
 from memfs.service.watch import WatchHub
@@ -748,8 +749,10 @@ class _RequestFrame:
         watch_hub: WatchHub,
         counter_path: CounterPath | None = None,
         list_path: ListPath | None = None,
+        org_limits: OrgLimits | None = None,
     ):
         self.app = app
+        self.org_limits = org_limits  # the per-organisation limits, before any path (orglimit.py)
         self.metrics = metrics
         self.watch_hub = watch_hub  # for server.py, which closes it at SIGTERM
         self.counter_path = counter_path  # answers plain counter reads without the router
@@ -780,6 +783,10 @@ class _RequestFrame:
             except (body.BadLength, body.BodyTooLarge) as e:
                 await self._refuse_body(e, request_id, scope, receive, send_with_id)
                 return
+            if self.org_limits is not None and await self._org_refused(
+                request_id, scope, receive, send_with_id
+            ):
+                return
             if self.counter_path is not None and await self.counter_path.answer(scope, send_with_id):
                 return
             if self.list_path is not None and await self.list_path.answer(scope, send_with_id):
@@ -798,6 +805,20 @@ class _RequestFrame:
             self.metrics.observe(scope["method"], route, code, seconds)
             # Path only: no query string (it can hold path prefixes), never headers (credentials).
             access_line(scope["method"], scope["path"], code, seconds)
+
+    async def _org_refused(self, request_id: str, scope, receive, send) -> bool:
+        """Count the request in its organisation's class; answer 429 (True) when over the limit."""
+        assert self.org_limits is not None
+        cls = self.org_limits.classify(scope)
+        if cls is None:
+            return False
+        wait = await self.org_limits.take(cls)
+        self.metrics.org_request(cls, wait is not None)
+        if wait is None:
+            return False
+        resp = _error_response(self.org_limits.refusal(cls, wait), request_id)
+        await resp(scope, receive, send)
+        return True
 
     @staticmethod
     async def _refuse_body(exc: Exception, request_id: str, scope, receive, send) -> None:
@@ -823,13 +844,15 @@ def create_app(
     console: bool = False,
     rate_limiter: RateLimiter | None = None,
     hosted: HostedOptions | None = None,
+    org_limits: OrgLimits | None = None,
 ):
     """The ASGI app serving `storage`. `admin_key` can do everything; sessions get scoped tokens.
 
     The returned app's `watch_hub` holds the watches; its change source runs for the app's lifespan,
     and `watch_hub.close()` (server.py, at SIGTERM) answers every held watch at once.
     `rate_limiter` (None: no limit) limits each credential's requests (429 with retry-after).
-    `hosted`: the emulator's switches (hosted.py; default: the hosted API's documented behaviour)."""
+    `hosted`: the emulator's switches (hosted.py; default: the hosted API's documented behaviour).
+    `org_limits` (None: none): the per-organisation limits of every request (orglimit.py)."""
     metrics = metrics or Metrics()
     hub = watch_hub or WatchHub(storage)
     service = _Service(storage, admin_key, max_memories, metrics, hub, rate_limiter)
@@ -874,4 +897,4 @@ def create_app(
     list_path = (
         ListPath(storage, admin_key, service.cursors, extensions=extensions) if rate_limiter is None else None
     )
-    return _RequestFrame(app, metrics, hub, fast, list_path)
+    return _RequestFrame(app, metrics, hub, fast, list_path, org_limits)

@@ -56,6 +56,21 @@ def register(sub: argparse._SubParsersAction) -> None:
         "seconds in the past (a version that becomes visible behind later ones)",
     )
     p.add_argument(
+        "--org-limits",
+        default=None,
+        metavar="READS,WRITES|off",
+        help="per-organisation limits shared by every credential (and, on PostgreSQL, every replica): "
+        "reads (GET) and writes (POST, DELETE) a minute, 0 for no limit on a class, or off "
+        "(default: 1200,300 with --hosted-api, the hosted API's; else off)",
+    )
+    p.add_argument(
+        "--org-burst",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="how many seconds' worth of each --org-limits class may come at once (default 3)",
+    )
+    p.add_argument(
         "--version-retention-days",
         type=float,
         default=30.0,
@@ -145,6 +160,7 @@ def _client_args(p: argparse.ArgumentParser) -> None:
 
 def _serve(args: argparse.Namespace) -> int:
     from memfs.service.hosted import HostedOptions
+    from memfs.service.orglimit import DEFAULT_BURST_S
     from memfs.service.server import run  # imports the servers only for this command
 
     if args.max_memories < 1:
@@ -161,6 +177,11 @@ def _serve(args: argparse.Namespace) -> int:
     if args.rate_burst is not None and (args.rate_burst < 1 or not args.rate_limit):
         print("memfs serve: --rate-burst must be at least 1, and goes with --rate-limit", file=sys.stderr)
         return 2
+    try:
+        org_limits = _org_limits(args)
+    except ValueError as e:
+        print(f"memfs serve: {e}", file=sys.stderr)
+        return 2
     return run(
         args.host, args.port, args.db, args.admin_key, args.max_memories, extensions=not args.hosted_api,
         retention_days=args.version_retention_days, retention_interval_s=args.retention_interval,
@@ -168,7 +189,26 @@ def _serve(args: argparse.Namespace) -> int:
         certfile=args.certfile, keyfile=args.keyfile,
         hosted=HostedOptions(session_versions=args.session_versions == "allow",
                              late_versions=args.test_late_versions),
+        org_limits=org_limits, org_burst_s=args.org_burst or DEFAULT_BURST_S,
     )  # fmt: skip
+
+
+def _org_limits(args: argparse.Namespace) -> tuple[int, int] | None:
+    """(reads, writes) a minute, or None: no per-organisation limits."""
+    from memfs.service.orglimit import DEFAULT_READS_PER_MIN, DEFAULT_WRITES_PER_MIN, parse_limits
+
+    if args.org_burst is not None and not (args.org_burst > 0 and math.isfinite(args.org_burst)):
+        raise ValueError("--org-burst must be a number of seconds > 0")
+    if args.org_limits is None:
+        limits = (DEFAULT_READS_PER_MIN, DEFAULT_WRITES_PER_MIN) if args.hosted_api else None
+    else:
+        try:
+            limits = parse_limits(args.org_limits)
+        except ValueError as e:
+            raise ValueError(f"--org-limits: {e}") from None
+    if args.org_burst is not None and limits is None:
+        raise ValueError("--org-burst goes with per-organisation limits (--hosted-api or --org-limits)")
+    return limits
 
 
 class _Failed(Exception):

@@ -63,6 +63,15 @@ class Metrics:
             ("credential",),
             registry=self.registry,
         )
+        org = Counter(
+            "memfs_org_requests",
+            "Requests counted by the per-organisation limits (--org-limits), by class (read, write) "
+            "and outcome (ok, limited: answered 429).",
+            ("class", "outcome"),
+            registry=self.registry,
+        )
+        # every series up front (zeros included), looked up once: a bench reads them before any 429
+        self._org = {(c, o): org.labels(c, o) for c in ("read", "write") for o in ("ok", "limited")}
         self._series: dict[tuple[str, str, int], tuple] = {}
         self.watches_held = Gauge(
             "memfs_watches_held",
@@ -87,6 +96,9 @@ class Metrics:
 
     def rate_limited(self, kind: str) -> None:
         self._rate_limited.labels(kind).inc()
+
+    def org_request(self, cls: str, limited: bool) -> None:
+        self._org[cls, "limited" if limited else "ok"].inc()
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -27,7 +27,7 @@ from typing import Any
 
 import psycopg
 import psycopg_pool
-from psycopg.rows import dict_row
+from psycopg.rows import dict_row, tuple_row
 
 from memfs.service.backend import DatabaseError
 from memfs.service.sql_tx import _MEM_COLS, COUNTER_KEY, SqlTx
@@ -121,8 +121,14 @@ _MIGRATIONS: dict[int, list[str]] = {
         "CREATE INDEX memories_live_size ON memories (store_id, size, deleted_at) WHERE deleted_at IS NULL",
         "CREATE INDEX session_resources_store ON session_resources (memory_store_id, session_id)",
     ],
-    # 3: a versions listing in the hosted order (created_at desc, id desc), from an index
-    3: ['CREATE INDEX versions_time ON versions (store_id, created_at, (id COLLATE "C"))'],
+    # 3: a versions listing in the hosted order (created_at desc, id desc), from an index; the
+    # per-organisation token buckets every replica shares (orglimit.py). Unlogged: a bucket is a
+    # few seconds of state, a crash that loses it only refills it, and no write of it waits for WAL.
+    3: [
+        'CREATE INDEX versions_time ON versions (store_id, created_at, (id COLLATE "C"))',
+        "CREATE UNLOGGED TABLE org_buckets (class TEXT PRIMARY KEY, tokens DOUBLE PRECISION NOT NULL, "
+        "at DOUBLE PRECISION NOT NULL, took BOOLEAN NOT NULL)",
+    ],
 }
 
 
@@ -232,6 +238,17 @@ class _HeldRead(PostgresTx):
                 self._pool.putconn(conn)
 
 
+# orglimit.py's token bucket as one row per class. `level` is the bucket refilled up to now (never
+# drained by a clock that steps back, capped at the burst); a token is taken when one is there.
+_LEVEL = "LEAST(%(burst)s, b.tokens + GREATEST(0, EXCLUDED.at - b.at) * %(rate)s)"
+_ORG_TAKE = (
+    "INSERT INTO org_buckets AS b (class, tokens, at, took) "
+    "SELECT %(cls)s, %(burst)s - 1, extract(epoch FROM clock_timestamp())::float8, true "
+    f"ON CONFLICT (class) DO UPDATE SET tokens = {_LEVEL} - CASE WHEN {_LEVEL} >= 1 THEN 1 ELSE 0 END, "
+    f"at = GREATEST(b.at, EXCLUDED.at), took = {_LEVEL} >= 1 RETURNING took, tokens"
+)
+
+
 class PostgresBackend:
     def __init__(self, url: str, *, pool_max: int = _POOL_MAX, connect_timeout_s: float = 15.0):
         self.url = url
@@ -288,6 +305,17 @@ class PostgresBackend:
 
     def open_read(self) -> _HeldRead:
         return _HeldRead(self._pool)
+
+    def org_take(self, cls: str, rate: float, burst: int) -> float | None:
+        """Take one token from the organisation's `cls` bucket, shared by every replica: one
+        statement (its own transaction) that refills the row by the database's clock, takes a
+        token if there is one, and says whether it did. None: taken; else seconds until one is."""
+        with self._pool.connection() as conn:
+            cur = conn.cursor(row_factory=tuple_row)
+            row = cur.execute(_ORG_TAKE, {"cls": cls, "rate": float(rate), "burst": float(burst)}).fetchone()
+        assert row is not None
+        took, tokens = row
+        return None if took else (1.0 - tokens) / rate
 
     def async_counter_reader(self) -> AsyncCounterReader:
         return AsyncCounterReader(self.url)

@@ -21,6 +21,7 @@ from memfs.service.app import create_app
 from memfs.service.backend import DatabaseError
 from memfs.service.database import DatabaseUrlError, open_storage
 from memfs.service.hosted import HostedOptions
+from memfs.service.orglimit import DEFAULT_BURST_S, OrgLimits
 from memfs.service.ratelimit import RateLimiter
 from memfs.service.retention import DEFAULT_INTERVAL_S, DEFAULT_RETENTION_DAYS, Retention, run_periodically
 
@@ -79,6 +80,15 @@ def check_tls(certfile: str | None, keyfile: str | None) -> str | None:
     return None
 
 
+def _org_limiter(storage, limits: tuple[int, int] | None, burst_s: float) -> OrgLimits | None:
+    """The per-organisation limits, shared through the database when it can (PostgreSQL:
+    every replica draws on one allowance), else per process."""
+    if limits is None:
+        return None
+    shared = getattr(storage.backend, "org_take", None) if hasattr(storage, "backend") else None
+    return OrgLimits(*limits, burst_s, shared=shared)
+
+
 def run(
     host: str = "127.0.0.1",
     port: int = 8470,
@@ -95,6 +105,8 @@ def run(
     certfile: str | None = None,
     keyfile: str | None = None,
     hosted: HostedOptions | None = None,
+    org_limits: tuple[int, int] | None = None,  # (reads, writes) a minute; None: no limits
+    org_burst_s: float = DEFAULT_BURST_S,
 ) -> int:
     formatter = setup_logging()
     # one line per request, written in batches (access_log.py: a write per line is ~40 µs)
@@ -132,7 +144,10 @@ def run(
         console=console,
         rate_limiter=limiter,
         hosted=hosted,
+        org_limits=_org_limiter(storage, org_limits, org_burst_s),
     )
+    if app.org_limits is not None:
+        log.info("organisation limits: %s", app.org_limits.describe())
     if limiter is not None:
         log.info(
             "rate limit: %g requests/s per credential, bursts of %d (per process)",

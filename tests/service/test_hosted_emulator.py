@@ -134,3 +134,56 @@ def test_without_the_flag_the_backdate_header_is_ignored(emulator):
         assert b["created_at"] >= a["created_at"]
         listed = admin.get(f"/v1/memory_stores/{store}/memory_versions").json()["data"]
         assert [v["id"] for v in listed] == [b["memory_version_id"], a["memory_version_id"]]
+
+
+def test_memory_versions_through_the_official_client(emulator):
+    """The documented listing through the `anthropic` client: newest first, view basic (content
+    null) by default and full capped at 20 a page, inclusive datetime bounds, every filter."""
+    import anthropic
+
+    store = emulator.create_store("s")["id"]
+    client = anthropic.Anthropic(api_key=emulator.admin_key, base_url=emulator.base_url, max_retries=0)
+    try:
+        mems, versions = client.beta.memory_stores.memories, client.beta.memory_stores.memory_versions
+        made = [mems.create(store, path=f"/m{i:02}.md", content=f"c{i}") for i in range(25)]
+        renamed = mems.update(made[0].id, memory_store_id=store, path="/renamed.md")
+        mems.delete(made[1].id, memory_store_id=store)
+        page = versions.list(store)
+        assert len(page.data) == 20 and all(v.content is None for v in page.data)  # default limit, basic
+        everything = list(versions.list(store, limit=100))
+        assert len(everything) == 27
+        assert [v.created_at for v in everything] == sorted((v.created_at for v in everything), reverse=True)
+        assert (everything[0].operation, everything[0].path, everything[0].content_sha256) == (
+            "deleted",
+            "/m01.md",
+            None,
+        )
+        assert (everything[1].operation, everything[1].path, everything[1].memory_id) == (
+            "modified",
+            "/renamed.md",
+            made[0].id,
+        )
+        assert renamed.memory_version_id == everything[1].id
+        full = versions.list(store, view="full", limit=100)
+        assert len(full.data) == 20 and full.data[-1].content is not None and full.next_page
+        # inclusive bounds, given as datetimes (the client sends them as RFC 3339)
+        mid = everything[10].created_at
+        window = list(versions.list(store, created_at_gte=mid, created_at_lte=mid, limit=100))
+        assert [v.id for v in window] == [everything[10].id]
+        newer = list(versions.list(store, created_at_gte=mid, limit=100))
+        assert [v.id for v in newer] == [v.id for v in everything[:11]]
+        assert [v.id for v in versions.list(store, memory_id=made[1].id)] == [
+            everything[0].id,
+            everything[-2].id,
+        ]
+        assert [v.operation for v in versions.list(store, operation="deleted")] == ["deleted"]
+        assert (
+            len(list(versions.list(store, api_key_id=everything[0].created_by.api_key_id, limit=100))) == 27
+        )
+        assert list(versions.list(store, session_id="sesn_none")) == []
+        assert list(versions.list(store, service_account_id="svac_none")) == []
+        assert (
+            versions.retrieve(everything[5].id, memory_store_id=store).content is not None
+        )  # full by default
+    finally:
+        client.close()

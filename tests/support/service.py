@@ -39,6 +39,7 @@ class ServiceProcess:
         port: int = 0,
         start: bool = True,
         hosted_api: bool = False,
+        org_limits: str | None = "off",
         extra_args: tuple[str, ...] = (),
         console: bool = False,
     ):
@@ -49,6 +50,10 @@ class ServiceProcess:
         self.db_url = db_url  # e.g. postgresql://…: used instead of db_path when given
         self.max_memories = max_memories
         self.hosted_api = hosted_api
+        # `--org-limits` with --hosted-api: "off" by default, so a test that seeds or bursts through
+        # the emulator meets no 429 it did not ask for; None: the emulator's own defaults (1200,300).
+        # Ignored when extra_args name --org-limits.
+        self.org_limits = org_limits
         self.extra_args = tuple(extra_args)  # more `memfs serve` flags
         self.console = console
         self.port = port
@@ -69,6 +74,8 @@ class ServiceProcess:
             cmd += ["--max-memories", str(self.max_memories)]
         if self.hosted_api:
             cmd.append("--hosted-api")
+            if self.org_limits is not None and "--org-limits" not in self.extra_args:
+                cmd += ["--org-limits", self.org_limits]
         cmd += self.extra_args
         if self.console:
             cmd.append("--console")
