@@ -104,6 +104,7 @@ class RequestBudget:
             "last_minute": self.window(WINDOW_MINUTE),
             "last_hour": self.window(WINDOW_HOUR),
             "total": self.total,
+            "held": self.held,  # requests that met a hold: waited, or failed unsent
             "held_for": round(max(0.0, self.hold_until - time.monotonic()), 1),
         }
 

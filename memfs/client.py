@@ -24,6 +24,7 @@ import httpx
 import orjson
 import trio
 
+from memfs.batching import batch_chunks as batch_chunks  # its old home
 from memfs.budget import RequestBudget, kind_of, retry_after
 from memfs.errors import ApiError, Unreachable
 from memfs.plain_get import PlainGet, PlainHTTPError
@@ -39,12 +40,11 @@ from memfs.work_secret import sessions_token_from_secret as sessions_token_from_
 CONCURRENCY = 32  # requests in flight per client (all stores together): a WAN's latency, bounded
 RETRY_WITHIN = 4.0  # seconds: the longest retry-after honoured inside a tick (the interval is >= 5 s)
 RETRIES = 2  # per request
+# A 429 with a short retry-after is sent again up to this many times: after it requests go one at a
+# time (`_widen`), so a tick (a first download above all) gets through an organisation's burst limit.
+RATE_RETRIES = 8
 BASIC_LIMIT = 100  # the API's page sizes: basic view, full view
 FULL_LIMIT = 20
-# One batch write (memfs's extension, docs/API.md): the service takes at most 1,000 operations
-# and a 1 MiB body; a batch is cut below both, with room for the envelope.
-BATCH_MAX_OPERATIONS = 1000
-BATCH_MAX_BYTES = 1024 * 1024 - 4096
 
 
 # Memories of the stores' last basic listings kept for the next tick (`_LastListing`): ~1.4 KB
@@ -348,8 +348,7 @@ class StoreClient:
 
     @asynccontextmanager
     async def _sending(self, kind: str) -> AsyncIterator[None]:
-        """A slot, and right before the request goes out in it: the client-wide hold a refusal
-        put waited out (or failed on: memfs/budget.py), then the request counted."""
+        """A slot; in it, the client-wide hold waited out (or failed on: memfs/budget.py), then counted."""
         async with self.slots:
             wait = self.budget.wait_for(self.retry_within)
             if wait:
@@ -358,15 +357,20 @@ class StoreClient:
             self.budget.count(kind)
             yield
 
+    def _widen(self) -> None:
+        if self._slots is not None and self._slots.total_tokens < self.concurrency:
+            self._slots.total_tokens += 1
+
     async def _request(self, method: str, url: str | httpx.URL, **kw: Any) -> httpx.Response:
         kind = kind_of(method, str(url))
-        for attempt in range(self.retries + 1):
+        for attempt in range(max(self.retries, RATE_RETRIES) + 1):
             try:
                 async with self._sending(kind):
                     resp = await self._http.request(method, url, **kw)
             except httpx.HTTPError as exc:
                 raise Unreachable(f"{method} {url}: {_describe(exc)}") from exc
             if resp.status_code < 400:
+                self._widen()
                 return resp
             wait = self._retry_wait(resp, attempt)
             if wait is None:
@@ -391,7 +395,7 @@ class StoreClient:
         # The target put together here: an httpx.URL per page parsed and re-quoted the whole URL
         # (~9 % of the daemon's CPU in a hosted tick, py-spy). `query` is percent-encoded ASCII.
         target = endpoint.raw_path + b"?" + query
-        for attempt in range(self.retries + 1):
+        for attempt in range(max(self.retries, RATE_RETRIES) + 1):
             try:
                 async with self._sending("list"):
                     status, headers, body = await plain.get(target, self._get_headers, self._get_timeout)
@@ -413,6 +417,7 @@ class StoreClient:
                 except zlib.error as exc:
                     raise Unreachable(f"GET {endpoint}: gzip answer does not decode") from exc
             if status < 400:
+                self._widen()
                 return body, counter
             resp = httpx.Response(
                 status, headers=headers, content=body, request=httpx.Request("GET", endpoint)
@@ -433,8 +438,10 @@ class StoreClient:
             return None
         wait = retry_after(resp)
         if wait is not None and (resp.status_code == 429 or wait > 0):
-            self.budget.hold(wait)  # every request of the client waits it out, not only this one
-        if attempt >= self.retries or wait is None or wait > self.retry_within:
+            self.budget.hold(wait)  # every request of the client waits it out, then they go one at a
+            self.slots.total_tokens = 1  # time, widening per answer: all at once would meet one token
+        most = RATE_RETRIES if resp.status_code == 429 and self.retries else self.retries
+        if attempt >= most or wait is None or wait > self.retry_within:
             return None
         self.retried += 1
         return wait
@@ -513,7 +520,7 @@ class StoreClient:
         store's content is never whole in memory. A stream that breaks or ends early raises
         Unreachable: what `sink` got by then is part of a store, which the caller must not show."""
         url = f"/v1/memory_stores/{store_id}/snapshot"
-        for attempt in range(self.retries + 1):
+        for attempt in range(max(self.retries, RATE_RETRIES) + 1):
             wait = None
             try:
                 async with self._sending("snapshot"), self._http.stream("GET", url) as resp:
@@ -749,22 +756,6 @@ def _describe(exc: BaseException) -> str:
             return f"{type(exc).__name__}: {type(cause).__name__}: {cause}"
         cause = cause.__cause__ or cause.__context__
     return f"{type(exc).__name__}: (no details)"
-
-
-def batch_chunks(ops: list[dict[str, Any]]) -> list[list[int]]:
-    """The positions of `ops` cut into consecutive batches that the service takes (count and body
-    size). An operation too large for any batch is a chunk of its own: sent, it gets the same
-    answer (a 413) as its single request would."""
-    chunks: list[list[int]] = []
-    size = 0
-    for i, op in enumerate(ops):
-        n = len(orjson.dumps(op)) + 1
-        if not chunks or size + n > BATCH_MAX_BYTES or len(chunks[-1]) >= BATCH_MAX_OPERATIONS:
-            chunks.append([])
-            size = 0
-        chunks[-1].append(i)
-        size += n
-    return chunks
 
 
 def _first(group: BaseExceptionGroup) -> BaseException:

@@ -9,6 +9,7 @@ in between to count (and, where said, answer) the mount's requests.
 
 from __future__ import annotations
 
+import re
 import sqlite3
 import time
 from collections.abc import Iterator
@@ -16,11 +17,13 @@ from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import httpx
 import pytest
 
 from tests.support.api import Api
 from tests.support.proxy import Proxy
 from tests.support.sandbox import Sandbox
+from tests.support.seed import seed_database
 from tests.support.service import ServiceProcess
 
 VERSIONS = r"/memory_versions"
@@ -268,3 +271,66 @@ def test_a_429_holds_back_every_request_of_the_mount_until_its_retry_after(tmp_p
         assert done["ok"], done
         assert h.api.contents(h.stores[1])["/staged.md"] == "waits for the 429 to pass\n"
         assert not h.box.status()["stores"][1]["staged"]
+
+
+def org_count(svc: ServiceProcess, cls: str, outcome: str) -> float:
+    text = httpx.get(svc.base_url + "/metrics", timeout=10).text
+    m = re.search(rf'^memfs_org_requests_total\{{class="{cls}",outcome="{outcome}"\}} (\S+)$', text, re.M)
+    return float(m.group(1)) if m else 0.0
+
+
+@pytest.mark.timeout(240)
+def test_a_429_storm_under_the_organisations_limits_loses_nothing(tmp_path):
+    """The emulator's per-organisation limits, small (reads 2/s in bursts of 6, writes 1 every 2 s
+    in bursts of 2): 4 stores' feeds and 16 creates meet 429s; every create lands exactly once, nothing
+    stays staged, and the mount's requests waited for the holds the refusals put."""
+    db = tmp_path / "service" / "data" / "store.db"
+    db.parent.mkdir(parents=True)
+    ids = list(seed_database(db, {f"Storm {i}": SEED for i in range(4)}).values())
+    svc = ServiceProcess(
+        tmp_path / "service",
+        db_path=db,
+        hosted_api=True,
+        org_limits=None,
+        extra_args=("--org-limits", "120,30", "--org-burst", "3"),
+    )
+    api = Api(svc.base_url, svc.admin_key)
+    box = None
+    try:
+        session = api.create_session([(sid, "read_write") for sid in ids])
+        box = Sandbox(
+            tmp_path,
+            "box",
+            base_url=svc.base_url,
+            session_id=session["id"],
+            work_secret=session["work_secret"],
+        )
+        box.mount("--live", "off")
+        files = {(i, f"/storm/f{k}.md"): f"store {i} file {k}\n" for i in range(4) for k in range(4)}
+        for (i, path), text in files.items():
+            top = box.root / f"storm-{i}"
+            (top / "storm").mkdir(exist_ok=True)
+            (top / path.lstrip("/")).write_text(text)
+        deadline = time.monotonic() + 150
+        while time.monotonic() < deadline:
+            box.sync(check=False)
+            if not any(s["staged"] for s in box.status()["stores"]):
+                break
+            time.sleep(1)
+        status = box.status()
+        assert not any(s["staged"] for s in status["stores"]), status["stores"]
+        assert org_count(svc, "write", "limited") + org_count(svc, "read", "limited") > 0, (
+            "no 429: nothing tested"
+        )
+        assert status["requests"]["held"] > 0, status["requests"]
+        time.sleep(4)  # a full bucket for the checks below
+        for i, sid in enumerate(ids):
+            stored = api.contents(sid)
+            assert {p: t for p, t in stored.items() if p.startswith("/storm/")} == {
+                p: t for (j, p), t in files.items() if j == i
+            }
+    finally:
+        if box is not None:
+            box.close()
+        api.close()
+        svc.stop()
