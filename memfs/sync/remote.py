@@ -289,10 +289,11 @@ class StoreReader:
         refused or too old, more versions than the store has memories, or `net`. Nothing new:
         `expect` itself (one request)."""
         sid = store.store_id
-        if not base:
+        at = self.state.feed_position(sid)
+        if not base and at is None:  # a first download (a store that stays empty reads the feed)
             pulled.feed = (await self.feed.probe(sid)).position
             return None
-        fed = await self.feed.read(sid, self.state.feed_position(sid), most=max(len(base), 100))
+        fed = await self.feed.read(sid, at, most=max(len(base), 100))
         pulled.feed = fed.position
         if fed.versions is None or net:
             return None

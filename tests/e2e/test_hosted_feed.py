@@ -115,13 +115,20 @@ def test_a_rename_a_delete_and_a_recreate_at_the_same_path_in_one_window(tmp_pat
         h.api.delete(sid, c)
         h.api.create(sid, "/c.md", "charlie, the second\n")  # a new memory where the deleted one was
         h.api.create(sid, "/b.md", "bravo's old place, taken\n")  # the path the rename freed
+        # A redacted version has no path or sha: the memory is asked by id.
+        edit = h.api.update(sid, h.id_of(sid, "/a.md"), content="alpha, its version redacted\n")
+        r = h.api.http.post(
+            f"/v1/memory_stores/{sid}/memory_versions/{edit['memory_version_id']}/redact",
+            headers={"anthropic-beta": "agent-memory-2026-07-22"},
+        )
+        assert r.status_code == 200, r.text
         h.proxy.reset_counts()
         h.box.sync()
         assert (
             h.texts("feed-0")
             == h.api.contents(sid)
             == {
-                "/a.md": "alpha\n",
+                "/a.md": "alpha, its version redacted\n",
                 "/b.md": "bravo's old place, taken\n",
                 "/c.md": "charlie, the second\n",
                 "/d/b-moved.md": "bravo, moved and edited\n",
