@@ -683,9 +683,17 @@ class StoreClient:
         if total + len(kept.items) <= LISTINGS_KEPT:
             listings[store_id] = kept
 
-    async def list_versions(self, store_id: str, params: dict[str, str | int]) -> dict[str, Any]:
-        """One page of a store's version feed (newest first: `{data, next_page}`, SEMANTICS.md#d-no-counter)."""
-        return await self._json("GET", f"/v1/memory_stores/{store_id}/memory_versions", params=params)
+    async def list_versions(
+        self, store_id: str, params: dict[str, str | int]
+    ) -> tuple[dict[str, Any], str | None]:
+        """One page of a store's version feed (newest first: `{data, next_page}`, SEMANTICS.md#d-no-counter),
+        and the answer's `Date` header (the service's clock, for where the feed was read to)."""
+        url = f"/v1/memory_stores/{store_id}/memory_versions"
+        resp = await self._request("GET", url, params=params)
+        try:
+            return resp.json(), resp.headers.get("date")
+        except ValueError as exc:
+            raise Unreachable(f"GET {url}: answer is not JSON") from exc
 
     async def get_memory(self, store_id: str, memory_id: str) -> dict[str, Any]:
         return await self._json(

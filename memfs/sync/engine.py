@@ -551,8 +551,9 @@ class SyncEngine:
                 new_counter = remote_counter
             if counters is None and (remote is baseline.remote or remote == baseline.remote):
                 self._feed_read(sid, pulled)  # nothing of the store to apply: the feed is read up to here
-                # No counter (SEMANTICS.md#d-no-counter): every tick lists, and an idle store lists as its baseline.
-                # Then nothing moved remotely, and the idle test below applies as with a counter:
+                # No counter (SEMANTICS.md#d-no-counter): an idle store reads as its baseline (nothing new in
+                # its version feed, or a listing equal to it). Then nothing moved remotely, and the
+                # idle test below applies as with a counter:
                 # planning 8 x 2,000 unchanged files each tick took seconds on this thread.
                 moved = False
                 if self._clean.get(sid) == generation:

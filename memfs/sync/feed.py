@@ -19,6 +19,7 @@ late version of a memory that has a newer one already applied must not take it b
 
 from __future__ import annotations
 
+import email.utils
 import logging
 import time
 from dataclasses import dataclass, field
@@ -45,9 +46,23 @@ def format_time(value: datetime) -> str:
     return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
+def served_at(date: str | None) -> str | None:
+    """The service's clock when it answered (its `Date` header, to the second), as a position."""
+    try:
+        return format_time(email.utils.parsedate_to_datetime(date)) if date else None
+    except (TypeError, ValueError):
+        return None
+
+
 def _key(v: dict[str, Any]) -> tuple[str, str]:
-    """The feed's order: `created_at` (the same format throughout, so as text), then id."""
-    return (v.get("created_at") or "", v.get("id") or "")
+    """The feed's order: `created_at`, then id. The time is put in one format (microseconds, Z),
+    so that it compares as text with the positions and with every other version's."""
+    at = v.get("created_at")
+    try:
+        at = format_time(parse_time(at)) if at else ""
+    except ValueError:
+        at = ""
+    return (at, v.get("id") or "")
 
 
 @dataclass
@@ -93,33 +108,41 @@ class VersionFeed:
 
     async def _pages(
         self, store_id: str, since: str | None, most: int
-    ) -> tuple[list[dict[str, Any]], bool, int]:
-        """The versions from `since` (all without it), newest first: (versions, complete, requests).
-        Not complete: more than `most` of them (a listing is cheaper)."""
+    ) -> tuple[list[dict[str, Any]], bool, int, str | None]:
+        """The versions from `since` (all without it), newest first: (versions, complete, requests,
+        the service's time at the first page). Not complete: more than `most` (a listing is cheaper)."""
         params: dict[str, str | int] = {"limit": PAGE}
         if since is not None:
             params["created_at[gte]"] = since
         out: list[dict[str, Any]] = []
         requests = 0
+        served = None
         while True:
-            page = await self.client.list_versions(store_id, params)
+            page, date = await self.client.list_versions(store_id, params)
+            if requests == 0:
+                served = served_at(date)
             requests += 1
             out.extend(page.get("data") or [])
             cursor = page.get("next_page")
             if not cursor:
-                return out, True, requests
+                return out, True, requests, served
             if len(out) > most:
-                return out, False, requests
+                return out, False, requests, served
             params = {**params, "page": cursor}
 
-    def _position(self, versions: list[dict[str, Any]], before: FeedPosition | None) -> FeedPosition | None:
-        """The position after `versions` (newest first): their newest `created_at`, and the ids
-        within the overlap behind it."""
-        if not versions:
+    def _position(
+        self, versions: list[dict[str, Any]], before: FeedPosition | None, served: str | None
+    ) -> FeedPosition | None:
+        """The position after `versions` (newest first): the service's time when the feed was read
+        (else the newest `created_at`), and the ids within the overlap behind it. The service's
+        time, not only the newest version's: a store whose last writes came in a burst would
+        otherwise have that whole burst read again at every tick for as long as nothing new came."""
+        candidates = [_key(v)[0] for v in versions] + [served or ""]
+        if before is not None:
+            candidates.append(before.position)
+        newest = max(candidates)
+        if not newest:
             return before
-        newest = max(_key(v)[0] for v in versions)
-        if before is not None and before.position > newest:
-            newest = before.position
         edge = format_time(parse_time(newest) - timedelta(seconds=self.overlap))
         return FeedPosition(newest, frozenset(v["id"] for v in versions if _key(v)[0] >= edge))
 
@@ -135,7 +158,7 @@ class VersionFeed:
         try:
             # One page, not one version: the ids within the overlap are then known as seen, so the
             # next read does not take the writes just before the listing for new ones.
-            page = await self.client.list_versions(store_id, {"limit": PAGE})
+            page, date = await self.client.list_versions(store_id, {"limit": PAGE})
         except ApiError as exc:
             if exc.status not in (403, 404):
                 raise
@@ -143,7 +166,8 @@ class VersionFeed:
             return FeedRead(None, None, requests=1)
         versions = page.get("data") or []
         # A store without a version (new, nothing written): the next read asks from the start.
-        return FeedRead(None, self._position(versions, None) or FeedPosition("", frozenset()), requests=1)
+        at = self._position(versions, None, served_at(date))
+        return FeedRead(None, at or FeedPosition("", frozenset()), requests=1)
 
     async def read(self, store_id: str, at: FeedPosition | None, *, most: int) -> FeedRead:
         """The versions since `at` (minus the overlap): none new is one request. `most`: the
@@ -154,13 +178,13 @@ class VersionFeed:
             format_time(parse_time(at.position) - timedelta(seconds=self.overlap)) if at.position else None
         )
         try:
-            versions, complete, requests = await self._pages(store_id, since, most)
+            versions, complete, requests, served = await self._pages(store_id, since, most)
         except ApiError as exc:
             if exc.status not in (403, 404):
                 raise
             self._refuse(store_id, exc)
             return FeedRead(None, None, requests=1)
-        position = self._position(versions, at)
+        position = self._position(versions, at, served)
         if not complete:
             return FeedRead(None, position, requests=requests)
         fresh = {v["memory_id"] for v in versions if v["id"] not in at.seen}
