@@ -102,6 +102,8 @@ def test_nothing_new_is_one_versions_request_per_store_and_an_edit_one_fetch_mor
         requests = h.box.status()["requests"]
         assert requests["last_minute"]["versions"] >= 6 and requests["last_hour"]["write"] == 1, requests
         assert "list" in requests["last_hour"]  # the first download
+        text = h.box.memfs("status", "--root", str(h.box.root), check=True).stdout
+        assert re.search(r"^  requests: last minute .*versions \d+.*; last hour ", text, re.M), text
 
 
 @pytest.mark.timeout(120)
