@@ -87,3 +87,16 @@ class Admin:
     def requests(self, *, but: tuple[str, ...] = ()) -> int:
         """Requests the service answered so far (/metrics itself, and the routes `but`, left out)."""
         return sum(n for route, n in self.requests_by_route().items() if route not in but)
+
+    def org_requests(self) -> dict[str, int]:
+        """What the emulator's per-organisation limits counted so far (`memfs serve --hosted-api`):
+        {"read_ok", "read_limited", "write_ok", "write_limited", "total", "limited"}."""
+        text = self.http.get("/metrics").text
+        out = {f"{c}_{o}": 0 for c in ("read", "write") for o in ("ok", "limited")}
+        for m in re.finditer(
+            r'^memfs_org_requests_total\{class="(\w+)",outcome="(\w+)"\} (\S+)$', text, re.M
+        ):
+            out[f"{m.group(1)}_{m.group(2)}"] = int(float(m.group(3)))
+        out["total"] = sum(out.values())
+        out["limited"] = out["read_limited"] + out["write_limited"]
+        return out

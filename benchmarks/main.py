@@ -39,6 +39,16 @@ def parse_rtt(text: str) -> float:
     return float(m.group(1)) / (1000 if m.group(2) == "ms" else 1)
 
 
+def parse_seconds(text: str) -> tuple[float, float, float]:
+    try:
+        idle, active, fleet = (float(x) for x in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"--hosted-seconds: IDLE,ACTIVE,FLEET in seconds (got {text!r})"
+        ) from None
+    return idle, active, fleet
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog="scripts/bench", description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="reduced sizes and runs (about a minute)")
@@ -56,6 +66,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=None,
         help="round trip between every client and the service, e.g. 40ms (a delay proxy; "
         "default: direct, except the rows that always go through a counting proxy)",
+    )
+    ap.add_argument(
+        "--hosted-seconds",
+        type=parse_seconds,
+        default=None,
+        metavar="IDLE,ACTIVE,FLEET",
+        help="the hosted rows' windows in seconds (default 600,300,300; --quick 60,60,60)",
+    )
+    ap.add_argument(
+        "--fleet", type=int, default=None, metavar="N", help="sandboxes in the hosted fleet row (20)"
     )
     ap.add_argument("--child-official", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
@@ -81,6 +101,7 @@ def main(argv: list[str] | None = None) -> int:
     shm = Path(tempfile.mkdtemp(prefix="memfs-bench-", dir="/dev/shm"))
     b = Bench(cfg, work, shm)
     b.rtt = args.rtt
+    b.extra.update(hosted_seconds=args.hosted_seconds, fleet=args.fleet)
     signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
     try:
         log(
@@ -104,6 +125,8 @@ def main(argv: list[str] | None = None) -> int:
         if "net" in wanted:  # the same data behind a hosted-API-only service (no counter, feed, snapshot)
             (work / "hosted" / "data").mkdir(parents=True)
             shutil.copyfile(db, work / "hosted" / "data" / "store.db")
+        if "hosted" in wanted:  # the hosted rows' emulators each start from a copy of it
+            shutil.copyfile(db, work / "hosted-seed.db")
         b.service = ServiceProcess(work / "service", admin_key=ADMIN_KEY, db_path=db)
         if args.rtt is not None:
             b.front = b.proxy(b.svc)

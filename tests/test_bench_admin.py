@@ -37,3 +37,30 @@ def test_requests_counts_what_the_service_answered_and_not_metrics_itself(tmp_pa
     finally:
         admin.close()
         svc.stop()
+
+
+def test_org_requests_counts_what_the_emulators_limits_saw(tmp_path):
+    """The hosted rows (benchmarks/rows/hosted.py) subtract two `Admin.org_requests` readings of
+    `memfs serve --hosted-api`'s per-organisation counters, 429s included."""
+    svc = ServiceProcess(
+        tmp_path / "service",
+        admin_key=ADMIN_KEY,
+        hosted_api=True,
+        extra_args=("--org-limits", "60,60", "--org-burst", "3"),
+    )
+    admin = Admin(svc.base_url)
+    try:
+        before = admin.org_requests()
+        assert before["total"] == 0 and before["limited"] == 0
+        store = admin.create_store("counted")  # a write
+        codes = [
+            admin.http.get(f"/v1/memory_stores/{store}", headers=MEMORY_HEADERS).status_code for _ in range(6)
+        ]
+        after = admin.org_requests()
+        assert after["write_ok"] == 1 and after["read_ok"] == codes.count(200) >= 3
+        assert after["read_limited"] == codes.count(429) >= 1
+        assert after["total"] == 7 and after["limited"] == codes.count(429)
+        assert admin.org_requests() == after  # reading /metrics is not counted
+    finally:
+        admin.close()
+        svc.stop()

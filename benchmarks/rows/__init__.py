@@ -95,6 +95,12 @@ def _net(b: Bench, r: Run) -> None:
     run_network(b, r)
 
 
+def _hosted(b: Bench, r: Run) -> None:
+    from benchmarks.rows.hosted import run_hosted
+
+    run_hosted(b, r)
+
+
 GROUPS: list[Group] = [
     Group("mount", "mount-ready", _mount),
     Group("reads", "grep / stat over a mounted full store", _reads),
@@ -112,5 +118,10 @@ GROUPS: list[Group] = [
     ),
     Group("service", "service load", _service),
     Group("net", "the network table, memfs serve and memfs serve --hosted-api", _net),
+    Group(
+        "hosted",
+        "the hosted rows: memfs serve --hosted-api with its org limits, requests counted, the official worker beside",
+        _hosted,
+    ),
 ]
 BY_NAME = {g.name: g for g in GROUPS}

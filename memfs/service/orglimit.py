@@ -104,7 +104,7 @@ class OrgLimits:
         what = "read" if cls == "read" else "write"
         return rate_limited(
             f"rate limit exceeded for this organisation: at most {self.per_minute[cls]} {what} requests "
-            f"a minute (bursts of {self.burst[cls]}); retry after {wait_s:.2f} s",
+            f"a minute (bursts of {self.burst[cls]}); retry after {wait_s:.3f} s",
             retry_after_headers(wait_s),
         )
 
