@@ -11,10 +11,9 @@ a 409 is an answer, not a fault (SEMANTICS.md#d-three-way).
 
 from __future__ import annotations
 
-import email.utils
-import time
 import zlib
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from operator import itemgetter
 from typing import Any, NamedTuple
@@ -24,6 +23,8 @@ import httpx
 import orjson
 import trio
 
+from memfs.batching import batch_chunks as batch_chunks  # its old home
+from memfs.budget import RequestBudget, kind_of, retry_after
 from memfs.egress import ProxySettingError, proxy_for, redact
 from memfs.errors import ApiError, Unreachable
 from memfs.plain_get import PlainHTTPError
@@ -41,12 +42,11 @@ from memfs.work_secret import sessions_token_from_secret as sessions_token_from_
 CONCURRENCY = 32  # requests in flight per client (all stores together): a WAN's latency, bounded
 RETRY_WITHIN = 4.0  # seconds: the longest retry-after honoured inside a tick (the interval is >= 5 s)
 RETRIES = 2  # per request
+# A 429 with a short retry-after is sent again up to this many times: after it requests go one at a
+# time (`_widen`), so a tick (a first download above all) gets through an organisation's burst limit.
+RATE_RETRIES = 8
 BASIC_LIMIT = 100  # the API's page sizes: basic view, full view
 FULL_LIMIT = 20
-# One batch write (memfs's extension, docs/API.md): the service takes at most 1,000 operations
-# and a 1 MiB body; a batch is cut below both, with room for the envelope.
-BATCH_MAX_OPERATIONS = 1000
-BATCH_MAX_BYTES = 1024 * 1024 - 4096
 
 
 # Memories of the stores' last basic listings kept for the next tick (`_LastListing`): ~1.4 KB
@@ -190,28 +190,6 @@ async def _stream_snapshot(url: str, resp: httpx.Response, sink: SnapshotSink) -
     return parser.finish()
 
 
-def retry_after(resp: httpx.Response) -> float | None:
-    """Seconds the service asks us to wait (`retry-after-ms`, `retry-after`: seconds or a date)."""
-    ms = resp.headers.get("retry-after-ms")
-    if ms:
-        try:
-            return max(0.0, float(ms) / 1000)
-        except ValueError:
-            pass
-    value = resp.headers.get("retry-after")
-    if not value:
-        return None
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        pass
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    return max(0.0, when.timestamp() - time.time())
-
-
 class StoreClient:
     def __init__(
         self,
@@ -256,6 +234,7 @@ class StoreClient:
             transport=transport,  # `concurrency` connections in all (tests: their own transport)
         )
         self.requests_sent = 0
+        self.budget = RequestBudget()  # by kind, rolling windows; and the client-wide hold (a 429)
         self.pages_parsed = 0  # listing pages parsed, not taken as the last listing had them (tests)
         self._last_listings: dict[str, _LastListing] = {}  # store id -> its last basic listing
         self.retried = 0  # requests sent again after a retry-after (for the logs and tests)
@@ -284,15 +263,31 @@ class StoreClient:
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
 
-    async def _request(self, method: str, url: str | httpx.URL, **kw: Any) -> httpx.Response:
-        for attempt in range(self.retries + 1):
+    @asynccontextmanager
+    async def _sending(self, kind: str) -> AsyncIterator[None]:
+        """A slot; in it, the client-wide hold waited out (or failed on: memfs/budget.py), then counted."""
+        async with self.slots:
+            wait = self.budget.wait_for(self.retry_within)
+            if wait:
+                await trio.sleep(wait)
             self.requests_sent += 1
+            self.budget.count(kind)
+            yield
+
+    def _widen(self) -> None:
+        if self._slots is not None and self._slots.total_tokens < self.concurrency:
+            self._slots.total_tokens += 1
+
+    async def _request(self, method: str, url: str | httpx.URL, **kw: Any) -> httpx.Response:
+        kind = kind_of(method, str(url))
+        for attempt in range(max(self.retries, RATE_RETRIES) + 1):
             try:
-                async with self.slots:
+                async with self._sending(kind):
                     resp = await self._http.request(method, url, **kw)
             except httpx.HTTPError as exc:
                 raise Unreachable(f"{method} {url}{self._via}: {_describe(exc)}") from exc
             if resp.status_code < 400:
+                self._widen()
                 return resp
             wait = self._retry_wait(resp, attempt)
             if wait is None:
@@ -319,10 +314,9 @@ class StoreClient:
         # The target put together here: an httpx.URL per page parsed and re-quoted the whole URL
         # (~9 % of the daemon's CPU in a hosted tick, py-spy). `query` is percent-encoded ASCII.
         target = endpoint.raw_path + b"?" + query
-        for attempt in range(self.retries + 1):
-            self.requests_sent += 1
+        for attempt in range(max(self.retries, RATE_RETRIES) + 1):
             try:
-                async with self.slots:
+                async with self._sending("list"):
                     status, headers, body = await plain.get(target, self._get_headers, self._get_timeout)
             except PlainHTTPError as exc:
                 url = f"{endpoint}?{query.decode('ascii')}"
@@ -342,6 +336,7 @@ class StoreClient:
                 except zlib.error as exc:
                     raise Unreachable(f"GET {endpoint}: gzip answer does not decode") from exc
             if status < 400:
+                self._widen()
                 return body, counter
             resp = httpx.Response(
                 status, headers=headers, content=body, request=httpx.Request("GET", endpoint)
@@ -358,10 +353,14 @@ class StoreClient:
         down, and a tick that fails then waits an interval (SEMANTICS.md#d-unreachable) rather than hammering it.
         Retrying a write is safe: creates answer 409 when they had landed, updates and deletes
         carry the sha precondition."""
-        if attempt >= self.retries or not _api_error(resp).retryable:  # errors.ApiError.retryable
+        if not _api_error(resp).retryable:  # errors.ApiError.retryable: 408, 429, 5xx, the retryable codes
             return None
         wait = retry_after(resp)
-        if wait is None or wait > self.retry_within:
+        if wait is not None and (resp.status_code == 429 or wait > 0):
+            self.budget.hold(wait)  # every request of the client waits it out, then they go one at a
+            self.slots.total_tokens = 1  # time, widening per answer: all at once would meet one token
+        most = RATE_RETRIES if resp.status_code == 429 and self.retries else self.retries
+        if attempt >= most or wait is None or wait > self.retry_within:
             return None
         self.retried += 1
         return wait
@@ -440,11 +439,10 @@ class StoreClient:
         store's content is never whole in memory. A stream that breaks or ends early raises
         Unreachable: what `sink` got by then is part of a store, which the caller must not show."""
         url = f"/v1/memory_stores/{store_id}/snapshot"
-        for attempt in range(self.retries + 1):
-            self.requests_sent += 1
+        for attempt in range(max(self.retries, RATE_RETRIES) + 1):
             wait = None
             try:
-                async with self.slots, self._http.stream("GET", url) as resp:
+                async with self._sending("snapshot"), self._http.stream("GET", url) as resp:
                     if resp.status_code in (404, 405):
                         # No snapshot endpoint (or no such store: the listing that follows says so).
                         await resp.aread()
@@ -604,6 +602,18 @@ class StoreClient:
         if total + len(kept.items) <= LISTINGS_KEPT:
             listings[store_id] = kept
 
+    async def list_versions(
+        self, store_id: str, params: dict[str, str | int]
+    ) -> tuple[dict[str, Any], str | None]:
+        """One page of a store's version feed (newest first: `{data, next_page}`, SEMANTICS.md#d-no-counter),
+        and the answer's `Date` header (the service's clock, for where the feed was read to)."""
+        url = f"/v1/memory_stores/{store_id}/memory_versions"
+        resp = await self._request("GET", url, params=params)
+        try:
+            return resp.json(), resp.headers.get("date")
+        except ValueError as exc:
+            raise Unreachable(f"GET {url}: answer is not JSON") from exc
+
     async def get_memory(self, store_id: str, memory_id: str) -> dict[str, Any]:
         return await self._json(
             "GET", f"/v1/memory_stores/{store_id}/memories/{memory_id}", params={"view": "full"}
@@ -673,22 +683,6 @@ def _describe(exc: BaseException) -> str:
             return f"{type(exc).__name__}: {type(cause).__name__}: {cause}"
         cause = cause.__cause__ or cause.__context__
     return f"{type(exc).__name__}: (no details)"
-
-
-def batch_chunks(ops: list[dict[str, Any]]) -> list[list[int]]:
-    """The positions of `ops` cut into consecutive batches that the service takes (count and body
-    size). An operation too large for any batch is a chunk of its own: sent, it gets the same
-    answer (a 413) as its single request would."""
-    chunks: list[list[int]] = []
-    size = 0
-    for i, op in enumerate(ops):
-        n = len(orjson.dumps(op)) + 1
-        if not chunks or size + n > BATCH_MAX_BYTES or len(chunks[-1]) >= BATCH_MAX_OPERATIONS:
-            chunks.append([])
-            size = 0
-        chunks[-1].append(i)
-        size += n
-    return chunks
 
 
 def _first(group: BaseExceptionGroup) -> BaseException:

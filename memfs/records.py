@@ -67,3 +67,13 @@ class RefusedEntry:
 
     sha: str
     reason: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class FeedPosition:
+    """Where a store's reading of the hosted API's version feed stands (SEMANTICS.md#d-no-counter):
+    the newest version `created_at` applied (RFC 3339, as the service wrote it) and the ids of the
+    versions already seen within the overlap window behind it (the next read drops them)."""
+
+    position: str
+    seen: frozenset[str]

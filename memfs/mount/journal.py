@@ -5,11 +5,12 @@ generation, so the engine can tell that nothing it plans from changed."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 
 from memfs.mount.statedb import StateDb
 from memfs.protocol import Access
-from memfs.records import BaseEntry, RefusedEntry, SkippedEntry, StoreInfo
+from memfs.records import BaseEntry, FeedPosition, RefusedEntry, SkippedEntry, StoreInfo
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +67,23 @@ class SyncJournal(StateDb):
 
     def set_store_counter(self, store_id: str, counter: int | None) -> None:
         self.update_store(store_id, counter=counter)
+
+    def feed_position(self, store_id: str) -> FeedPosition | None:
+        """Where the store's version feed was last read to (None: never, e.g. not the hosted API)."""
+        with self._mutex:
+            r = self._db.execute("SELECT position, seen FROM feed WHERE store_id=?", (store_id,)).fetchone()
+        return FeedPosition(r[0], frozenset(json.loads(r[1]))) if r else None
+
+    def set_feed_position(self, store_id: str, feed: FeedPosition | None) -> None:
+        """Not a change to what is staged: the generation stays (it steers planning, not reading)."""
+        with self.transaction() as db:
+            if feed is None:
+                db.execute("DELETE FROM feed WHERE store_id=?", (store_id,))
+            else:
+                db.execute(
+                    "INSERT OR REPLACE INTO feed(store_id, position, seen) VALUES(?,?,?)",
+                    (store_id, feed.position, json.dumps(sorted(feed.seen))),
+                )
 
     def stores(self) -> list[StoreRow]:
         with self._mutex:

@@ -27,7 +27,7 @@ from typing import Any, Self
 
 from memfs.private_files import private_dir, private_file
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 # Each entry migrates from version i to i+1. Never edit a released entry: append.
 _MIGRATIONS: list[str] = [
@@ -61,6 +61,11 @@ _MIGRATIONS: list[str] = [
     # 2: content moves from blobs/<sha[:2]>/<sha> files into the database (_import_blob_files).
     """
     CREATE TABLE blobs(sha TEXT PRIMARY KEY, data BLOB NOT NULL);
+    """,
+    # 3: each store's place in the hosted API's version feed (SEMANTICS.md#d-no-counter): the newest
+    # version created_at applied, and the ids of the versions seen within the overlap behind it.
+    """
+    CREATE TABLE feed(store_id TEXT PRIMARY KEY, position TEXT NOT NULL, seen TEXT NOT NULL);
     """,
 ]
 

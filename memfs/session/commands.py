@@ -68,6 +68,18 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="auto: hold a watch when the service has one (changes in about a second); "
         "off: only poll every --sync-interval",
     )
+    p.add_argument(
+        "--idle-poll-interval",
+        type=_float,
+        default=limits.IDLE_POLL_INTERVAL,
+        help="without a counter (the hosted API): seconds between polls while nobody uses the mount",
+    )
+    p.add_argument(
+        "--safety-net-interval",
+        type=_float,
+        default=limits.SAFETY_NET_INTERVAL,
+        help="without a counter (the hosted API): seconds between full listings of one store, round robin",
+    )
     p.add_argument("--max-files", type=int, default=limits.DEFAULT_MAX_FILES)
     p.add_argument("--max-bytes", type=parse_size, default=limits.DEFAULT_MAX_BYTES)
     p.add_argument("--uid", type=int, default=None)
@@ -345,6 +357,8 @@ def _run_foreground(
         allow_other=args.allow_other,
         flush_timeout=args.flush_timeout,
         live=args.live != "off",
+        idle_poll=args.idle_poll_interval,
+        safety_net=args.safety_net_interval,
     )
 
     def on_ready(stores) -> None:
@@ -408,6 +422,15 @@ def cmd_status(args: argparse.Namespace) -> int:
     print(f"memfs at {args.root}: {live}; state dir {state_dir}")
     if answer.get("mode"):  # a running daemon: live mode (watching) or polling, and why
         print(f"  sync: {answer['mode']}: {answer.get('mode_reason') or '-'}")
+    if isinstance(answer.get("requests"), dict):  # what the mount sent (SEMANTICS.md#d-budget)
+        r = answer["requests"]
+        line = "  requests: last minute " + (
+            ", ".join(f"{k} {n}" for k, n in r["last_minute"].items()) or "none"
+        )
+        line += "; last hour " + (", ".join(f"{k} {n}" for k, n in r["last_hour"].items()) or "none")
+        print(
+            line + (f"; held back {r['held_for']:g}s more (the service asked)" if r.get("held_for") else "")
+        )
     for s in answer.get("stores", []):
         print(
             f"  {s['mount_path']}  {s['access']}  id={s['store_id']}  counter={s.get('counter')}  "

@@ -57,6 +57,12 @@ class MountOptions:
     flush_timeout: float = limits.FLUSH_TIMEOUT
     request_timeout: float = REQUEST_TIMEOUT
     live: bool = True  # hold a watch when the service has one (SEMANTICS.md#d-when); False: `--live off`
+    idle_poll: float = (
+        limits.IDLE_POLL_INTERVAL
+    )  # the hosted API: polls while nobody uses the mount (SEMANTICS.md#d-no-counter)
+    safety_net: float = (
+        limits.SAFETY_NET_INTERVAL
+    )  # the hosted API: one store's full listing at most this often
 
 
 # -- the daemon ---------------------------------------------------------------------------------
@@ -166,6 +172,8 @@ class Daemon:
                 max_files=opts.max_files,
                 max_bytes=opts.max_bytes,
                 live=opts.live,
+                idle_poll=opts.idle_poll,
+                safety_net=opts.safety_net,
             )
             self.engine = engine
             try:

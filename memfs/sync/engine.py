@@ -25,6 +25,7 @@ from typing import Any
 
 import trio
 
+from memfs import limits
 from memfs.client import ApiError, StoreClient, Unreachable
 from memfs.protocol import Deletions
 from memfs.records import StoreInfo
@@ -48,6 +49,11 @@ RETRY_AFTER_CAP = 600.0  # seconds: the longest retry-after a failed tick honour
 WATCH_WAIT = 55.0  # seconds a watch is held by the service: renewed about once a minute (≤ 60)
 GC_INTERVAL = 600.0  # seconds between sweeps of content no file or baseline refers to
 CHECKPOINT_INTERVAL = 5.0  # seconds between copies of state.db's WAL into the database file
+# Without a counter (the hosted API, SEMANTICS.md#d-no-counter): a mount nobody used since its last
+# poll polls at most every IDLE_POLL_INTERVAL (any use brings back the interval), and lists one
+# store whole, round robin, at most every SAFETY_NET_INTERVAL while in use (behind the version feed).
+IDLE_POLL_INTERVAL = limits.IDLE_POLL_INTERVAL
+SAFETY_NET_INTERVAL = limits.SAFETY_NET_INTERVAL
 
 Pushes = list[tuple[StoreInfo, list[tuple[P.PushAction, ...]]]]  # what a tick's pulls left to push, by store
 
@@ -69,6 +75,8 @@ class SyncEngine:
         max_files: int,
         max_bytes: int,
         live: bool = True,
+        idle_poll: float = IDLE_POLL_INTERVAL,
+        safety_net: float = SAFETY_NET_INTERVAL,
     ):
         self.client = client
         self.state = state
@@ -103,18 +111,47 @@ class SyncEngine:
         self._unsettled: set[str] = set()  # live stores whose last pull or push failed: polled
         self._live_retry_at = -math.inf  # trio time before which no live tick runs (after a failure)
         self._not_before = -math.inf  # trio time the service's retry-after asked us to wait for
+        # -- without a counter (SEMANTICS.md#d-no-counter) --
+        self.idle_poll = idle_poll
+        self.safety_net = safety_net
+        self._used_at = -math.inf  # time.monotonic() of the last `memfs sync`
+        self._polled_at = -math.inf  # time.monotonic() the last tick began
+        self._next_net = math.inf  # trio time of the next safety-net listing (set by `initial`)
+        self._net_turn = -1  # index in self.stores of the last store the safety net listed
+        self._net_sid: str | None = None  # the store this tick lists whole (the safety net)
 
     # -- when (SEMANTICS.md#d-when) ------------------------------------------------------------------
     def due_in(self) -> float:
         now = trio.current_time()
         if self.last_attempt is None:
             return max(0.0, self._not_before - now)
-        return max(0.0, self.last_attempt + self.interval - now, self._not_before - now)
+        interval = self.interval
+        if self.has_counter is False and not self.in_use():
+            interval = max(interval, self.idle_poll)  # nobody used the mount: back off
+        return max(0.0, self.last_attempt + interval - now, self._not_before - now)
+
+    def in_use(self) -> bool:
+        """A filesystem request or a `memfs sync` since the last tick began (SEMANTICS.md#d-no-counter:
+        without one, a mount against the hosted API backs off its polls)."""
+        return max(self.fs.last_activity, self._used_at) >= self._polled_at
+
+    def _net_store(self, stores: list[StoreInfo]) -> str | None:
+        """The store this tick lists whole instead of trusting the version feed alone: one store,
+        round robin, at most once per `safety_net` seconds, only while the mount is in use."""
+        if self.has_counter is not False or len(stores) != len(self.stores) or not self.in_use():
+            return None
+        now = trio.current_time()
+        if now < self._next_net:
+            return None
+        self._next_net = now + self.safety_net
+        self._net_turn = (self._net_turn + 1) % len(self.stores)
+        return self.stores[self._net_turn].store_id
 
     def _asked_to_wait(self, exc: Exception) -> None:
         """A refusal that said how long to wait (429 or 5xx with retry-after, longer than a tick
         retries itself): no tick of ours, timed or live, comes before it (SEMANTICS.md#d-unreachable).
-        Only a forced `memfs sync` goes earlier: the user asked for it."""
+        A forced `memfs sync` runs its tick, but the client holds every request until then
+        (memfs/budget.py, SEMANTICS.md#d-budget): it fails at once, sending nothing."""
         wait = exc.retry_after if isinstance(exc, ApiError) and exc.retryable else None
         if wait:
             until = trio.current_time() + min(wait, RETRY_AFTER_CAP)
@@ -136,14 +173,13 @@ class SyncEngine:
         next_checkpoint = trio.current_time()  # first: the initial download's WAL
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
-            if not self.live_wanted:
-                pass
-            elif self.has_counter:
+            if self.has_counter and self.live_wanted:
                 nursery.start_soon(self._watch_loop)
-            else:
+            elif self.has_counter is False:
                 self.mode_reason = (
-                    f"the service has no counter (the hosted API, SEMANTICS.md#d-no-counter): polling every "
-                    f"{self.interval:g}s"
+                    f"the service has no counter (the hosted API, SEMANTICS.md#d-no-counter): polling the "
+                    f"version feed every {self.interval:g}s while the mount is used, every "
+                    f"{max(self.interval, self.idle_poll):g}s while nobody uses it"
                 )
             while True:
                 with trio.move_on_after(TIMER_STEP):
@@ -167,7 +203,7 @@ class SyncEngine:
                         async with self.tick_lock:
                             await self._tick(live, counters=self._live_counters(quiet=quiet), wait=False)
                     elif self.due_in() == 0 and quiet and (not self.watching or self._unsettled):
-                        await self.sync_now(force=False)
+                        await self.sync_now(force=False, used=False)
                 except Exception:  # a bug in a tick must never take the mount down
                     log.exception("sync tick crashed; the next one runs in %.0fs", self.interval)
 
@@ -227,11 +263,14 @@ class SyncEngine:
                 out[s.store_id] = max(known)
         return out
 
-    async def sync_now(self, *, force: bool, wait: bool = False) -> dict[str, Any]:
+    async def sync_now(self, *, force: bool, wait: bool = False, used: bool = True) -> dict[str, Any]:
         """`memfs sync`: run a tick if due (or forced); return once remote changes are in the view.
         Uploads go on in the background unless `wait`. In live mode a tick is due for the stores
         the watch saw move and those with changes not yet pushed (no debounce: the caller is
-        between commands); the interval only paces retries of what failed."""
+        between commands); the interval only paces retries of what failed. `used`: a caller's
+        (not the timer's), which counts as a use of the mount (`in_use`)."""
+        if used:
+            self._used_at = time.monotonic()
         async with self.tick_lock:
             if not force:
                 live = self._live_stores(quiet=True, debounce=False)
@@ -258,6 +297,8 @@ class SyncEngine:
         self.last_attempt = (
             trio.current_time()
         )  # a failed tick counts as an attempt (SEMANTICS.md#d-unreachable)
+        self._net_sid = self._net_store(stores)
+        self._polled_at = time.monotonic()
         applied_before = {s.store_id: self.state.store_counter(s.store_id) for s in stores}
         report, pushes = await self._pull_all(stores=stores, counters=counters)
         if not report.ok:  # the interval runs from the failure: a hung service must not make
@@ -412,6 +453,7 @@ class SyncEngine:
         # The download was this interval's pull: the first tick (and the first push of changes a
         # crashed mount left staged) comes one interval later, or at the first `memfs sync --force`.
         self.last_attempt = trio.current_time()
+        self._next_net = self.last_attempt + self.safety_net
         for s in self.stores:  # what a crashed mount left staged waits for that tick, live or not
             sid = s.store_id
             self._handled[sid] = self._gen_seen[sid] = self.state.generation(sid)
@@ -503,12 +545,15 @@ class SyncEngine:
                 has_counter=self.has_counter,
                 sizes=baseline.sizes,
                 expect=baseline.remote,
+                net=sid == self._net_sid,
             )
             if new_counter is None:
                 new_counter = remote_counter
             if counters is None and (remote is baseline.remote or remote == baseline.remote):
-                # No counter (SEMANTICS.md#d-no-counter): every tick lists, and an idle store lists as its baseline.
-                # Then nothing moved remotely, and the idle test below applies as with a counter:
+                self._feed_read(sid, pulled)  # nothing of the store to apply: the feed is read up to here
+                # No counter (SEMANTICS.md#d-no-counter): an idle store reads as its baseline (nothing new in
+                # its version feed, or a listing equal to it). Then nothing moved remotely, and the
+                # idle test below applies as with a counter:
                 # planning 8 x 2,000 unchanged files each tick took seconds on this thread.
                 moved = False
                 if self._clean.get(sid) == generation:
@@ -574,6 +619,7 @@ class SyncEngine:
             deferred = apply_plan(self.fs, self.state, store, plan, pulled)
         if deferred:
             return []
+        self._feed_read(sid, pulled)
         report.pulled += sum(
             1 for a in plan.view if isinstance(a, (P.Materialise, P.MoveLocal, P.RemoveLocal))
         )
@@ -582,6 +628,12 @@ class SyncEngine:
         if not moved and plan.empty:  # e.g. only held deletes or refused files differ: nothing to do
             self._clean[sid] = generation
         return list(plan.push_stages) if store.access == "read_write" else []
+
+    def _feed_read(self, sid: str, pulled: Pulled) -> None:
+        """Record where the store's version feed stands, once what it said is in the view."""
+        if pulled.feed is not None and pulled.feed != self.state.feed_position(sid):
+            self.state.set_feed_position(sid, pulled.feed)
+        pulled.feed = None
 
     # -- push -------------------------------------------------------------------------------
     async def _push_all(self, pushes: Pushes, report: TickReport) -> None:
@@ -705,4 +757,7 @@ class SyncEngine:
             "mode_reason": self.mode_reason,
             "interval": self.interval,
             "watch_requests": self.watch_requests,
+            # what the client sent, by kind, in the last minute and hour (SEMANTICS.md#d-budget)
+            "requests": self.client.budget.snapshot(),
+            "in_use": self.in_use(),
         }

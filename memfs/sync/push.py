@@ -14,7 +14,8 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from memfs.client import CONCURRENCY, ApiError, StoreClient, batch_chunks
+from memfs.batching import batch_chunks
+from memfs.client import CONCURRENCY, ApiError, StoreClient
 from memfs.records import StoreInfo
 from memfs.sync import plan as P
 from memfs.sync.bounded import gather

@@ -18,10 +18,11 @@ from typing import Any, NamedTuple, Protocol
 import trio
 
 from memfs.client import CONCURRENCY, ApiError, Listing, StoreClient
-from memfs.records import BaseEntry, StoreInfo
+from memfs.records import BaseEntry, FeedPosition, StoreInfo
 from memfs.snapshot_stream import SnapshotEntry, StreamedSnapshot
 from memfs.sync import plan as P
 from memfs.sync.bounded import gather
+from memfs.sync.feed import VersionFeed
 from memfs.sync.ports import Journal
 
 # Requests in flight are bounded by the client (its slots, shared by all stores); this only caps
@@ -45,6 +46,9 @@ class Pulled:
     # A listing's memories, whose updated_at is indexed only when the apply step first needs one
     # (an idle hosted tick lists 16,000 memories and writes no file).
     listed: list[dict[str, Any]] = field(default_factory=list)
+    # The hosted API's version feed: where it stands once this pull is applied (None: nothing to
+    # record), which the engine records with the pull's result (sync/feed.py).
+    feed: FeedPosition | None = None
 
     def note_mtime(self, memory_id: str, updated_at: str | None) -> None:
         if updated_at:
@@ -114,6 +118,7 @@ class Baseline:
     entries: Mapping[str, BaseEntry]  # by path, read-only
     sizes: dict[str, int]
     remote: dict[str, P.RemoteEntry]  # by memory id, read-only: callers that change it copy it
+    order: list[str]  # `remote`'s ids in path order, read-only
 
 
 def _lists_as(items: list[dict[str, Any]], expect: dict[str, P.RemoteEntry]) -> bool:
@@ -170,6 +175,7 @@ class StoreReader:
         # gives (counter, entries, shas), or None when it failed; then the store is asked anew.
         # Taken once, by the store's first snapshot (a first download).
         self.prefetched: dict[str, Prefetched] = {}
+        self.feed = VersionFeed(client)  # the hosted API's change detection (sync/feed.py)
 
     def baseline(self, sid: str) -> Baseline:
         """The store's baseline, read again only when the state's generation moved (every write
@@ -178,8 +184,8 @@ class StoreReader:
         got = self._baselines.get(sid)
         if got is None or got.generation != generation:
             base = self.state.baseline(sid)
-            remote, _ = remote_from_base(self.state, sid, base)
-            got = self._baselines[sid] = Baseline(generation, base, prefix_sizes(base), remote)
+            remote, order = remote_from_base(self.state, sid, base)
+            got = self._baselines[sid] = Baseline(generation, base, prefix_sizes(base), remote, order)
         return got
 
     async def read(
@@ -192,12 +198,18 @@ class StoreReader:
         has_counter: bool | None,
         sizes: dict[str, int] | None = None,
         expect: dict[str, P.RemoteEntry] | None = None,
+        net: bool = False,
     ) -> RemoteRead:
         """The store's current memories: via the changes feed, a snapshot (first download) or a listing.
         `sizes`, `expect`: the baseline's prefix sizes and the store as the baseline saw it
         (`Baseline`); a listing equal to `expect` returns `expect` itself, which the caller must
-        copy before changing it."""
+        copy before changing it. `net`: without a counter, list the store even though the
+        version feed works (the safety net against a late version, SEMANTICS.md#d-no-counter)."""
         sid = store.store_id
+        if has_counter is False:
+            fed = await self._from_feed(store, base, pulled, expect, net=net)
+            if fed is not None:
+                return fed
         if has_counter and applied is not None:
             changes = await self.client.changes(sid, applied)
             if changes is not None and not changes.too_old:
@@ -263,6 +275,74 @@ class StoreReader:
         order = in_path_order(remote) if settled or listing.duplicates else [m["id"] for m in items]
         return RemoteRead(remote, order, listing.counter)
 
+    async def _from_feed(
+        self,
+        store: StoreInfo,
+        base: Mapping[str, BaseEntry],
+        pulled: Pulled,
+        expect: dict[str, P.RemoteEntry] | None,
+        *,
+        net: bool,
+    ) -> RemoteRead | None:
+        """The store as the baseline plus the versions written since (sync/feed.py), or None when
+        it must be listed: a first download (where the feed stands is read first), the feed
+        refused or too old, more versions than the store has memories, or `net`. Nothing new:
+        `expect` itself (one request)."""
+        sid = store.store_id
+        at = self.state.feed_position(sid)
+        if not base and at is None:  # a first download (a store that stays empty reads the feed)
+            pulled.feed = (await self.feed.probe(sid)).position
+            return None
+        fed = await self.feed.read(sid, at, most=max(len(base), 100))
+        pulled.feed = fed.position
+        if fed.versions is None or net:
+            return None
+        if expect is None:
+            expect, order = remote_from_base(self.state, sid, base)
+        else:
+            kept = self._baselines.get(sid)
+            order = kept.order if kept is not None and kept.remote is expect else in_path_order(expect)
+        if not fed.fresh:
+            return RemoteRead(expect, list(order), None)
+        remote = dict(expect)
+        redacted: list[str] = []
+        for mid, v in fed.newest_by_memory().items():
+            if v.get("operation") == "deleted":
+                remote.pop(mid, None)
+            elif v.get("path") is None or v.get("content_sha256") is None:
+                redacted.append(mid)  # its path and sha are gone from the version: ask the memory
+            else:
+                path, sha, size = v["path"], v["content_sha256"], v["content_size_bytes"]
+                e = expect.get(mid)
+                if (
+                    e is None or e.path != path or e.sha != sha or e.size != size
+                ):  # else kept: equal by identity
+                    remote[mid] = P.RemoteEntry(mid, path, sha, size)
+                    pulled.note_mtime(mid, v.get("created_at"))
+        await self._ask(store, redacted, remote, pulled)
+        return RemoteRead(remote, in_path_order(remote), None)
+
+    async def _ask(
+        self, store: StoreInfo, ids: list[str], remote: dict[str, P.RemoteEntry], pulled: Pulled
+    ) -> None:
+        """Each memory of `ids` as it is now, by id, into `remote` (a 404: deleted), concurrently."""
+
+        async def one(memory_id: str) -> None:
+            try:
+                m = await self.client.get_memory(store.store_id, memory_id)
+            except ApiError as exc:
+                if exc.status != 404:
+                    raise
+                remote.pop(memory_id, None)
+                return
+            data = (m.get("content") or "").encode("utf-8")
+            sha = hashlib.sha256(data).hexdigest()
+            pulled.contents[sha] = data
+            pulled.note_mtime(memory_id, m.get("updated_at"))
+            remote[memory_id] = P.RemoteEntry(memory_id, m["path"], sha, len(data))
+
+        await gather(sorted(ids), one, FETCH_CONCURRENCY)
+
     async def snapshot(self, store: StoreInfo, pulled: Pulled) -> RemoteRead | None:
         """The store's memories at one counter (the snapshot extension, its content stored as it
         streams, as for a first download), or None without it (the hosted API): then the caller
@@ -305,22 +385,7 @@ class StoreReader:
         suspects = set(listing.duplicates) | {b.memory_id for b in base.values() if b.memory_id not in remote}
         if not suspects:
             return False
-
-        async def one(memory_id: str) -> None:
-            try:
-                m = await self.client.get_memory(store.store_id, memory_id)
-            except ApiError as exc:
-                if exc.status != 404:
-                    raise
-                remote.pop(memory_id, None)
-                return
-            data = (m.get("content") or "").encode("utf-8")
-            sha = hashlib.sha256(data).hexdigest()
-            pulled.contents[sha] = data
-            pulled.note_mtime(memory_id, m.get("updated_at"))
-            remote[memory_id] = P.RemoteEntry(memory_id, m["path"], sha, len(data))
-
-        await gather(sorted(suspects), one, FETCH_CONCURRENCY)
+        await self._ask(store, sorted(suspects), remote, pulled)
         return True
 
     async def fetch(self, store: StoreInfo, missing: dict[str, str], pulled: Pulled) -> list[dict]:

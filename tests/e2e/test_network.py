@@ -245,7 +245,11 @@ def test_a_long_retry_after_fails_the_tick_which_counts_as_an_attempt(small, tmp
         assert not_forced.get("ran") is False, (
             not_forced
         )  # docs/SEMANTICS.md#d-unreachable: the failure was this interval's attempt
-        assert box.sync()["ok"]  # forced: the rule was for one request only
+        # Not even forced (SEMANTICS.md#d-budget): the client holds every request until the retry-after.
+        forced = box.sync(check=False)
+        assert forced["ok"] is False and "held back" in forced["error"], forced
+        refused_at = next(e.at for e in proxy.log if e.action == "status")
+        assert [e for e in proxy.log if e.at > refused_at] == []  # nothing sent after the 429
 
 
 @pytest.mark.timeout(120)

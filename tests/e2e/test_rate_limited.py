@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from memfs.client import CONCURRENCY, RETRIES
+from memfs.client import CONCURRENCY, RATE_RETRIES
 from tests.support.api import Api
 from tests.support.proxy import Proxy
 from tests.support.sandbox import Sandbox
@@ -85,6 +85,9 @@ def test_pushes_through_a_real_rate_limit_all_land_and_failed_ticks_are_attempts
         for path, text in files.items():
             (top / path.lstrip("/")).write_text(text)
         proxy.reset_counts()
+        # A short retry-after is paced within the tick (SEMANTICS.md#d-budget); one longer than a
+        # tick waits out (client.RETRY_WITHIN) fails it: the first create meets one.
+        proxy.add("POST", CREATE, "status", code=429, retry_after=6, times=1)
         results = [box.sync(check=False)]  # one tick: 24 creates against 4 tokens and 2 a second
         saw_attempt_rule = False
         deadline = time.monotonic() + 120
@@ -104,10 +107,11 @@ def test_pushes_through_a_real_rate_limit_all_land_and_failed_ticks_are_attempts
         assert limited_count(svc) > 0, "the service never refused a request: nothing was tested"
         assert saw_attempt_rule, results
         assert not box.status()["stores"][0]["staged"]
-        # Bounded: each create is sent at most RETRIES + 1 times per tick. Every tick (ours and the
+        # Bounded: each create is sent at most RATE_RETRIES + 1 times per tick (a 429 with a short
+        # retry-after is paced and sent again up to RATE_RETRIES times). Every tick (ours and the
         # daemon's own timer's) begins with one counters request: their number bounds the ticks.
         ticks = proxy.count("GET", r"/memory_store_counters$")
-        assert proxy.count("POST", CREATE) <= len(files) * (RETRIES + 1) * ticks
+        assert proxy.count("POST", CREATE) <= len(files) * (RATE_RETRIES + 1) * ticks
 
 
 @pytest.mark.timeout(120)

@@ -32,6 +32,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule, run_state_machine_as_test
 
 from tests.stress.conftest import RW, Rig, profile, walk
+from tests.support.service import ServiceProcess
 
 pytestmark = pytest.mark.timeout(profile(150, 3600))
 
@@ -379,15 +380,20 @@ class MountModel(RuleBasedStateMachine):
             shutil.rmtree(self.model, ignore_errors=True)
 
 
-@pytest.fixture(scope="module")
-def model_mount(tmp_path_factory):
-    rig = Rig(tmp_path_factory.mktemp("model"))
+@pytest.fixture(scope="module", params=["counter", "hosted-api"])
+def model_mount(tmp_path_factory, request):
+    """The mount against memfs serve, and against the hosted API (`--hosted-api`: no counter, the
+    version feed tells the mount what changed, SEMANTICS.md#d-no-counter)."""
+    tmp = tmp_path_factory.mktemp("model")
+    service = ServiceProcess(tmp / "service", hosted_api=request.param == "hosted-api")
+    rig = Rig(tmp, service=service)
     try:
         box = rig.sandbox("m")
         box.mount()
         yield rig, box
     finally:
         rig.close()
+        service.stop()
 
 
 def test_mount_matches_a_plain_directory(model_mount, stats, tmp_path):

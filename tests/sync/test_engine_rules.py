@@ -10,6 +10,7 @@ The list of rules is in docs/DESIGN.md ("Testing").
 from __future__ import annotations
 
 import errno
+import math
 import re
 from pathlib import Path
 
@@ -358,8 +359,10 @@ async def test_a_long_retry_after_is_honoured_by_the_next_tick(world):
     assert 115 < m.engine.due_in() <= 120
     assert (await m.sync(force=False, wait=False))["ran"] is False
     sent = len(m.transport.requests)
-    assert (await m.sync())["ok"]  # --force goes earlier: the user asked for it
-    assert len(m.transport.requests) > sent
+    # Not even --force sends anything before it (SEMANTICS.md#d-budget): the client holds every request.
+    forced = await m.sync()
+    assert not forced["ok"] and "held back" in forced["error"], forced
+    assert len(m.transport.requests) == sent
     assert 115 < m.engine.due_in() <= 120  # and the wait the service asked for still holds
 
 
@@ -373,6 +376,10 @@ async def test_a_push_refused_with_a_long_retry_after_waits_for_it(world):
     assert 85 < m.engine.due_in() <= 90
     assert (await world.svc.contents(world.notes))["/a.md"] == "alpha"  # still staged, not lost
     assert (await m.sync(force=False, wait=False))["ran"] is False
+    sent = len(m.transport.requests)
+    assert not (await m.sync(wait=True))["ok"]  # held back, even forced (SEMANTICS.md#d-budget)
+    assert len(m.transport.requests) == sent
+    m.client.budget.hold_until = 0.0  # as if the 90 s had passed
     assert (await m.sync(wait=True))["ok"]
     assert (await world.svc.contents(world.notes))["/a.md"] == "alpha 2"
 
@@ -428,6 +435,8 @@ async def test_without_a_counter_a_memory_missing_from_the_listing_is_asked_by_i
     try:
         m = await world.setup({"/a.md": "alpha", "/d/b.md": "beta"})
         assert m.engine.has_counter is False
+        for s in m.engine.stores:  # the listing path: a tick where the version feed is refused
+            m.engine.reader.feed.refused_until[s.store_id] = math.inf
         await hosted.delete(world.notes, world.ids["/d/b.md"])
         m.transport.clear()
         result = await m.sync()

@@ -10,6 +10,7 @@ transport, or a stdlib HTTP server on a real socket for gzip answers."""
 from __future__ import annotations
 
 import gzip
+import math
 
 import pytest
 
@@ -135,6 +136,9 @@ async def test_an_idle_hosted_store_is_found_idle_without_comparing_its_memories
     edit is still pulled the tick it is listed."""
     world, m = await hosted_world(hosted, tmp_path, {f"/d{i % 4}/f{i}.md": str(i) for i in range(260)})
     try:
+        # The listing path: what a tick does where the version feed is refused (sync/feed.py).
+        for s in m.engine.stores:
+            m.engine.reader.feed.refused_until[s.store_id] = math.inf
         compared: list[int] = []
         real = remote_module._lists_as
 
