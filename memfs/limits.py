@@ -21,9 +21,11 @@ DEFAULT_MAX_MEMORIES = 10_000
 DEFAULT_SYNC_INTERVAL = 15.0
 MIN_SYNC_INTERVAL = 5.0
 # Without a counter (the hosted API, SEMANTICS.md#d-no-counter): polls while nobody uses the mount,
-# and the safety net's full listing of one store (round robin), at most this often (seconds).
+# the safety net's wide read of one store's version feed (round robin), at most this often, and its
+# full listing of one store (round robin), at most this often (seconds).
 IDLE_POLL_INTERVAL = 300.0
 SAFETY_NET_INTERVAL = 300.0
+FULL_LISTING_INTERVAL = 3600.0
 FLUSH_TIMEOUT = 30.0
 NOTICES_KEPT = 100
 MAX_REQUEST_BODY = 1024 * 1024

@@ -78,6 +78,13 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--safety-net-interval",
         type=_float,
         default=limits.SAFETY_NET_INTERVAL,
+        help="without a counter (the hosted API): seconds between wide reads of one store's version "
+        "feed (the last hour), round robin",
+    )
+    p.add_argument(
+        "--full-listing-interval",
+        type=_float,
+        default=limits.FULL_LISTING_INTERVAL,
         help="without a counter (the hosted API): seconds between full listings of one store, round robin",
     )
     p.add_argument("--max-files", type=int, default=limits.DEFAULT_MAX_FILES)
@@ -359,6 +366,7 @@ def _run_foreground(
         live=args.live != "off",
         idle_poll=args.idle_poll_interval,
         safety_net=args.safety_net_interval,
+        full_listing=args.full_listing_interval,
     )
 
     def on_ready(stores) -> None:

@@ -62,7 +62,8 @@ class MountOptions:
     )  # the hosted API: polls while nobody uses the mount (SEMANTICS.md#d-no-counter)
     safety_net: float = (
         limits.SAFETY_NET_INTERVAL
-    )  # the hosted API: one store's full listing at most this often
+    )  # the hosted API: one store's wide feed read at most this often
+    full_listing: float = limits.FULL_LISTING_INTERVAL  # the hosted API: one store's full listing
 
 
 # -- the daemon ---------------------------------------------------------------------------------
@@ -174,6 +175,7 @@ class Daemon:
                 live=opts.live,
                 idle_poll=opts.idle_poll,
                 safety_net=opts.safety_net,
+                full_listing=opts.full_listing,
             )
             self.engine = engine
             try:

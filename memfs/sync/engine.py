@@ -51,9 +51,11 @@ GC_INTERVAL = 600.0  # seconds between sweeps of content no file or baseline ref
 CHECKPOINT_INTERVAL = 5.0  # seconds between copies of state.db's WAL into the database file
 # Without a counter (the hosted API, SEMANTICS.md#d-no-counter): a mount nobody used since its last
 # poll polls at most every IDLE_POLL_INTERVAL (any use brings back the interval), and lists one
-# store whole, round robin, at most every SAFETY_NET_INTERVAL while in use (behind the version feed).
+# store's version feed over a wide window, round robin, at most every SAFETY_NET_INTERVAL while in use,
+# and lists one store whole at most every FULL_LISTING_INTERVAL (the safety net behind the feed).
 IDLE_POLL_INTERVAL = limits.IDLE_POLL_INTERVAL
 SAFETY_NET_INTERVAL = limits.SAFETY_NET_INTERVAL
+FULL_LISTING_INTERVAL = limits.FULL_LISTING_INTERVAL
 
 Pushes = list[tuple[StoreInfo, list[tuple[P.PushAction, ...]]]]  # what a tick's pulls left to push, by store
 
@@ -77,6 +79,7 @@ class SyncEngine:
         live: bool = True,
         idle_poll: float = IDLE_POLL_INTERVAL,
         safety_net: float = SAFETY_NET_INTERVAL,
+        full_listing: float = FULL_LISTING_INTERVAL,
     ):
         self.client = client
         self.state = state
@@ -114,11 +117,15 @@ class SyncEngine:
         # -- without a counter (SEMANTICS.md#d-no-counter) --
         self.idle_poll = idle_poll
         self.safety_net = safety_net
+        self.full_listing = full_listing
         self._used_at = -math.inf  # time.monotonic() of the last `memfs sync`
         self._polled_at = -math.inf  # time.monotonic() the last tick began
         self._next_net = math.inf  # trio time of the next safety-net listing (set by `initial`)
         self._net_turn = -1  # index in self.stores of the last store the safety net listed
-        self._net_sid: str | None = None  # the store this tick lists whole (the safety net)
+        self._net_sid: str | None = None  # the store whose feed this tick reads over the wide window
+        self._next_full = math.inf  # trio time of the next full listing of one store (the rare one)
+        self._full_turn = -1  # index in self.stores of the last store listed whole
+        self._full_sid: str | None = None  # the store this tick lists whole
 
     # -- when (SEMANTICS.md#d-when) ------------------------------------------------------------------
     def due_in(self) -> float:
@@ -135,17 +142,23 @@ class SyncEngine:
         without one, a mount against the hosted API backs off its polls)."""
         return max(self.fs.last_activity, self._used_at) >= self._polled_at
 
-    def _net_store(self, stores: list[StoreInfo]) -> str | None:
-        """The store this tick lists whole instead of trusting the version feed alone: one store,
-        round robin, at most once per `safety_net` seconds, only while the mount is in use."""
+    def _net_store(self, stores: list[StoreInfo]) -> tuple[str | None, str | None]:
+        """The safety net of this tick (SEMANTICS.md#d-no-counter), only while the mount is in use:
+        (the store whose feed is read over the wide window, at most once per `safety_net` seconds;
+        the store listed whole, at most once per `full_listing` seconds), each round robin."""
         if self.has_counter is not False or len(stores) != len(self.stores) or not self.in_use():
-            return None
+            return None, None
         now = trio.current_time()
-        if now < self._next_net:
-            return None
-        self._next_net = now + self.safety_net
-        self._net_turn = (self._net_turn + 1) % len(self.stores)
-        return self.stores[self._net_turn].store_id
+        wide = full = None
+        if now >= self._next_full:
+            self._next_full = now + self.full_listing
+            self._full_turn = (self._full_turn + 1) % len(self.stores)
+            full = self.stores[self._full_turn].store_id
+        if now >= self._next_net:
+            self._next_net = now + self.safety_net
+            self._net_turn = (self._net_turn + 1) % len(self.stores)
+            wide = self.stores[self._net_turn].store_id
+        return wide, full
 
     def _asked_to_wait(self, exc: Exception) -> None:
         """A refusal that said how long to wait (429 or 5xx with retry-after, longer than a tick
@@ -297,7 +310,7 @@ class SyncEngine:
         self.last_attempt = (
             trio.current_time()
         )  # a failed tick counts as an attempt (SEMANTICS.md#d-unreachable)
-        self._net_sid = self._net_store(stores)
+        self._net_sid, self._full_sid = self._net_store(stores)
         self._polled_at = time.monotonic()
         applied_before = {s.store_id: self.state.store_counter(s.store_id) for s in stores}
         report, pushes = await self._pull_all(stores=stores, counters=counters)
@@ -454,6 +467,7 @@ class SyncEngine:
         # crashed mount left staged) comes one interval later, or at the first `memfs sync --force`.
         self.last_attempt = trio.current_time()
         self._next_net = self.last_attempt + self.safety_net
+        self._next_full = self.last_attempt + self.full_listing
         for s in self.stores:  # what a crashed mount left staged waits for that tick, live or not
             sid = s.store_id
             self._handled[sid] = self._gen_seen[sid] = self.state.generation(sid)
@@ -545,7 +559,8 @@ class SyncEngine:
                 has_counter=self.has_counter,
                 sizes=baseline.sizes,
                 expect=baseline.remote,
-                net=sid == self._net_sid,
+                net=sid == self._full_sid,
+                wide=self.reader.feed.wide if sid == self._net_sid else None,
             )
             if new_counter is None:
                 new_counter = remote_counter

@@ -11,7 +11,14 @@ newest `created_at` it saw would skip it for good. Asking again from some time b
 dropping what was seen, catches every version that turns up within that window of a later one.
 Two minutes is far longer than any request the API lets run (a write's timeout is ~60 s), so a
 write that commits late but normally is in the window; what falls outside it (a clock step on
-the service, a stuck transaction) is settled by the safety net's full listing (engine.py).
+the service, a stuck transaction) is settled by the safety net (engine.py): one store per period
+reads its feed over the last hour (WIDE_SECONDS) instead of the overlap, and, much more rarely,
+one store is listed whole (for what no window sees: a clock step).
+
+Why an hour: a real service's late commit lands within seconds (at most a write's ~60 s timeout);
+an hour is thirty times the overlap and still, for a store that is not being written in bulk,
+one request. A read stops at the page that reaches behind its previous position when every version
+there behind it was seen (`_covered`): nothing new right after a burst of writes is one request too.
 
 Which version of a memory counts: its newest one in the answer (not only among the new ones): a
 late version of a memory that has a newer one already applied must not take it back.
@@ -32,9 +39,11 @@ from memfs.records import FeedPosition
 log = logging.getLogger("memfs.sync")
 
 OVERLAP_SECONDS = 120.0  # see the module's docstring
+WIDE_SECONDS = 3600.0  # the safety net's wide window (see the module's docstring)
 PAGE = 100  # versions per page (basic view); the API's documented maximum is not known, 100 is safe
 RETENTION_DAYS = 30.0  # the hosted API keeps non-current versions this long
 RETENTION_MARGIN_DAYS = 1.0  # a position older than retention minus this: list instead
+SEEN_KEPT = 10_000  # ids a position keeps seen when a read stopped before the overlap's end (`_covered`)
 REFUSED_RETRY_SECONDS = 3600.0  # a feed refused (403/404) to the session's token is asked again this rarely
 
 
@@ -65,6 +74,20 @@ def _key(v: dict[str, Any]) -> tuple[str, str]:
     return (at, v.get("id") or "")
 
 
+def _covered(page: list[dict[str, Any]], at: FeedPosition) -> bool:
+    """A page that reaches back behind the previous position, whose versions behind it were all
+    seen already: every version newer than that position is then in the pages read (the feed is
+    newest first), and the rest of the overlap was read before. Paging on would re-read a whole
+    burst of writes at every tick for as long as it is in the overlap; a version that turns up
+    late deeper in it is the wide window's to settle (the safety net, engine.py)."""
+    if not page or not at.position:
+        return False
+    position = format_time(parse_time(at.position))
+    if _key(page[-1])[0] >= position:
+        return False
+    return all(v.get("id") in at.seen for v in page if _key(v)[0] < position)
+
+
 @dataclass
 class FeedRead:
     """What one store's feed said. `versions` is None when the store must be listed instead
@@ -92,6 +115,7 @@ class VersionFeed:
 
     client: StoreClient
     overlap: float = OVERLAP_SECONDS
+    wide: float = WIDE_SECONDS
     refused_until: dict[str, float] = field(default_factory=dict)
 
     def refused(self, store_id: str) -> bool:
@@ -107,10 +131,12 @@ class VersionFeed:
         )
 
     async def _pages(
-        self, store_id: str, since: str | None, most: int
-    ) -> tuple[list[dict[str, Any]], bool, int, str | None]:
+        self, store_id: str, since: str | None, most: int, at: FeedPosition | None = None
+    ) -> tuple[list[dict[str, Any]], bool, int, str | None, bool]:
         """The versions from `since` (all without it), newest first: (versions, complete, requests,
-        the service's time at the first page). Not complete: more than `most` (a listing is cheaper)."""
+        the service's time at the first page, whether paging stopped at a covered page). Not complete: more than `most` (a listing is cheaper).
+        `at`: the previous position; paging stops at a page that reaches back behind it with every
+        version there behind it already seen (`_covered`)."""
         params: dict[str, str | int] = {"limit": PAGE}
         if since is not None:
             params["created_at[gte]"] = since
@@ -122,12 +148,15 @@ class VersionFeed:
             if requests == 0:
                 served = served_at(date)
             requests += 1
-            out.extend(page.get("data") or [])
+            data = page.get("data") or []
+            out.extend(data)
             cursor = page.get("next_page")
             if not cursor:
-                return out, True, requests, served
+                return out, True, requests, served, False
+            if at is not None and _covered(data, at):
+                return out, True, requests, served, True
             if len(out) > most:
-                return out, False, requests, served
+                return out, False, requests, served, False
             params = {**params, "page": cursor}
 
     def _position(
@@ -169,22 +198,30 @@ class VersionFeed:
         at = self._position(versions, None, served_at(date))
         return FeedRead(None, at or FeedPosition("", frozenset()), requests=1)
 
-    async def read(self, store_id: str, at: FeedPosition | None, *, most: int) -> FeedRead:
+    async def read(
+        self, store_id: str, at: FeedPosition | None, *, most: int, wide: float | None = None
+    ) -> FeedRead:
         """The versions since `at` (minus the overlap): none new is one request. `most`: the
-        number of versions past which listing the store is cheaper."""
+        number of versions past which listing the store is cheaper. `wide`: read this many seconds
+        behind `at` instead, every page (the safety net's wide window, SEMANTICS.md#d-no-counter)."""
         if at is None or self.refused(store_id) or (at.position and self.too_old(at)):
             return await self.probe(store_id)
-        since = (
-            format_time(parse_time(at.position) - timedelta(seconds=self.overlap)) if at.position else None
-        )
+        back = self.overlap if wide is None else max(wide, self.overlap)
+        since = format_time(parse_time(at.position) - timedelta(seconds=back)) if at.position else None
         try:
-            versions, complete, requests, served = await self._pages(store_id, since, most)
+            versions, complete, requests, served, cut = await self._pages(
+                store_id, since, most, None if wide else at
+            )
         except ApiError as exc:
             if exc.status not in (403, 404):
                 raise
             self._refuse(store_id, exc)
             return FeedRead(None, None, requests=1)
         position = self._position(versions, at, served)
+        if cut and position is not None and len(position.seen) + len(at.seen) <= SEEN_KEPT:
+            # The versions not read (older than the pages read) were seen before: they stay seen,
+            # so that the next read, when something new comes, stops at them too.
+            position = FeedPosition(position.position, position.seen | at.seen)
         if not complete:
             return FeedRead(None, position, requests=requests)
         fresh = {v["memory_id"] for v in versions if v["id"] not in at.seen}

@@ -199,15 +199,18 @@ class StoreReader:
         sizes: dict[str, int] | None = None,
         expect: dict[str, P.RemoteEntry] | None = None,
         net: bool = False,
+        wide: float | None = None,
     ) -> RemoteRead:
         """The store's current memories: via the changes feed, a snapshot (first download) or a listing.
         `sizes`, `expect`: the baseline's prefix sizes and the store as the baseline saw it
         (`Baseline`); a listing equal to `expect` returns `expect` itself, which the caller must
         copy before changing it. `net`: without a counter, list the store even though the
-        version feed works (the safety net against a late version, SEMANTICS.md#d-no-counter)."""
+        version feed works (the safety net's rare listing, for a version later than any window);
+        `wide`: read the version feed this many seconds back instead of the overlap (the safety
+        net's wide window against a late version, SEMANTICS.md#d-no-counter)."""
         sid = store.store_id
         if has_counter is False:
-            fed = await self._from_feed(store, base, pulled, expect, net=net)
+            fed = await self._from_feed(store, base, pulled, expect, net=net, wide=wide)
             if fed is not None:
                 return fed
         if has_counter and applied is not None:
@@ -283,6 +286,7 @@ class StoreReader:
         expect: dict[str, P.RemoteEntry] | None,
         *,
         net: bool,
+        wide: float | None = None,
     ) -> RemoteRead | None:
         """The store as the baseline plus the versions written since (sync/feed.py), or None when
         it must be listed: a first download (where the feed stands is read first), the feed
@@ -293,7 +297,7 @@ class StoreReader:
         if not base and at is None:  # a first download (a store that stays empty reads the feed)
             pulled.feed = (await self.feed.probe(sid)).position
             return None
-        fed = await self.feed.read(sid, at, most=max(len(base), 100))
+        fed = await self.feed.read(sid, at, most=max(len(base), 100), wide=wide)
         pulled.feed = fed.position
         if fed.versions is None or net:
             return None
@@ -306,8 +310,10 @@ class StoreReader:
             return RemoteRead(expect, list(order), None)
         remote = dict(expect)
         redacted: list[str] = []
+        changed = False
         for mid, v in fed.newest_by_memory().items():
             if v.get("operation") == "deleted":
+                changed = changed or mid in expect
                 remote.pop(mid, None)
             elif v.get("path") is None or v.get("content_sha256") is None:
                 redacted.append(mid)  # its path and sha are gone from the version: ask the memory
@@ -319,6 +325,11 @@ class StoreReader:
                 ):  # else kept: equal by identity
                     remote[mid] = P.RemoteEntry(mid, path, sha, size)
                     pulled.note_mtime(mid, v.get("created_at"))
+                    changed = True
+        if not changed and not redacted:
+            # Versions read again (the wide window reads an hour of versions that were applied
+            # already): the store is its baseline, which spares the planning of every entry.
+            return RemoteRead(expect, list(order), None)
         await self._ask(store, redacted, remote, pulled)
         return RemoteRead(remote, in_path_order(remote), None)
 

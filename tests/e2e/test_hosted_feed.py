@@ -167,35 +167,85 @@ def test_a_feed_refused_to_session_tokens_falls_back_to_listings_still_demand_dr
         assert (h.box.root / "feed-1" / "b.md").read_text() == "bravo, edited\n"
 
 
+def _late_edit(h: Hosted, backdate: int) -> None:
+    """A memory created with its version stamped `backdate` seconds back: it lands behind versions
+    the mount has already read past (and outside the overlap), so the ordinary read cannot see it.
+    (A new memory: an edit stamped before the memory's own newer version would lose to it, by the
+    feed's rule that a memory's newest version counts; only a listing settles that.)"""
+    sid = h.stores[0]
+    h.api.update(sid, h.id_of(sid, "/b.md"), content="bravo, edited\n")
+    h.box.sync()  # the feed's position is now this edit's version
+    r = h.api.http.post(
+        f"/v1/memory_stores/{sid}/memories",
+        json={"path": "/late.md", "content": "committed late\n"},
+        headers={"anthropic-beta": "agent-memory-2026-07-22", "memfs-test-backdate-seconds": str(backdate)},
+    )
+    assert r.status_code == 200, r.text
+    h.proxy.reset_counts()
+    h.box.sync()
+    assert not (h.box.root / "feed-0" / "late.md").exists()  # hidden from the feed
+    assert h.count(LISTING) == 0
+
+
+def _in_use_until_applied(h: Hosted, seconds: float) -> None:
+    late = h.box.root / "feed-0" / "late.md"
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline and not late.exists():
+        h.box.sync()  # an agent at work: the mount is in use
+        time.sleep(1)
+    assert late.read_text() == "committed late\n"
+
+
 @pytest.mark.timeout(150)
-def test_a_version_made_visible_late_is_settled_by_the_safety_net(tmp_path):
-    """`--test-late-versions`: an edit whose version is stamped 10 minutes back lands behind versions
-    the mount has already read past (and outside the overlap): the feed cannot see it; the safety
-    net's listing (one store per `--safety-net-interval`) applies it within that period."""
+def test_a_version_made_visible_late_is_settled_by_the_wide_window(tmp_path):
+    """`--test-late-versions`: an edit whose version is stamped 10 minutes back is settled by the
+    safety net's wide read of the store's feed (the last hour, one store per
+    `--safety-net-interval`) within that period, without listing the store."""
     with hosted(
         tmp_path, stores=1, serve_args=("--test-late-versions",), mount_args=("--safety-net-interval", "8")
     ) as h:
+        _late_edit(h, 600)
+        _in_use_until_applied(h, 20)  # the safety net's period (8 s) and an interval, with room
+        assert h.count(LISTING) == 0, h.proxy.log
+
+
+@pytest.mark.timeout(150)
+def test_a_version_later_than_the_wide_window_is_settled_by_the_rare_listing(tmp_path):
+    """A version stamped two hours back is behind the wide window too: the rare full listing
+    (one store per `--full-listing-interval`) applies it."""
+    with hosted(
+        tmp_path,
+        stores=1,
+        serve_args=("--test-late-versions",),
+        mount_args=("--safety-net-interval", "4", "--full-listing-interval", "12"),
+    ) as h:
+        _late_edit(h, 7200)
+        _in_use_until_applied(h, 30)  # the listing's period (12 s) and an interval, with room
+        assert h.count(LISTING) >= 1
+
+
+@pytest.mark.timeout(240)
+def test_nothing_new_after_a_burst_of_writes_is_one_request(tmp_path):
+    """250 writes (more than two pages of versions, all within the overlap): once they are read,
+    a poll that finds nothing new is one request, not a re-read of the burst's pages."""
+    with hosted(tmp_path, stores=1) as h:
         sid = h.stores[0]
+        for i in range(250):
+            h.api.create(sid, f"/burst/{i:03}.md", f"burst {i}\n")
+        h.box.sync()
+        assert (h.box.root / "feed-0" / "burst" / "249.md").read_text() == "burst 249\n"
+        for _ in range(3):
+            h.proxy.reset_counts()
+            h.box.sync()
+            assert h.count(".", "*") == 1 and h.count(VERSIONS) == 1, h.proxy.log
         h.api.update(sid, h.id_of(sid, "/b.md"), content="bravo, edited\n")
-        h.box.sync()  # the feed's position is now this edit's version
-        r = h.api.http.post(
-            f"/v1/memory_stores/{sid}/memories/{h.id_of(sid, '/a.md')}",
-            json={"content": "alpha, committed late\n"},
-            headers={"anthropic-beta": "agent-memory-2026-07-22", "memfs-test-backdate-seconds": "600"},
-        )
-        assert r.status_code == 200, r.text
         h.proxy.reset_counts()
         h.box.sync()
-        assert (h.box.root / "feed-0" / "a.md").read_text() == "alpha\n"  # hidden from the feed
-        assert h.count(LISTING) == 0
-        deadline = time.monotonic() + 20  # the safety net's period (8 s) and an interval, with room
-        while time.monotonic() < deadline:
-            h.box.sync()  # an agent at work: the mount is in use
-            if (h.box.root / "feed-0" / "a.md").read_text() != "alpha\n":
-                break
-            time.sleep(1)
-        assert (h.box.root / "feed-0" / "a.md").read_text() == "alpha, committed late\n"
-        assert h.count(LISTING) >= 1
+        assert (h.box.root / "feed-0" / "b.md").read_text() == "bravo, edited\n"
+        assert h.count(VERSIONS) == 1, h.proxy.log  # the new version and the burst's seen ones: one page
+        h.proxy.reset_counts()
+        h.box.sync()
+        assert h.count(".", "*") == 1, h.proxy.log
 
 
 @pytest.mark.timeout(150)
