@@ -24,45 +24,21 @@ The outer frame (app.py `_RequestFrame`) still adds the request id, the access-l
 from __future__ import annotations
 
 import functools
-from urllib.parse import parse_qsl
 
 import anyio.to_thread
 import orjson
 
 from memfs.protocol import COUNTER_HEADER, STORES_PATH
-from memfs.service import params
+from memfs.service import params, request
 from memfs.service.auth import hash_token, is_admin_key
 from memfs.service.backend import WouldBlock
-from memfs.service.counter_path import _credential
 from memfs.service.cursors import CursorError
 from memfs.service.errors import ApiError
+from memfs.service.request import RouteName
 
-_STORES = STORES_PATH + "/"
 _MEMORIES = "/memories"
 _COUNTER_HEADER = COUNTER_HEADER.lower().encode("latin-1")
-
-
-class _RouteName:
-    """What the metrics read from `scope["route"]`: the route template."""
-
-    __slots__ = ("path",)
-
-    def __init__(self, path: str):
-        self.path = path
-
-
-LIST_ROUTE = _RouteName(STORES_PATH + "/{store_id}/memories")  # as app.py's Route names it
-
-
-class _Query:
-    """What `params.q_*` read from a request: its query parameters, parsed as Starlette's
-    `Request.query_params` parses them (`parse_qsl` of the latin-1 query string, blank values
-    kept, the last of a repeated name wins), into a plain dict: they only `.get()` from it."""
-
-    __slots__ = ("query_params",)
-
-    def __init__(self, query_string: bytes):
-        self.query_params = dict(parse_qsl(query_string.decode("latin-1"), keep_blank_values=True))
+LIST_ROUTE = RouteName(STORES_PATH + "/{store_id}/memories")  # as app.py's Route names it
 
 
 class ListPath:
@@ -80,23 +56,17 @@ class ListPath:
 
     async def answer(self, scope, send) -> bool:
         """Answer `scope` if it is a list page this path is sure of; False: not answered."""
-        path: str = scope["path"]
-        if (
-            self.page_wire is None
-            or scope["method"] != "GET"
-            or not path.startswith(_STORES)
-            or not path.endswith(_MEMORIES)
-        ):
+        if self.page_wire is None or scope["method"] != "GET":
             return False
-        store_id = path[len(_STORES) : -len(_MEMORIES)]
-        if not store_id or "/" in store_id:
+        store_id = request.store_id(scope["path"], _MEMORIES)
+        if store_id is None:
             return False
-        cred = _credential(scope)
-        if cred is None or not cred[1]:
+        cred = request.memory_credential(scope)
+        if cred is None:
             return False
-        token_hash = None if is_admin_key(cred[0], self.admin_key) else hash_token(cred[0])
+        token_hash = None if is_admin_key(cred, self.admin_key) else hash_token(cred)
         try:  # the parameters as the full path reads them (app.py `_Service.list_memories`)
-            q = _Query(scope.get("query_string", b""))
+            q = request.Query(scope)
             full, depth, prefix, limit, listing = params.q_memory_listing(q, store_id)  # type: ignore[arg-type]
             after = self.cursors.decode(listing, q.query_params.get("page") or None)
         except (ApiError, CursorError):
