@@ -22,7 +22,7 @@ from starlette.applications import Starlette
 from starlette.background import BackgroundTask
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.responses import Response, StreamingResponse
 from starlette.routing import BaseRoute, Route
 
 from memfs.limits import DEFAULT_MAX_MEMORIES, MAX_STORES_PER_SESSION
@@ -49,12 +49,12 @@ from memfs.service.auth import (
 )
 from memfs.service.counter_path import CounterPath
 from memfs.service.cursors import CursorError, Cursors
-from memfs.service.errors import ApiError, envelope, from_storage, invalid, not_found, rate_limited
+from memfs.service.errors import ApiError, from_storage, invalid, not_found
 from memfs.service.hosted import HostedOptions
 from memfs.service.list_path import ListPath
 from memfs.service.metrics import CONTENT_TYPE, Metrics
 from memfs.service.orglimit import OrgLimits
-from memfs.service.ratelimit import RateLimiter, retry_after_headers
+from memfs.service.ratelimit import FastPathLimit, RateLimiter, caller_refusal
 from memfs.service.request import (
     DEFAULT_WATCH_WAIT_S,
     MAX_COUNTER_IDS,
@@ -62,6 +62,8 @@ from memfs.service.request import (
     counter_ids,
     next_request_id,
 )
+from memfs.service.responses import error_response as _error_response
+from memfs.service.responses import json_response as _json
 from memfs.service.storage import Actor, ResourceSpec, Storage, StorageError, VersionFilter
 from memfs.service.watch import WatchHub
 
@@ -70,19 +72,6 @@ access_line = RequestLine("memfs.service.access")  # a logger.info("%s %s %d %.1
 
 READY_TIMEOUT_S = 2.0
 _SNAPSHOT_BATCH = 100
-
-
-class _OrjsonResponse(JSONResponse):
-    """JSON encoded with orjson: a full-view listing page (20 memories of up to 100 KiB) took
-    ~9.5 ms to encode with the json module and 0.08 ms with orjson (PERFORMANCE.md, network
-    section). Same JSON: compact, UTF-8, only plain dicts, lists, strings and numbers here."""
-
-    def render(self, content: object) -> bytes:
-        return orjson.dumps(content)
-
-
-def _json(body: object, status: int = 200, headers: dict | None = None) -> JSONResponse:
-    return _OrjsonResponse(body, status_code=status, headers=headers)
 
 
 class _Service:
@@ -131,12 +120,12 @@ class _Service:
         if cred is None:
             raise unauthenticated("no credentials: send x-api-key: KEY or Authorization: Bearer KEY")
         if is_admin_key(cred, self._admin_key):
-            self._limit("admin", "admin", "the admin key")
+            self._limit(None)
             return Principal(self._admin_actor)
         session = await self.call(self.storage.session_for_token, hash_token(cred))
         if session is None:
             raise unauthenticated("invalid API key or session token")
-        self._limit("session:" + session.id, "session", f"session {session.id}")
+        self._limit(session.id)
         return Principal(Actor("session_actor", session.id), session)
 
     def _session_token(self, request: Request) -> str | None:
@@ -154,21 +143,14 @@ class _Service:
             return None
         return hash_token(cred)
 
-    def _limit(self, key: str, kind: str, who: str) -> None:
+    def _limit(self, session_id: str | None) -> None:
         """Per-credential rate limit, after authentication: only a known caller has a bucket (a
         bad credential is a 401, whatever its rate). Health and metrics never come here."""
         if self.rate_limiter is None:
             return
-        wait = self.rate_limiter.take(key)
-        if wait is None:
-            return
-        self.metrics.rate_limited(kind)
-        limiter = self.rate_limiter
-        raise rate_limited(
-            f"rate limit exceeded for {who}: at most {limiter.rate:g} requests/s (bursts of {limiter.burst}); "
-            f"retry after {wait:.2f} s",
-            retry_after_headers(wait),
-        )
+        err = caller_refusal(self.rate_limiter, self.metrics, session_id)
+        if err is not None:
+            raise err
 
     # --- memory stores -------------------------------------------------------------------------
 
@@ -693,13 +675,6 @@ def _request_id(request: Request) -> str:
     return request.scope.get("state", {}).get("request_id", "")
 
 
-def _error_response(err: ApiError, request_id: str) -> JSONResponse:
-    # The official client retries 409s by default; ours are answers about state, not lock
-    # timeouts, so tell it (and any client honouring the header) not to retry 4xx errors.
-    headers = {"x-should-retry": "false"} if 400 <= err.status < 500 and err.status != 429 else {}
-    return _json(envelope(err, request_id), status=err.status, headers={**headers, **err.headers})
-
-
 async def _on_api_error(request: Request, exc: Exception) -> Response:
     err = exc if isinstance(exc, ApiError) else from_storage(exc)  # type: ignore[arg-type]
     return _error_response(err, _request_id(request))
@@ -781,9 +756,9 @@ class _RequestFrame:
                 request_id, scope, receive, send_with_id
             ):
                 return
-            if self.counter_path is not None and await self.counter_path.answer(scope, send_with_id):
+            if self.counter_path is not None and await self.counter_path.answer(scope, receive, send_with_id):
                 return
-            if self.list_path is not None and await self.list_path.answer(scope, send_with_id):
+            if self.list_path is not None and await self.list_path.answer(scope, receive, send_with_id):
                 return
             await self.app(scope, body.replaying(raw, receive), send_with_id)
         except Exception:
@@ -839,6 +814,7 @@ def create_app(
     rate_limiter: RateLimiter | None = None,
     hosted: HostedOptions | None = None,
     org_limits: OrgLimits | None = None,
+    fast_paths: bool = True,
 ):
     """The ASGI app serving `storage`. `admin_key` can do everything; sessions get scoped tokens.
 
@@ -846,16 +822,19 @@ def create_app(
     and `watch_hub.close()` (server.py, at SIGTERM) answers every held watch at once.
     `rate_limiter` (None: no limit) limits each credential's requests (429 with retry-after).
     `hosted`: the emulator's switches (hosted.py; default: the hosted API's documented behaviour).
-    `org_limits` (None: none): the per-organisation limits of every request (orglimit.py)."""
+    `org_limits` (None: none): the per-organisation limits of every request (orglimit.py).
+    `fast_paths` False: every request through the router (tests compare the two paths' bytes)."""
     metrics = metrics or Metrics()
     hub = watch_hub or WatchHub(storage)
     service = _Service(storage, admin_key, max_memories, metrics, hub, rate_limiter)
     service.extensions = extensions
     if hosted is not None:
         service.hosted = hosted
-    # The counter fast path answers before the router, so before the rate limiter too: with a
-    # limit configured every request takes the full path (a runaway ticker is limited like any other).
-    fast = CounterPath(storage, admin_key, metrics, hub) if extensions and rate_limiter is None else None
+    # The fast paths answer before the router: the organisation's limit is taken before them (the
+    # request frame), a caller's rate limit by them as the full path takes it (ratelimit.py), so a
+    # runaway ticker is limited like any other request, with the same 429.
+    limit = None if rate_limiter is None else FastPathLimit(rate_limiter, metrics, storage.session_for_token)
+    fast = CounterPath(storage, admin_key, metrics, hub, limit) if extensions and fast_paths else None
     if fast is not None and hub.fast_read is None:
         hub.fast_read = fast.watched_counters
 
@@ -886,9 +865,9 @@ def create_app(
             Exception: _on_unexpected,
         },
     )
-    # The list fast path, unless a rate limiter is on: a page it refuses would be asked again
-    # through the full path, and counted twice.
     list_path = (
-        ListPath(storage, admin_key, service.cursors, extensions=extensions) if rate_limiter is None else None
+        ListPath(storage, admin_key, service.cursors, extensions=extensions, limit=limit)
+        if fast_paths
+        else None
     )
     return _RequestFrame(app, metrics, hub, fast, list_path, org_limits)

@@ -36,6 +36,7 @@ from memfs.protocol import COUNTERS_PATH, STORES_PATH, WATCH_PATH
 from memfs.service import request, wire
 from memfs.service.auth import hash_token, is_admin_key
 from memfs.service.backend import WouldBlock
+from memfs.service.ratelimit import FastPathLimit
 from memfs.service.request import DEFAULT_WATCH_WAIT_S, MAX_COUNTER_IDS, MAX_WATCH_WAIT_S, RouteName
 
 # Batched statements out at once (CounterPath._batched). A batch is open to new requests until
@@ -111,8 +112,9 @@ class _Batch:
 
 
 class CounterPath:
-    def __init__(self, storage, admin_key: str, metrics, watch_hub=None):
+    def __init__(self, storage, admin_key: str, metrics, watch_hub=None, limit: FastPathLimit | None = None):
         self.storage = storage
+        self.limit = limit  # the per-credential rate limit (None: none), taken as the full path takes it
         self.admin_key = admin_key
         self.metrics = metrics
         self.watch_hub = watch_hub  # set: watch requests are answered here too (watch.py holds them)
@@ -202,7 +204,7 @@ class CounterPath:
         the error)."""
         return await self._batched(None, list(store_ids))
 
-    async def answer(self, scope, send) -> bool:
+    async def answer(self, scope, receive, send) -> bool:
         """Answer `scope` if it is a counter request this path is sure of; False: not answered."""
         if scope["method"] != "GET":
             return False
@@ -229,6 +231,13 @@ class CounterPath:
             return False
         if counters is None:
             return False
+        if self.limit is not None:
+            verdict = await self.limit.check(token_hash, scope, receive, send)
+            if verdict == "full":
+                return False
+            scope["route"] = route
+            if verdict == "sent":
+                return True
         if route is _ONE:
             body = orjson.dumps(wire.counter(ids[0], counters[ids[0]]))
         else:
@@ -244,7 +253,10 @@ class CounterPath:
         lookup (a worker thread and a four-statement transaction per re-armed watch, which queued
         hundreds of them behind each other after every write to an org-wide store). The hub
         registers the watch before that read, as for the full path."""
-        if self.watch_hub is None:
+        if self.watch_hub is None or self.limit is not None:
+            # a limited caller is refused before it is held (the full path's order), and only
+            # the read that holds it checks its credential here: rate-limited watches take the
+            # full path
             return False
         parsed = _watch_params(scope)
         cred = request.memory_credential(scope)

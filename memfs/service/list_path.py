@@ -34,6 +34,7 @@ from memfs.service.auth import hash_token, is_admin_key
 from memfs.service.backend import WouldBlock
 from memfs.service.cursors import CursorError
 from memfs.service.errors import ApiError
+from memfs.service.ratelimit import FastPathLimit
 from memfs.service.request import RouteName
 
 _MEMORIES = "/memories"
@@ -42,8 +43,11 @@ LIST_ROUTE = RouteName(STORES_PATH + "/{store_id}/memories")  # as app.py's Rout
 
 
 class ListPath:
-    def __init__(self, storage, admin_key: str, cursors, *, extensions: bool):
+    def __init__(
+        self, storage, admin_key: str, cursors, *, extensions: bool, limit: FastPathLimit | None = None
+    ):
         self.storage = storage
+        self.limit = limit  # the per-credential rate limit (None: none), taken as the full path takes it
         self.admin_key = admin_key
         self.cursors = cursors
         self.extensions = extensions  # the counter header (not with --hosted-api)
@@ -54,7 +58,7 @@ class ListPath:
         self.loop_reads = 0  # pages read on the event loop (tests read it)
         self.thread_reads = 0  # pages read in a worker thread
 
-    async def answer(self, scope, send) -> bool:
+    async def answer(self, scope, receive, send) -> bool:
         """Answer `scope` if it is a list page this path is sure of; False: not answered."""
         if self.page_wire is None or scope["method"] != "GET":
             return False
@@ -89,6 +93,13 @@ class ListPath:
             return False
         if page is None:
             return False
+        if self.limit is not None:
+            verdict = await self.limit.check(token_hash, scope, receive, send)
+            if verdict == "full":
+                return False
+            scope["route"] = LIST_ROUTE
+            if verdict == "sent":
+                return True
         items, next_after, counter = page
         body = orjson.dumps({"data": items, "next_page": self.cursors.encode(listing, next_after)})
         headers = [(b"content-length", str(len(body)).encode()), (b"content-type", b"application/json")]
