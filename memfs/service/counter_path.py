@@ -12,7 +12,7 @@ hop that checks the credential and reads every counter in one read transaction
 It answers only what it is sure of: the right beta header, a credential that is the admin key or a
 live session's token attached to every store named, stores that exist. Anything else — any error,
 HEAD, unexpected query parameters' shapes — returns False and the request goes through the full
-path (app.py), which gives the exact error envelope. So both paths cannot disagree about an error:
+path (the routes, memfs/service/routes/), which gives the exact error envelope. So both paths cannot disagree about an error:
 only one of them ever produces errors.
 
 Every answer is read from the database (no cached counters, no cached credentials): a counter
@@ -21,7 +21,7 @@ go back between replicas, and an archived session's token is refused by the next
 that are not on the loop (PostgreSQL, a worker thread) are gathered per event-loop step into one
 statement (`_batched`): after a write to an org-wide store hundreds of re-armed watches arrive at
 once. A watch is held only once its first read, which checks its credential, succeeded.
-The outer frame (app.py `_RequestFrame`) still adds the request id, the access-log line and metrics.
+The outer frame (frame.py `RequestFrame`) still adds the request id, the access-log line and metrics.
 """
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ def _store_ids(scope) -> list[str] | None:
 
 
 def _watch_params(scope) -> tuple[dict[str, int], float] | None:
-    """(known counters, wait seconds) of a watch request, parsed as app.py's route parses them;
+    """(known counters, wait seconds) of a watch request, parsed as the watch route (routes/extensions.py) parses them;
     None for anything that route would refuse (or that it might read otherwise: `wait` twice)."""
     known: dict[str, int] = {}
     waits: list[str] = []

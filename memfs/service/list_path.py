@@ -2,7 +2,7 @@
 
 Why: without the counter (docs/SEMANTICS.md#d-no-counter) a hosted tick lists every store, hundreds of pages, and the
 service's CPU per page was the tick's bottleneck (docs/PERFORMANCE.md, network section, "fourth
-pass"). The full path (app.py `_Service.list_memories`) built a Starlette `Request`, hopped to a
+pass"). The full path (routes/memories.py `list_memories`) built a Starlette `Request`, hopped to a
 worker thread, ran five statements (BEGIN, the token's session id, its sessions row, its
 resources, the page), made a `MemoryRecord` per memory, then a dict per memory, then a
 `JSONResponse`. This path parses the raw scope, checks the credential and reads the page in one
@@ -18,7 +18,7 @@ bad parameter or cursor, an unknown credential, a store that is missing or not t
 storage error -> False, and the request goes through the full path, which gives the exact error
 envelope (a read: doing it twice changes nothing). So the two paths cannot disagree about an error;
 the answers of a success are the same JSON (tests/service/test_list_route.py compares them).
-The outer frame (app.py `_RequestFrame`) still adds the request id, the access-log line and metrics.
+The outer frame (frame.py `RequestFrame`) still adds the request id, the access-log line and metrics.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ from memfs.service.request import RouteName
 
 _MEMORIES = "/memories"
 _COUNTER_HEADER = COUNTER_HEADER.lower().encode("latin-1")
-LIST_ROUTE = RouteName(STORES_PATH + "/{store_id}/memories")  # as app.py's Route names it
+LIST_ROUTE = RouteName(STORES_PATH + "/{store_id}/memories")  # as app.py's route table names it
 
 
 class ListPath:
@@ -69,7 +69,7 @@ class ListPath:
         if cred is None:
             return False
         token_hash = None if is_admin_key(cred, self.admin_key) else hash_token(cred)
-        try:  # the parameters as the full path reads them (app.py `_Service.list_memories`)
+        try:  # the parameters as the full path reads them (routes/memories.py `list_memories`)
             q = request.Query(scope)
             full, depth, prefix, limit, listing = params.q_memory_listing(q, store_id)  # type: ignore[arg-type]
             after = self.cursors.decode(listing, q.query_params.get("page") or None)

@@ -96,7 +96,7 @@ def retry_after_headers(wait_s: float) -> dict[str, str]:
 
 def caller_refusal(limiter: RateLimiter, metrics, session_id: str | None) -> ApiError | None:
     """Take one request from the bucket of the admin key (`session_id` None) or of a session: None,
-    or the 429 to answer (counted in `metrics`). The routes (app.py) and the fast paths take the
+    or the 429 to answer (counted in `metrics`). The routes (routes/core.py) and the fast paths take the
     limit here, so with the same key, the same count and the same answer."""
     if session_id is None:
         key, kind, who = "admin", "admin", "the admin key"

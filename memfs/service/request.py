@@ -1,6 +1,6 @@
 """What the service reads from a request, read once and the same way for every path.
 
-The routes (app.py, through Starlette's `Request`) and the fast paths (counter_path.py,
+The routes (memfs/service/routes/, through Starlette's `Request`) and the fast paths (counter_path.py,
 list_path.py, straight from the ASGI scope) read the credential, the beta header, the store id
 and the query parameters here, so the two cannot read a request differently: a fast path only
 answers what the full path would have answered the same way (tests/service/test_list_route.py

@@ -1,6 +1,6 @@
 """The service's JSON answers and its error answer, the same bytes from every path.
 
-The routes (app.py), the request frame and the fast paths (counter_path.py, list_path.py) answer
+The routes (memfs/service/routes/), the request frame (frame.py) and the fast paths (counter_path.py, list_path.py) answer
 errors they own (a body too large, an organisation's or a caller's rate limit) with
 `error_response`, so a 429 from a fast path is byte for byte the full path's.
 """
