@@ -16,10 +16,22 @@ import logging
 import threading
 import time
 
-from memfs.logging_setup import TEXT_FORMAT, TextFormatter, escape_line
+from memfs.logging_setup import TextFormatter, escape_line
 
 FLUSH_S = 0.5
 MAX_LINES = 512
+
+
+def _formats_like_add_message(f: logging.Formatter) -> bool:
+    """`f.format` of an INFO record is `add_message`'s line: the local time stamp to the second,
+    `,` and milliseconds, the level, the logger's name, the message (TEXT_FORMAT's layout)."""
+    record = logging.LogRecord("memfs.probe", logging.INFO, __file__, 0, "GET /probe 200 1.0ms", None, None)
+    second = int(record.created)
+    stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(second))
+    try:
+        return f.format(record) == f"{stamp},{int(record.msecs):03d} INFO memfs.probe: GET /probe 200 1.0ms"
+    except Exception:
+        return False
 
 
 class BatchedLineHandler(logging.Handler):
@@ -31,6 +43,8 @@ class BatchedLineHandler(logging.Handler):
         self._lines: list[str] = []
         self._stamp_second = -1  # add_message's time stamp (to the second) and its second
         self._stamp = ""
+        self._probed: logging.Formatter | None = None  # plain_text's last formatter, and its verdict
+        self._probe_ok = False
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._flush_periodically, name="access-log", daemon=True)
         self._thread.start()
@@ -38,17 +52,15 @@ class BatchedLineHandler(logging.Handler):
 
     @property
     def plain_text(self) -> bool:
-        """The formatter is the text format of logging_setup, unchanged: `add_message` may format."""
+        """The formatter writes an INFO line as `add_message` does: checked once per formatter
+        (this runs per request) through its public `format()` on a probe record, not by reading
+        its private format string."""
         f = self.formatter
-        return (
-            f is not None
-            and type(f) in (logging.Formatter, TextFormatter)
-            and f._fmt == TEXT_FORMAT
-            and f.datefmt is None
-            and f.converter is time.localtime
-            and f.default_time_format == "%Y-%m-%d %H:%M:%S"
-            and f.default_msec_format == "%s,%03d"
-        )
+        if f is None or type(f) not in (logging.Formatter, TextFormatter):  # a subclass may do more
+            return False
+        if f is not self._probed:
+            self._probed, self._probe_ok = f, _formats_like_add_message(f)
+        return self._probe_ok
 
     def add_message(self, logger_name: str, message: str) -> None:
         """An INFO line of `logger_name`, formatted here as the text formatter would (same time

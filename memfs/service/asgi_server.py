@@ -23,8 +23,8 @@ import uvicorn
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from memfs.protocol import REQUEST_ID_HEADER
-from memfs.service.app import _next_request_id
 from memfs.service.connections import ConnectionLimits
+from memfs.service.request import next_request_id
 from memfs.service.retention import Retention, run_periodically
 
 log = logging.getLogger("memfs.service")
@@ -78,7 +78,7 @@ class _CoalescingHttpTools(HttpToolsProtocol):
 def raw_error(status: int, reason: str, type_: str, message: str) -> bytes:
     """A whole error response (the API's envelope, a request id, `connection: close`) for what
     is refused before the app sees a request: the app's own answers carry the same."""
-    request_id = _next_request_id()
+    request_id = next_request_id()
     body = json.dumps(
         {"type": "error", "error": {"type": type_, "message": message}, "request_id": request_id}
     ).encode()

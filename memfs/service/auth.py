@@ -12,9 +12,9 @@ from dataclasses import dataclass
 
 from starlette.requests import Request
 
-from memfs.protocol import API_KEY_HEADER, BETA_HEADER
 from memfs.protocol import MEMORY_BETA as BETA_MEMORY
 from memfs.protocol import SESSIONS_BETA as BETA_AGENTS
+from memfs.service import request as request_parts
 from memfs.service.errors import ApiError, invalid, not_found, permission
 from memfs.service.storage import Actor, SessionRecord
 
@@ -28,15 +28,8 @@ def admin_key_id(admin_key: str) -> str:
     return "apikey_" + hashlib.sha256(b"memfs-admin-key-id:" + admin_key.encode()).hexdigest()[:24]
 
 
-def _betas(request: Request) -> set[str]:
-    out: set[str] = set()
-    for header in request.headers.getlist(BETA_HEADER):
-        out.update(v.strip() for v in header.split(",") if v.strip())
-    return out
-
-
 def check_memory_beta(request: Request) -> None:
-    betas = _betas(request)
+    betas = request_parts.betas(request.scope)
     has_memory, has_agents = BETA_MEMORY in betas, BETA_AGENTS in betas
     if has_memory and has_agents:
         raise invalid(f"anthropic-beta: send either {BETA_MEMORY} or {BETA_AGENTS}, not both")
@@ -47,19 +40,12 @@ def check_memory_beta(request: Request) -> None:
 
 
 def check_sessions_beta(request: Request) -> None:
-    if BETA_AGENTS not in _betas(request):
+    if BETA_AGENTS not in request_parts.betas(request.scope):
         raise invalid(f"anthropic-beta header is required: session endpoints need {BETA_AGENTS}")
 
 
 def presented_credential(request: Request) -> str | None:
-    key = request.headers.get(API_KEY_HEADER)
-    if key:
-        return key
-    auth = request.headers.get("authorization", "")
-    scheme, _, value = auth.partition(" ")
-    if scheme.lower() == "bearer" and value.strip():
-        return value.strip()
-    return None
+    return request_parts.credential(request.scope)
 
 
 def unauthenticated(message: str) -> ApiError:

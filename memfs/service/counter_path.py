@@ -12,7 +12,7 @@ hop that checks the credential and reads every counter in one read transaction
 It answers only what it is sure of: the right beta header, a credential that is the admin key or a
 live session's token attached to every store named, stores that exist. Anything else — any error,
 HEAD, unexpected query parameters' shapes — returns False and the request goes through the full
-path (app.py), which gives the exact error envelope. So both paths cannot disagree about an error:
+path (the routes, memfs/service/routes/), which gives the exact error envelope. So both paths cannot disagree about an error:
 only one of them ever produces errors.
 
 Every answer is read from the database (no cached counters, no cached credentials): a counter
@@ -21,70 +21,47 @@ go back between replicas, and an archived session's token is refused by the next
 that are not on the loop (PostgreSQL, a worker thread) are gathered per event-loop step into one
 statement (`_batched`): after a write to an org-wide store hundreds of re-armed watches arrive at
 once. A watch is held only once its first read, which checks its credential, succeeded.
-The outer frame (app.py `_RequestFrame`) still adds the request id, the access-log line and metrics.
+The outer frame (frame.py `RequestFrame`) still adds the request id, the access-log line and metrics.
 """
 
 from __future__ import annotations
 
 import functools
-from urllib.parse import parse_qsl
 
 import anyio.lowlevel
 import anyio.to_thread
 import orjson
 
-from memfs.protocol import WATCH_PATH
-from memfs.service import wire
-from memfs.service.auth import BETA_AGENTS, BETA_MEMORY, hash_token, is_admin_key
+from memfs.protocol import COUNTERS_PATH, STORES_PATH, WATCH_PATH
+from memfs.service import request, wire
+from memfs.service.auth import hash_token, is_admin_key
 from memfs.service.backend import WouldBlock
+from memfs.service.ratelimit import FastPathLimit
+from memfs.service.request import DEFAULT_WATCH_WAIT_S, MAX_COUNTER_IDS, MAX_WATCH_WAIT_S, RouteName
 
-MAX_COUNTER_IDS = 100
 # Batched statements out at once (CounterPath._batched). A batch is open to new requests until
 # it can be sent, so with this many out, the requests that arrive meanwhile wait for one round
 # trip at most and then go out together, as one statement: under load the batches grow by
 # themselves, and the database (on the same cores, here) answers fewer, larger statements.
 MAX_STATEMENTS_OUT = 2
-MAX_WATCH_WAIT_S = 60.0  # as app.py's watch route
-DEFAULT_WATCH_WAIT_S = 30.0
-_STORES = "/v1/memory_stores/"
 _COUNTER_SUFFIX = "/counter"
-MANY_ROUTE = "/v1/memory_store_counters"
-ONE_ROUTE = "/v1/memory_stores/{store_id}/counter"
-
-
-class _RouteName:
-    """What the metrics read from `scope["route"]`: the route template."""
-
-    __slots__ = ("path",)
-
-    def __init__(self, path: str):
-        self.path = path
-
-
-_MANY = _RouteName(MANY_ROUTE)
-_ONE = _RouteName(ONE_ROUTE)
-_WATCH = _RouteName(WATCH_PATH)
+_MANY = RouteName(COUNTERS_PATH)
+_ONE = RouteName(STORES_PATH + "/{store_id}/counter")
+_WATCH = RouteName(WATCH_PATH)
 
 
 def _store_ids(scope) -> list[str] | None:
     """The `ids` of a counters request, deduplicated in order, as the full path reads them."""
-    ids: list[str] = []
-    for name, raw in parse_qsl(scope.get("query_string", b"").decode("latin-1"), keep_blank_values=True):
-        if name != "ids":
-            continue
-        for sid in raw.split(","):
-            sid = sid.strip()
-            if sid and sid not in ids:
-                ids.append(sid)
+    ids = request.counter_ids([raw for name, raw in request.query_pairs(scope) if name == "ids"])
     return ids if 0 < len(ids) <= MAX_COUNTER_IDS else None
 
 
 def _watch_params(scope) -> tuple[dict[str, int], float] | None:
-    """(known counters, wait seconds) of a watch request, parsed as app.py's route parses them;
+    """(known counters, wait seconds) of a watch request, parsed as the watch route (routes/extensions.py) parses them;
     None for anything that route would refuse (or that it might read otherwise: `wait` twice)."""
     known: dict[str, int] = {}
     waits: list[str] = []
-    for name, raw in parse_qsl(scope.get("query_string", b"").decode("latin-1"), keep_blank_values=True):
+    for name, raw in request.query_pairs(scope):
         if name == "wait":
             waits.append(raw)
             continue
@@ -134,29 +111,10 @@ class _Batch:
         return {sid: counters[sid] for sid in ids}
 
 
-def _credential(scope) -> tuple[str, bool] | None:
-    """(credential, beta header right for the memory API) from the raw headers, or None."""
-    betas: set[str] = set()
-    key = auth = None
-    for name, value in scope["headers"]:
-        if name == b"anthropic-beta":
-            betas.update(v.strip() for v in value.decode("latin-1").split(",") if v.strip())
-        elif name == b"x-api-key" and key is None:
-            key = value.decode("latin-1")
-        elif name == b"authorization" and auth is None:
-            auth = value.decode("latin-1")
-    beta_ok = (BETA_MEMORY in betas) != (BETA_AGENTS in betas)
-    if key:
-        return key, beta_ok
-    scheme, _, value = (auth or "").partition(" ")
-    if scheme.lower() == "bearer" and value.strip():
-        return value.strip(), beta_ok
-    return None
-
-
 class CounterPath:
-    def __init__(self, storage, admin_key: str, metrics, watch_hub=None):
+    def __init__(self, storage, admin_key: str, metrics, watch_hub=None, limit: FastPathLimit | None = None):
         self.storage = storage
+        self.limit = limit  # the per-credential rate limit (None: none), taken as the full path takes it
         self.admin_key = admin_key
         self.metrics = metrics
         self.watch_hub = watch_hub  # set: watch requests are answered here too (watch.py holds them)
@@ -246,34 +204,40 @@ class CounterPath:
         the error)."""
         return await self._batched(None, list(store_ids))
 
-    async def answer(self, scope, send) -> bool:
+    async def answer(self, scope, receive, send) -> bool:
         """Answer `scope` if it is a counter request this path is sure of; False: not answered."""
         if scope["method"] != "GET":
             return False
         path: str = scope["path"]
         if path == WATCH_PATH:
             return await self._watch(scope, send)
-        if path == MANY_ROUTE:
+        if path == COUNTERS_PATH:
             ids = _store_ids(scope)
             route = _MANY
-        elif path.startswith(_STORES) and path.endswith(_COUNTER_SUFFIX):
-            sid = path[len(_STORES) : -len(_COUNTER_SUFFIX)]
-            ids = [sid] if sid and "/" not in sid else None
+        elif (sid := request.store_id(path, _COUNTER_SUFFIX)) is not None:
+            ids = [sid]
             route = _ONE
         else:
             return False
         if ids is None:
             return False
-        cred = _credential(scope)
-        if cred is None or not cred[1]:
+        cred = request.memory_credential(scope)
+        if cred is None:
             return False
-        token_hash = None if is_admin_key(cred[0], self.admin_key) else hash_token(cred[0])
+        token_hash = None if is_admin_key(cred, self.admin_key) else hash_token(cred)
         try:
             counters = await self._read(token_hash, ids)
         except Exception:  # StorageError, a lost database connection: the full path says what
             return False
         if counters is None:
             return False
+        if self.limit is not None:
+            verdict = await self.limit.check(token_hash, scope, receive, send)
+            if verdict == "full":
+                return False
+            scope["route"] = route
+            if verdict == "sent":
+                return True
         if route is _ONE:
             body = orjson.dumps(wire.counter(ids[0], counters[ids[0]]))
         else:
@@ -289,14 +253,17 @@ class CounterPath:
         lookup (a worker thread and a four-statement transaction per re-armed watch, which queued
         hundreds of them behind each other after every write to an org-wide store). The hub
         registers the watch before that read, as for the full path."""
-        if self.watch_hub is None:
+        if self.watch_hub is None or self.limit is not None:
+            # a limited caller is refused before it is held (the full path's order), and only
+            # the read that holds it checks its credential here: rate-limited watches take the
+            # full path
             return False
         parsed = _watch_params(scope)
-        cred = _credential(scope)
-        if parsed is None or cred is None or not cred[1]:
+        cred = request.memory_credential(scope)
+        if parsed is None or cred is None:
             return False
         known, wait_s = parsed
-        token_hash = None if is_admin_key(cred[0], self.admin_key) else hash_token(cred[0])
+        token_hash = None if is_admin_key(cred, self.admin_key) else hash_token(cred)
         ids = list(known)
         try:
             with self.metrics.watches_held.track_inprogress():

@@ -2,7 +2,7 @@
 
 Why: without the counter (docs/SEMANTICS.md#d-no-counter) a hosted tick lists every store, hundreds of pages, and the
 service's CPU per page was the tick's bottleneck (docs/PERFORMANCE.md, network section, "fourth
-pass"). The full path (app.py `_Service.list_memories`) built a Starlette `Request`, hopped to a
+pass"). The full path (routes/memories.py `list_memories`) built a Starlette `Request`, hopped to a
 worker thread, ran five statements (BEGIN, the token's session id, its sessions row, its
 resources, the page), made a `MemoryRecord` per memory, then a dict per memory, then a
 `JSONResponse`. This path parses the raw scope, checks the credential and reads the page in one
@@ -18,56 +18,36 @@ bad parameter or cursor, an unknown credential, a store that is missing or not t
 storage error -> False, and the request goes through the full path, which gives the exact error
 envelope (a read: doing it twice changes nothing). So the two paths cannot disagree about an error;
 the answers of a success are the same JSON (tests/service/test_list_route.py compares them).
-The outer frame (app.py `_RequestFrame`) still adds the request id, the access-log line and metrics.
+The outer frame (frame.py `RequestFrame`) still adds the request id, the access-log line and metrics.
 """
 
 from __future__ import annotations
 
 import functools
-from urllib.parse import parse_qsl
 
 import anyio.to_thread
 import orjson
 
 from memfs.protocol import COUNTER_HEADER, STORES_PATH
-from memfs.service import params
+from memfs.service import params, request
 from memfs.service.auth import hash_token, is_admin_key
 from memfs.service.backend import WouldBlock
-from memfs.service.counter_path import _credential
 from memfs.service.cursors import CursorError
 from memfs.service.errors import ApiError
+from memfs.service.ratelimit import FastPathLimit
+from memfs.service.request import RouteName
 
-_STORES = STORES_PATH + "/"
 _MEMORIES = "/memories"
 _COUNTER_HEADER = COUNTER_HEADER.lower().encode("latin-1")
-
-
-class _RouteName:
-    """What the metrics read from `scope["route"]`: the route template."""
-
-    __slots__ = ("path",)
-
-    def __init__(self, path: str):
-        self.path = path
-
-
-LIST_ROUTE = _RouteName(STORES_PATH + "/{store_id}/memories")  # as app.py's Route names it
-
-
-class _Query:
-    """What `params.q_*` read from a request: its query parameters, parsed as Starlette's
-    `Request.query_params` parses them (`parse_qsl` of the latin-1 query string, blank values
-    kept, the last of a repeated name wins), into a plain dict: they only `.get()` from it."""
-
-    __slots__ = ("query_params",)
-
-    def __init__(self, query_string: bytes):
-        self.query_params = dict(parse_qsl(query_string.decode("latin-1"), keep_blank_values=True))
+LIST_ROUTE = RouteName(STORES_PATH + "/{store_id}/memories")  # as app.py's route table names it
 
 
 class ListPath:
-    def __init__(self, storage, admin_key: str, cursors, *, extensions: bool):
+    def __init__(
+        self, storage, admin_key: str, cursors, *, extensions: bool, limit: FastPathLimit | None = None
+    ):
         self.storage = storage
+        self.limit = limit  # the per-credential rate limit (None: none), taken as the full path takes it
         self.admin_key = admin_key
         self.cursors = cursors
         self.extensions = extensions  # the counter header (not with --hosted-api)
@@ -78,25 +58,19 @@ class ListPath:
         self.loop_reads = 0  # pages read on the event loop (tests read it)
         self.thread_reads = 0  # pages read in a worker thread
 
-    async def answer(self, scope, send) -> bool:
+    async def answer(self, scope, receive, send) -> bool:
         """Answer `scope` if it is a list page this path is sure of; False: not answered."""
-        path: str = scope["path"]
-        if (
-            self.page_wire is None
-            or scope["method"] != "GET"
-            or not path.startswith(_STORES)
-            or not path.endswith(_MEMORIES)
-        ):
+        if self.page_wire is None or scope["method"] != "GET":
             return False
-        store_id = path[len(_STORES) : -len(_MEMORIES)]
-        if not store_id or "/" in store_id:
+        store_id = request.store_id(scope["path"], _MEMORIES)
+        if store_id is None:
             return False
-        cred = _credential(scope)
-        if cred is None or not cred[1]:
+        cred = request.memory_credential(scope)
+        if cred is None:
             return False
-        token_hash = None if is_admin_key(cred[0], self.admin_key) else hash_token(cred[0])
-        try:  # the parameters as the full path reads them (app.py `_Service.list_memories`)
-            q = _Query(scope.get("query_string", b""))
+        token_hash = None if is_admin_key(cred, self.admin_key) else hash_token(cred)
+        try:  # the parameters as the full path reads them (routes/memories.py `list_memories`)
+            q = request.Query(scope)
             full, depth, prefix, limit, listing = params.q_memory_listing(q, store_id)  # type: ignore[arg-type]
             after = self.cursors.decode(listing, q.query_params.get("page") or None)
         except (ApiError, CursorError):
@@ -119,6 +93,13 @@ class ListPath:
             return False
         if page is None:
             return False
+        if self.limit is not None:
+            verdict = await self.limit.check(token_hash, scope, receive, send)
+            if verdict == "full":
+                return False
+            scope["route"] = LIST_ROUTE
+            if verdict == "sent":
+                return True
         items, next_after, counter = page
         body = orjson.dumps({"data": items, "next_page": self.cursors.encode(listing, next_after)})
         headers = [(b"content-length", str(len(body)).encode()), (b"content-type", b"application/json")]

@@ -13,7 +13,7 @@ draws on one allowance per class, so a bench or a test sees what a fleet of sand
   enforced as 1 a second), so the burst is small: 3 seconds by default (60 reads, 15 writes).
 - Over the limit: 429 `rate_limit_error` with `retry-after` (whole seconds, rounded up) and
   `retry-after-ms`; a refused request takes nothing from the bucket.
-- It runs in the outermost frame (app.py `_RequestFrame`), before the fast paths (counter_path.py,
+- It runs in the outermost frame (frame.py `RequestFrame`), before the fast paths (counter_path.py,
   list_path.py), so the requests they answer count like any other and they stay on: their answers
   are the same bytes as the full path's.
 - Across replicas: with a `shared` taker (PostgreSQL: one row per class, updated in one statement,

@@ -271,7 +271,7 @@ def q_limit(request: Request, full: bool) -> int:
 def q_memory_listing(request: Request, store_id: str) -> tuple[bool, int, str, int, tuple]:
     """A memory listing's query, read in this order (so the first bad parameter is the one
     answered): (full view, depth, path prefix, limit, the listing its cursors are bound to).
-    Read by the list route (app.py) and its fast path (list_path.py) alike."""
+    Read by the list route (routes/memories.py) and its fast path (list_path.py) alike."""
     full = q_view(request, "basic")
     depth = request.query_params.get("depth", "0")
     if depth not in ("0", "1"):

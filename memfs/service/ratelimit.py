@@ -19,6 +19,11 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import anyio.to_thread
+
+from memfs.service.errors import ApiError, rate_limited
+from memfs.service.responses import error_response
+
 SWEEP_EVERY_S = 60.0
 
 
@@ -87,3 +92,53 @@ def retry_after_headers(wait_s: float) -> dict[str, str]:
         "retry-after": str(max(1, math.ceil(wait_s))),
         "retry-after-ms": str(max(1, math.ceil(wait_s * 1000))),
     }
+
+
+def caller_refusal(limiter: RateLimiter, metrics, session_id: str | None) -> ApiError | None:
+    """Take one request from the bucket of the admin key (`session_id` None) or of a session: None,
+    or the 429 to answer (counted in `metrics`). The routes (routes/core.py) and the fast paths take the
+    limit here, so with the same key, the same count and the same answer."""
+    if session_id is None:
+        key, kind, who = "admin", "admin", "the admin key"
+    else:
+        key, kind, who = "session:" + session_id, "session", f"session {session_id}"
+    wait = limiter.take(key)
+    if wait is None:
+        return None
+    metrics.rate_limited(kind)
+    return rate_limited(
+        f"rate limit exceeded for {who}: at most {limiter.rate:g} requests/s (bursts of {limiter.burst}); "
+        f"retry after {wait:.2f} s",
+        retry_after_headers(wait),
+    )
+
+
+class FastPathLimit:
+    """The per-credential limit as a fast path (counter_path.py, list_path.py) takes it: once its
+    read has succeeded, as its last step before answering (so a request it leaves to the full path
+    is counted there, once), with the full path's key: the admin key, or the id of the session
+    holding the token (looked up as the full path looks it up)."""
+
+    def __init__(self, limiter: RateLimiter, metrics, session_for_token: Callable):
+        self.limiter = limiter
+        self.metrics = metrics
+        self.session_for_token = session_for_token  # StoreService.session_for_token
+
+    async def check(self, token_hash: str | None, scope, receive, send) -> str:
+        """ "go": answer the request; "sent": its 429 was sent, the bytes the full path sends;
+        "full": leave it to the full path (no live session holds the token any more, a storage
+        error), which has taken nothing yet."""
+        session_id = None
+        if token_hash is not None:
+            try:
+                session = await anyio.to_thread.run_sync(self.session_for_token, token_hash)
+            except Exception:  # StorageError, a lost connection: the full path says what
+                return "full"
+            if session is None:
+                return "full"
+            session_id = session.id
+        err = caller_refusal(self.limiter, self.metrics, session_id)
+        if err is None:
+            return "go"
+        await error_response(err, scope["state"]["request_id"])(scope, receive, send)
+        return "sent"

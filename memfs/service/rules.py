@@ -68,7 +68,7 @@ def new_id(prefix: str) -> str:
 
 def now(backdate_s: float = 0.0) -> str:
     """RFC 3339 UTC with fixed width, so text order is time order in every backend.
-    `backdate_s`: that many seconds ago (the emulator's late-version knob, app.py)."""
+    `backdate_s`: that many seconds ago (the emulator's late-version knob, routes/memories.py)."""
     t = datetime.now(UTC)
     if backdate_s:
         t -= timedelta(seconds=backdate_s)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 
 import pytest
 from starlette.testclient import TestClient
@@ -16,6 +17,7 @@ from starlette.testclient import TestClient
 from memfs.service.app import create_app
 from memfs.service.backend import WouldBlock
 from memfs.service.database import open_storage
+from memfs.service.orglimit import OrgLimits
 from memfs.service.ratelimit import RateLimiter
 
 ADMIN = "list-route-admin-key-0123456789"
@@ -186,11 +188,11 @@ def _pages(c: TestClient, url: str, query: dict, headers: dict) -> list[tuple[in
 @pytest.mark.parametrize("extensions", [False, True])
 def test_the_list_fast_path_answers_byte_for_byte_what_the_full_path_answers(tmp_path, extensions):
     """list_path.py (rows straight to wire dicts, read on the loop on SQLite) against the full path
-    (the same app with a rate limiter that never limits: it turns the fast path off): the same
-    bytes for every view, depth, prefix and limit, page by page through the cursors."""
+    (the same app with its fast paths turned off): the same bytes for every view, depth, prefix
+    and limit, page by page through the cursors."""
     storage = open_storage(tmp_path / "store.db")
     fast = create_app(storage, ADMIN, extensions=extensions)
-    full = create_app(storage, ADMIN, extensions=extensions, rate_limiter=RateLimiter(1e9, 10**9))
+    full = create_app(storage, ADMIN, extensions=extensions, fast_paths=False)
     assert fast.list_path is not None and full.list_path is None
     try:
         with TestClient(fast) as f, TestClient(full) as g:
@@ -276,5 +278,72 @@ def test_a_loop_read_that_would_wait_is_read_in_a_worker_thread(tmp_path):
             after = c.get(url, headers=headers)
             assert (lp.loop_reads, lp.thread_reads) == (1, 1)
             assert after.status_code == 200 and after.content == before.content
+    finally:
+        storage.close()
+
+
+def _frozen_clock() -> float:
+    return 0.0  # no bucket refills: the same requests are refused at the same point, same waits
+
+
+def _answer(r) -> tuple[int, bytes, list[tuple[str, str]]]:
+    """Status, body and headers, the request id (per app, per request) blanked."""
+    headers = sorted((k, v) for k, v in r.headers.items() if k != "request-id")
+    return r.status_code, re.sub(rb"req_[0-9a-f]+", b"req_", r.content), headers
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("limit", ["rate", "org"])
+def test_the_fast_paths_stay_on_with_a_limit_and_refuse_byte_for_byte_as_the_full_path(tmp_path, limit):
+    """With `--rate-limit` (one bucket per caller, taken as app.py takes it) or an organisation's
+    limit (taken by the request frame before any path): list pages, a counter and counters are
+    answered without the router, their 429s included, and every answer (200 or 429) is the
+    full path's, byte for byte."""
+    storage = open_storage(tmp_path / "store.db")
+
+    def limited(**kw):
+        if limit == "rate":
+            return create_app(storage, ADMIN, rate_limiter=RateLimiter(1.0, 4, clock=_frozen_clock), **kw)
+        return create_app(storage, ADMIN, org_limits=OrgLimits(60, 6000, 5.0, clock=_frozen_clock), **kw)
+
+    fast, full = limited(), limited(fast_paths=False)
+    assert fast.list_path is not None and fast.counter_path is not None
+    through: list[str] = []
+    inner = fast.app
+
+    async def router(scope, receive, send):
+        if scope["type"] == "http":
+            through.append(scope["path"])
+        await inner(scope, receive, send)
+
+    fast.app = router
+    try:
+        with TestClient(create_app(storage, ADMIN)) as setup, TestClient(fast) as f, TestClient(full) as g:
+            sid, empty, _ = _seed(setup)
+            _sid, token = _token(setup, [sid, empty])
+            callers = ({"x-api-key": ADMIN, **MEMORY}, {"authorization": f"Bearer {token}", **MEMORY})
+            urls = (
+                f"/v1/memory_stores/{sid}/memories?depth=1",
+                f"/v1/memory_stores/{empty}/counter",
+                f"/v1/memory_store_counters?ids={sid},{empty}",
+            )
+            statuses = []
+            for headers in callers:
+                for url in urls:
+                    for _ in range(2):
+                        mine, theirs = (
+                            _answer(f.get(url, headers=headers)),
+                            _answer(g.get(url, headers=headers)),
+                        )
+                        assert mine == theirs, (url, headers)
+                        statuses.append(mine[0])
+            assert 200 in statuses and 429 in statuses, statuses
+            assert through == []  # every answer, 429s included, without the router
+            refused = f.get(urls[0], headers=callers[1])
+            assert refused.status_code == 429 and refused.json()["error"]["type"] == "rate_limit_error"
+            assert refused.headers["retry-after"] and refused.headers["request-id"]
+            if limit == "rate":  # (an organisation's 429 is answered before any route is matched)
+                metrics = f.get("/metrics").text
+                assert 'route="/v1/memory_stores/{store_id}/memories",status="429"' in metrics
     finally:
         storage.close()

@@ -1,0 +1,131 @@
+"""The request frame: the outermost ASGI layer of every request (request id, access log, metrics,
+the body read whole, the organisation's limit, then the fast paths, then the router)."""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from memfs.protocol import (
+    REQUEST_ID_HEADER,
+)
+from memfs.service import body
+from memfs.service.access_log import RequestLine
+from memfs.service.counter_path import CounterPath
+from memfs.service.errors import ApiError, invalid
+from memfs.service.list_path import ListPath
+from memfs.service.metrics import Metrics
+from memfs.service.orglimit import OrgLimits
+from memfs.service.request import (
+    next_request_id,
+)
+from memfs.service.responses import error_response as _error_response
+from memfs.service.watch import WatchHub
+
+log = logging.getLogger("memfs.service")
+access_line = RequestLine("memfs.service.access")  # a logger.info("%s %s %d %.1fms", …), cheaper
+
+
+class RequestFrame:
+    """Outermost layer: request id on every response, one access-log line, metrics, last-resort 500.
+
+    It also reads every request's body whole before the routes run (see `body.py`): a handler
+    can never leave a body unread on a keep-alive connection, and bodies over 1 MiB are 413
+    everywhere.
+    """
+
+    def __init__(
+        self,
+        app,
+        metrics: Metrics,
+        watch_hub: WatchHub,
+        counter_path: CounterPath | None = None,
+        list_path: ListPath | None = None,
+        org_limits: OrgLimits | None = None,
+    ):
+        self.app = app
+        self.org_limits = org_limits  # the per-organisation limits, before any path (orglimit.py)
+        self.metrics = metrics
+        self.watch_hub = watch_hub  # for server.py, which closes it at SIGTERM
+        self.counter_path = counter_path  # answers plain counter reads without the router
+        self.list_path = list_path  # answers list pages without the router (list_path.py)
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        request_id = next_request_id()
+        scope.setdefault("state", {})["request_id"] = request_id
+        started = time.perf_counter()
+        status: list[int] = []
+        tracked = body.Tracked(receive) if body.streamed(scope) else None
+
+        async def send_with_id(message) -> None:
+            if message["type"] == "http.response.start":
+                status.append(message["status"])
+                headers = [*message.get("headers", []), (REQUEST_ID_HEADER.encode(), request_id.encode())]
+                if tracked is not None and not tracked.ended:  # a streamed body left unread
+                    headers.append((b"connection", b"close"))
+                message = {**message, "headers": headers}
+            await send(message)
+
+        try:
+            if tracked is not None:
+                await self.app(scope, tracked, send_with_id)
+                return
+            try:
+                raw = await body.read_whole(scope, receive)
+            except body.ClientGone:
+                status.append(499)  # nobody to answer; logged like nginx's "client closed request"
+                return
+            except (body.BadLength, body.BodyTooLarge) as e:
+                await self._refuse_body(e, request_id, scope, receive, send_with_id)
+                return
+            if self.org_limits is not None and await self._org_refused(
+                request_id, scope, receive, send_with_id
+            ):
+                return
+            if self.counter_path is not None and await self.counter_path.answer(scope, receive, send_with_id):
+                return
+            if self.list_path is not None and await self.list_path.answer(scope, receive, send_with_id):
+                return
+            await self.app(scope, body.replaying(raw, receive), send_with_id)
+        except Exception:
+            # Starlette already answered with the envelope (handler for Exception) and re-raised.
+            log.exception("unhandled error in %s %s", scope["method"], scope["path"])
+            if not status:
+                resp = _error_response(ApiError(500, "api_error", "internal server error"), request_id)
+                await resp(scope, receive, send_with_id)
+        finally:
+            seconds = time.perf_counter() - started
+            route = getattr(scope.get("route"), "path", "unmatched")
+            code = status[0] if status else 500
+            self.metrics.observe(scope["method"], route, code, seconds)
+            # Path only: no query string (it can hold path prefixes), never headers (credentials).
+            access_line(scope["method"], scope["path"], code, seconds)
+
+    async def _org_refused(self, request_id: str, scope, receive, send) -> bool:
+        """Count the request in its organisation's class; answer 429 (True) when over the limit."""
+        assert self.org_limits is not None
+        cls = self.org_limits.classify(scope)
+        if cls is None:
+            return False
+        wait = await self.org_limits.take(cls)
+        self.metrics.org_request(cls, wait is not None)
+        if wait is None:
+            return False
+        resp = _error_response(self.org_limits.refusal(cls, wait), request_id)
+        await resp(scope, receive, send)
+        return True
+
+    @staticmethod
+    async def _refuse_body(exc: Exception, request_id: str, scope, receive, send) -> None:
+        if isinstance(exc, body.BodyTooLarge):
+            err = ApiError(413, "request_too_large", str(exc))
+        else:
+            err = invalid(str(exc))
+        resp = _error_response(err, request_id)
+        if not getattr(exc, "drained", False):
+            # The rest of the body is still on its way: only a new connection can carry a request.
+            resp.headers["connection"] = "close"
+        await resp(scope, receive, send)
