@@ -20,7 +20,9 @@ class ConnectionLimits:
     header_timeout: float = 10.0  # from a request's first byte (or the connection) to its last header
     body_timeout: float = 30.0  # the longest wait for the next piece of a body the service reads
     keep_alive: float = 75.0  # an idle keep-alive connection (nginx's default; mounts tick every 5-15 s)
-    max_connections: int = 1000  # beyond it a request is answered 503 and its connection closed
+    # beyond it a request is answered 503 and its connection closed. Room for the thousand held
+    # watches one process must serve (each a connection and a task) and as many requests beside them.
+    max_connections: int = 2048
     max_header_bytes: int = 64 * 1024  # request line and headers; beyond it 431
 
 
@@ -54,7 +56,7 @@ def add_args(p: argparse.ArgumentParser) -> None:
         type=int,
         default=DEFAULTS.max_connections,
         metavar="N",
-        help="connections held at once; a request beyond it is answered 503 (default 1000; uvicorn only)",
+        help="connections held at once; a request beyond it is answered 503 (default 2048: a thousand held watches and as many requests; uvicorn only)",
     )
     p.add_argument(
         "--max-header-bytes",
