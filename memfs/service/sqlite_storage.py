@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import sqlite3
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -211,10 +212,27 @@ class SqliteBackend:
         )
         conn.row_factory = sqlite3.Row
         conn.execute(f"PRAGMA busy_timeout = {int(self._busy_timeout_s * 1000)}")
-        conn.execute("PRAGMA journal_mode = WAL")
+        self._wal(conn)
         # FULL: an acknowledged write survives power loss too, not only a process crash.
         conn.execute("PRAGMA synchronous = FULL")
         return conn
+
+    def _wal(self, conn: sqlite3.Connection) -> None:
+        """Switch a new database to WAL. The switch takes an exclusive lock, and SQLite answers
+        "database is locked" at once, without its busy handler, when other connections opening
+        the same fresh file at that moment hold theirs (replicas starting together): asked again
+        until the busy timeout has passed."""
+        deadline = time.monotonic() + self._busy_timeout_s
+        delay = 0.005
+        while True:
+            try:
+                conn.execute("PRAGMA journal_mode = WAL")
+                return
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) or time.monotonic() >= deadline:
+                    raise
+            time.sleep(delay)
+            delay = min(delay * 2, 0.1)
 
     @contextmanager
     def _conn(self) -> Iterator[sqlite3.Connection]:
