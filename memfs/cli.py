@@ -47,11 +47,12 @@ def main(argv: list[str] | None = None) -> int:
 def script() -> None:
     """The `memfs` command (bin/memfs) and `python -m memfs`: main(), then
     the process's end. `memfs sync`, the per-call hook, ends in `memfs.session.hook.run` (with
-    os._exit once its answer is flushed); every other command exits normally."""
+    os._exit once its answer is flushed) unless its arguments need the full command line (--help,
+    a mistake: it returns); every other command exits normally."""
     if sys.argv[1:2] == ["sync"]:
         from memfs.session.hook import run
 
-        run(sys.argv[2:])
+        run(sys.argv[2:])  # returns only for arguments the fast path does not take
     sys.exit(main())
 
 

@@ -37,7 +37,8 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
     "memfs.sync": ("memfs.mount", "memfs.session", "memfs.service", "memfs.worker"),
     "memfs.mount": ("memfs.sync", "memfs.session", "memfs.service", "memfs.worker", "memfs.client"),
     "memfs.service": ("memfs.mount", "memfs.sync", "memfs.session", "memfs.worker", "memfs.client"),
-    "memfs.session": ("memfs.service", "memfs.worker"),
+    # the command line imports the session's commands, never the other way (no cli -> session -> cli)
+    "memfs.session": ("memfs.service", "memfs.worker", "memfs.cli"),
 }
 # The filesystem's core knows no kernel: only the adapter and the runner speak pyfuse3.
 KERNEL_FREE = ("memfs.mount", "memfs.records", "memfs.sync", "memfs.session.offline")

@@ -12,10 +12,6 @@ import sys
 
 from memfs.session import control
 
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from typing import NoReturn
-
 EXIT_NOT_ANSWERING = 4  # a daemon holds the socket but does not answer (stopped, wedged)
 SYNC_TIMEOUT = 120.0  # a due tick's pull (and, with --wait, its uploads), once the daemon answered
 
@@ -85,17 +81,16 @@ def sync_fast(argv: list[str]) -> int | None:
     return cmd_sync(args)
 
 
-def run(argv: list[str]) -> "NoReturn":
+def run(argv: list[str]) -> None:
     """`memfs sync ARGV` as the whole process (bin/memfs, `memfs.cli.script`), ended with
     `os._exit` once its answer is flushed: it holds no file, thread or child to clean up, and the
     interpreter's orderly shutdown was ~5 ms of its ~20 ms budget (docs/SEMANTICS.md#d-commands).
-    Anything `sync_fast` does not take (--help, a mistake) goes to the full command line."""
+    Returns only when `sync_fast` does not take the arguments (--help, a mistake): the caller then
+    runs the full command line (this module never imports memfs.cli: no cycle)."""
     try:
         rc = sync_fast(argv)
         if rc is None:
-            from memfs.cli import main
-
-            rc = main(["sync", *argv])
+            return
     except KeyboardInterrupt:
         rc = 130
     try:
