@@ -12,7 +12,7 @@ from __future__ import annotations
 import email.utils
 import re
 import time
-from collections import Counter
+from collections import Counter, deque
 from typing import Any
 
 from memfs.errors import ApiError
@@ -20,6 +20,10 @@ from memfs.errors import ApiError
 WINDOW_HOUR = 3600
 WINDOW_MINUTE = 60
 HOLD_CAP = 600.0  # seconds: the longest hold honoured (a broken header must not stop a mount for a day)
+RATE_FLOOR = 1.0  # requests a second: the slowest a paced client goes
+RATE_WINDOW = 2.0  # seconds of sends the rate at a 429 is measured over
+RATE_GROWTH = 1.0  # requests a second added each second after a 429
+RATE_FORGET = 60.0  # seconds without a 429 after which the client is unpaced again
 
 _STORE = r"/v1/memory_stores/[^/?]+"
 # (method or "*", path pattern) -> kind; the first that matches wins.
@@ -130,3 +134,57 @@ class RequestBudget:
                 wait,
             )
         return wait
+
+
+class Pacer:
+    """The rate the client sends at once the service has refused it with a 429: additive
+    increase, multiplicative decrease on the request rate (TCP's congestion avoidance, on a rate
+    rather than a window, since an organisation's limit is a rate).
+
+    Unpaced until the first 429. Then each 429 halves the rate the client was sending at (measured
+    over the last RATE_WINDOW seconds), once per event: a 429 of a request sent before the last
+    decrease is the same event, not a new one (30 requests in flight meet the same empty bucket).
+    From there the rate grows by RATE_GROWTH requests a second each second, and after RATE_FORGET
+    seconds without a 429 the client is unpaced again (a mount that met a limit while downloading
+    does not space out the few requests of its later ticks). So a client at a limit sends just
+    under it, meeting a 429 every ten seconds or so instead of every other request: one mount's
+    first download of 8 x 2,000 memories under the hosted limits met 1,479 429s for 2,893
+    requests when it only went one at a time after a 429 and widened per answer.
+
+    Times are `trio.current_time()` values passed in, so the rules are tested without a clock."""
+
+    def __init__(self) -> None:
+        self._base: float | None = None  # the rate set at the last decrease; None: unpaced
+        self._decreased_at = float("-inf")
+        self._next = 0.0  # the earliest time the next request may go
+        self._sent: deque[float] = deque()  # send times of the last RATE_WINDOW seconds
+        self.decreases = 0
+
+    def rate(self, now: float) -> float | None:
+        """Requests a second the client may send at `now`; None: unpaced."""
+        if self._base is None or now - self._decreased_at > RATE_FORGET:
+            return None
+        return self._base + RATE_GROWTH * max(0.0, now - self._decreased_at)
+
+    def reserve(self, now: float) -> float:
+        """A request is about to go: the seconds it must wait first (0: now). Its turn is taken."""
+        rate = self.rate(now)
+        at = now if rate is None else max(now, self._next)
+        if rate is not None:
+            self._next = at + 1.0 / rate
+        self._sent.append(at)
+        while self._sent and self._sent[0] <= at - RATE_WINDOW:
+            self._sent.popleft()
+        return at - now
+
+    def limited(self, sent_at: float, now: float) -> None:
+        """A request sent at `sent_at` met a 429 (the org's limit) at `now`."""
+        if sent_at < self._decreased_at:
+            return  # sent before the last decrease: the same event
+        recent = sum(1 for t in self._sent if t > now - RATE_WINDOW) / RATE_WINDOW
+        rate = self.rate(now)
+        base = recent if rate is None else min(rate, recent)
+        self._base = max(RATE_FLOOR, base / 2)
+        self._decreased_at = now
+        self._next = max(self._next, now)
+        self.decreases += 1

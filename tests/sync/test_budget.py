@@ -3,9 +3,11 @@ and the one hold a refusal puts on every request of the client."""
 
 from __future__ import annotations
 
+from itertools import pairwise
+
 import pytest
 
-from memfs.budget import RequestBudget, kind_of
+from memfs.budget import RATE_FLOOR, RATE_FORGET, RATE_GROWTH, Pacer, RequestBudget, kind_of
 from memfs.errors import ApiError
 
 S = "/v1/memory_stores/memstore_x"
@@ -55,3 +57,52 @@ def test_a_hold_is_waited_out_when_short_and_fails_the_request_unsent_when_long(
     assert b.snapshot()["held_for"] > 25
     b.hold(10**9)  # capped: a broken header must not stop the mount for a day
     assert b.snapshot()["held_for"] <= 600
+
+
+def test_the_pacer_sends_at_once_until_a_429():
+    p = Pacer()
+    assert [p.reserve(10.0) for _ in range(50)] == [0.0] * 50
+    assert p.rate(10.0) is None
+
+
+def _limited_at_20_a_second() -> Pacer:
+    p = Pacer()
+    for i in range(40):  # 20 a second for 2 s
+        p.reserve(i * 0.05)
+    p.limited(sent_at=1.95, now=2.0)
+    return p
+
+
+def test_a_429_halves_the_rate_sent_at_and_spaces_the_next_requests():
+    p = _limited_at_20_a_second()
+    assert p.rate(2.0) == pytest.approx(10.0, rel=0.1)
+    waits = [p.reserve(2.0) for _ in range(4)]  # four requests at once, one every 1/rate
+    assert waits[0] == 0.0
+    for a, b in pairwise(waits):
+        assert b - a == pytest.approx(0.1, rel=0.15)
+
+
+def test_requests_in_flight_at_the_decrease_do_not_halve_again():
+    p = _limited_at_20_a_second()
+    rate = p.rate(2.01)
+    for _ in range(30):  # the other requests of the same burst meet the same empty bucket
+        p.limited(sent_at=1.9, now=2.01)
+    assert p.rate(2.01) == rate and p.decreases == 1
+    p.reserve(2.5)
+    p.limited(sent_at=2.5, now=2.55)  # one sent after the decrease: a new event
+    assert p.decreases == 2 and p.rate(2.55) < rate
+
+
+def test_the_rate_grows_a_request_a_second_each_second_then_the_client_is_unpaced():
+    p = _limited_at_20_a_second()
+    start = p.rate(2.0)
+    assert p.rate(12.0) == pytest.approx(start + 10 * RATE_GROWTH)
+    assert p.rate(2.0 + RATE_FORGET + 1) is None
+    assert p.reserve(2.0 + RATE_FORGET + 1) == 0.0 and p.reserve(2.0 + RATE_FORGET + 1) == 0.0
+
+
+def test_the_rate_never_drops_below_the_floor():
+    p = Pacer()
+    p.reserve(0.0)
+    p.limited(sent_at=0.0, now=50.0)  # nothing sent recently: a limit met on others' requests
+    assert p.rate(50.0) == RATE_FLOOR
