@@ -143,6 +143,137 @@ class _LastListing:
     items: list[dict[str, Any]]  # read-only: shared by every listing that reuses it
 
 
+class _ListingWalk:
+    """One run of `StoreClient.list_memories` (which says how it walks a store): the requests it
+    sends, the pages it keeps, the prefixes it has started, as steps of that walk."""
+
+    def __init__(
+        self,
+        client: StoreClient,
+        store_id: str,
+        view: str,
+        known: dict[str, int],
+        on_page: Callable[[list[dict[str, Any]]], Awaitable[None]] | None,
+        last: _LastListing | None,
+    ):
+        self.client = client
+        self.known = known
+        self.on_page = on_page
+        self.limit = BASIC_LIMIT if view == "basic" else FULL_LIMIT
+        self.url = f"/v1/memory_stores/{store_id}/memories"
+        # The pages' URL is parsed once here and each page's query put in by hand: passing
+        # `params` made httpx parse (and scan character by character) the whole URL three times
+        # per request, ~0.3 ms of the daemon's CPU each (0.7 ms -> 0.4 ms per request in all).
+        self.endpoint = httpx.URL(client.base_url + self.url)
+        self.head = f"view={view}&limit={self.limit}&depth="
+        self.children: dict[str, list[str]] = {}
+        for prefix in known:
+            if prefix != "/":
+                self.children.setdefault(prefix[: prefix.rstrip("/").rfind("/") + 1], []).append(prefix)
+        self.listing = Listing()
+        self.seen: set[str] = set()
+        self.started: set[str] = set()
+        self.basic = view == "basic"
+        self.last_pages = last.pages if last is not None else {}
+        self.used: dict[bytes, _Page] = {}
+        self.fresh = 0  # pages parsed anew (not as the last listing had them)
+        # Nothing known of the store (a first download, or a store last seen empty): one cursor
+        # chain of whole pages, one request per `limit` memories and not one more. Splitting
+        # blind costs a probe page per large prefix, thrown away, and the depth-1 pages: a first
+        # download of 8 x 2,000 memories was 1,414 requests where 800 pages hold it (the
+        # official worker's count); against an organisation's rate limit requests are the time
+        # too, and the stores' chains run concurrently.
+        self.whole = not known.get("/", 0)
+
+    async def page(self, prefix: str, depth: int, cursor: str | None) -> _Page:
+        query = self.head + str(depth)
+        if prefix != "/":  # percent-encoded whole (a path may hold "&", "+", "#", "%", spaces)
+            query += "&path_prefix=" + quote(prefix, safe="/")
+        if cursor:
+            query += "&page=" + quote(cursor, safe="")
+        key = query.encode("ascii")
+        content, counter = await self.client._get(self.endpoint, key)
+        self.listing.requests += 1
+        if counter is not None:
+            self.listing.counters.add(int(counter))
+        got = self.last_pages.get(key)
+        if got is None or got.body != content:
+            self.fresh += 1
+            self.client.pages_parsed += 1
+            got = _parse_page(self.url, content, keep_body=self.basic)
+        if self.basic:
+            self.used[key] = got
+        return got
+
+    def keep(self, got: _Page) -> None:
+        """A page's memories (a tick's listing is 16,000 of them: set operations, not a loop)."""
+        ids = got.ids
+        seen = self.seen
+        if not got.distinct:
+            for mid in ids:
+                if mid in seen:
+                    self.listing.duplicates.add(mid)
+                seen.add(mid)
+        else:
+            if not seen.isdisjoint(ids):
+                self.listing.duplicates.update(seen.intersection(ids))
+            seen.update(ids)
+        self.listing.items.extend(got.memories)
+
+    async def take(self, got: _Page) -> None:
+        """A page's memories kept, then handed to `on_page` (before its prefix's next page is asked)."""
+        self.keep(got)
+        if self.on_page is not None:
+            await self.on_page(got.data)
+
+    def start(self, prefix: str, nursery: trio.Nursery) -> None:
+        if prefix not in self.started:
+            self.started.add(prefix)
+            nursery.start_soon(self.subtree, prefix, nursery)
+
+    async def subtree(self, prefix: str, nursery: trio.Nursery) -> None:
+        size = self.known.get(prefix, 0)
+        if self.whole or size <= 2 * self.limit:
+            got = await self.page(prefix, 0, None)
+            # small, known to be worth paging whole, or nothing known of the store's shape
+            if self.whole or not got.next_page or 0 < size:
+                await self.page_whole(prefix, got)
+                return
+        await self.split(prefix, nursery)
+
+    async def page_whole(self, prefix: str, got: _Page) -> None:
+        """A prefix paged whole (depth 0), from its first page `got` on."""
+        while True:
+            await self.take(got)
+            if not got.next_page:
+                return
+            got = await self.page(prefix, 0, got.next_page)
+
+    async def split(self, prefix: str, nursery: trio.Nursery) -> None:
+        """A prefix's direct children page by page (depth 1), each sub-prefix started as it is
+        named (the known ones at once)."""
+        for sub in self.children.get(prefix, ()):
+            self.start(sub, nursery)
+        cursor = None
+        while True:
+            got = await self.page(prefix, 1, cursor)
+            for sub in got.prefixes:
+                self.start(sub, nursery)
+            await self.take(got)
+            cursor = got.next_page
+            if not cursor:
+                return
+
+    def unchanged(self) -> bool:
+        """The same requests got the same answers as the last listing: the same memories, already
+        in path order."""
+        return (
+            not self.fresh
+            and len(self.used) == len(self.last_pages)
+            and all(self.last_pages.get(key) is got for key, got in self.used.items())
+        )
+
+
 @dataclass(frozen=True)
 class Changes:
     counter: int
@@ -490,123 +621,23 @@ class StoreClient:
         awaited with each page's items as it arrives (before that prefix's next page is asked):
         a download stores a page's content while the other pages are on their way.
         The result is not one snapshot without a counter: see `Listing`."""
-        limit = BASIC_LIMIT if view == "basic" else FULL_LIMIT
-        url = f"/v1/memory_stores/{store_id}/memories"
-        # The pages' URL is parsed once here and each page's query put in by hand: passing
-        # `params` made httpx parse (and scan character by character) the whole URL three times
-        # per request, ~0.3 ms of the daemon's CPU each (0.7 ms -> 0.4 ms per request in all).
-        endpoint = httpx.URL(self.base_url + url)
-        head = f"view={view}&limit={limit}&depth="
-        known = known or {}
-        children: dict[str, list[str]] = {}
-        for prefix in known:
-            if prefix != "/":
-                children.setdefault(prefix[: prefix.rstrip("/").rfind("/") + 1], []).append(prefix)
-        listing = Listing()
-        seen: set[str] = set()
-        started: set[str] = set()
         # A basic listing compares each page with the store's last one (`_LastListing`); a
         # full-view page (content) is never kept.
         basic = view == "basic"
         last = self._last_listings.get(store_id) if basic else None
-        last_pages = last.pages if last is not None else {}
-        used: dict[bytes, _Page] = {}
-        fresh = 0  # pages parsed anew (not as the last listing had them)
-
-        async def page(prefix: str, depth: int, cursor: str | None) -> _Page:
-            nonlocal fresh
-            query = head + str(depth)
-            if prefix != "/":  # percent-encoded whole (a path may hold "&", "+", "#", "%", spaces)
-                query += "&path_prefix=" + quote(prefix, safe="/")
-            if cursor:
-                query += "&page=" + quote(cursor, safe="")
-            key = query.encode("ascii")
-            content, counter = await self._get(endpoint, key)
-            listing.requests += 1
-            if counter is not None:
-                listing.counters.add(int(counter))
-            got = last_pages.get(key)
-            if got is None or got.body != content:
-                fresh += 1
-                self.pages_parsed += 1
-                got = _parse_page(url, content, keep_body=basic)
-            if basic:
-                used[key] = got
-            return got
-
-        # Nothing known of the store (a first download, or a store last seen empty): one cursor
-        # chain of whole pages, one request per `limit` memories and not one more. Splitting
-        # blind costs a probe page per large prefix, thrown away, and the depth-1 pages: a first
-        # download of 8 x 2,000 memories was 1,414 requests where 800 pages hold it (the
-        # official worker's count); against an organisation's rate limit requests are the time
-        # too, and the stores' chains run concurrently.
-        whole = not known.get("/", 0)
-        items = listing.items
-        duplicates = listing.duplicates
-
-        def keep(got: _Page) -> None:
-            """A page's memories (a tick's listing is 16,000 of them: set operations, not a loop)."""
-            ids = got.ids
-            if not got.distinct:
-                for mid in ids:
-                    if mid in seen:
-                        duplicates.add(mid)
-                    seen.add(mid)
-            else:
-                if not seen.isdisjoint(ids):
-                    duplicates.update(seen.intersection(ids))
-                seen.update(ids)
-            items.extend(got.memories)
-
-        def start(prefix: str, nursery: trio.Nursery) -> None:
-            if prefix not in started:
-                started.add(prefix)
-                nursery.start_soon(subtree, prefix, nursery)
-
-        async def subtree(prefix: str, nursery: trio.Nursery) -> None:
-            size = known.get(prefix, 0)
-            if whole or size <= 2 * limit:
-                got = await page(prefix, 0, None)
-                # small, known to be worth paging whole, or nothing known of the store's shape
-                if whole or not got.next_page or 0 < size:
-                    while True:
-                        keep(got)
-                        if on_page is not None:
-                            await on_page(got.data)
-                        if not got.next_page:
-                            return
-                        got = await page(prefix, 0, got.next_page)
-            for sub in children.get(prefix, ()):
-                start(sub, nursery)
-            cursor = None
-            while True:
-                got = await page(prefix, 1, cursor)
-                for sub in got.prefixes:
-                    start(sub, nursery)
-                keep(got)
-                if on_page is not None:
-                    await on_page(got.data)
-                cursor = got.next_page
-                if not cursor:
-                    return
-
+        walk = _ListingWalk(self, store_id, view, known or {}, on_page, last)
         try:
             async with trio.open_nursery() as nursery:
-                start("/", nursery)
+                walk.start("/", nursery)
         except BaseExceptionGroup as group:  # the first failure, as itself: callers catch it by type
             raise _first(group) from None
-        if (
-            last is not None
-            and not fresh
-            and len(used) == len(last_pages)
-            and all(last_pages.get(key) is got for key, got in used.items())
-        ):
-            # The same requests got the same answers: the same memories, already in path order.
+        listing = walk.listing
+        if last is not None and walk.unchanged():
             listing.items = last.items
         else:
             listing.items.sort(key=itemgetter("path"))  # the API's order: by path
         if basic:
-            self._keep_listing(store_id, _LastListing(used, listing.items))
+            self._keep_listing(store_id, _LastListing(walk.used, listing.items))
         return listing
 
     def _keep_listing(self, store_id: str, kept: _LastListing) -> None:
