@@ -177,12 +177,14 @@ class _ListingWalk:
         self.last_pages = last.pages if last is not None else {}
         self.used: dict[bytes, _Page] = {}
         self.fresh = 0  # pages parsed anew (not as the last listing had them)
-        # Nothing known of the store (a first download, or a store last seen empty): one cursor
-        # chain of whole pages, one request per `limit` memories and not one more. Splitting
-        # blind costs a probe page per large prefix, thrown away, and the depth-1 pages: a first
-        # download of 8 x 2,000 memories was 1,414 requests where 800 pages hold it (the
-        # official worker's count); against an organisation's rate limit requests are the time
-        # too, and the stores' chains run concurrently.
+        # Nothing known of the store (a first download, or a store last seen empty): a cursor
+        # chain of whole pages per top-level prefix, concurrently, after one probe of "/" (which
+        # is the whole store when it fits in a page). Splitting every large prefix blind cost a
+        # probe page each, thrown away, and the depth-1 pages: a first download of 8 x 2,000
+        # memories was 1,414 requests where 800 pages hold it (the official worker's count);
+        # against an organisation's rate limit requests are the time too. A chain per top-level
+        # prefix costs the probe, "/"'s depth-1 pages and one part-filled page per prefix, and
+        # keeps a store's download concurrent.
         self.whole = not known.get("/", 0)
 
     async def page(self, prefix: str, depth: int, cursor: str | None) -> _Page:
@@ -235,8 +237,9 @@ class _ListingWalk:
         size = self.known.get(prefix, 0)
         if self.whole or size <= 2 * self.limit:
             got = await self.page(prefix, 0, None)
-            # small, known to be worth paging whole, or nothing known of the store's shape
-            if self.whole or not got.next_page or 0 < size:
+            # small, known to be worth paging whole, or a top-level prefix of a store nothing
+            # is known of (`whole`: "/" alone is split, when its probe is not all of it)
+            if not got.next_page or 0 < size or (self.whole and prefix != "/"):
                 await self.page_whole(prefix, got)
                 return
         await self.split(prefix, nursery)
@@ -609,7 +612,8 @@ class StoreClient:
         """Every memory of a store, read as concurrent listings by path prefix (SEMANTICS.md#d-no-counter).
 
         A cursor-paged listing is a chain of round trips; a store's tree is not. A store nothing
-        is known of (`known` empty or "/" 0) is paged whole, as one chain: see `whole`. Otherwise
+        is known of (`known` empty or "/" 0) is probed, then paged a top-level prefix at a time:
+        see `whole`. Otherwise
         a prefix is first asked whole (depth 0): one page holds a small subtree. A larger one is split: its
         direct children page by page (depth 1), each sub-prefix in that answer listed the same
         way, concurrently. `known` (prefix -> how many memories the caller last saw under it,
