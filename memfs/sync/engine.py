@@ -28,7 +28,7 @@ import trio
 from memfs import limits
 from memfs.client import ApiError, StoreClient, Unreachable
 from memfs.protocol import Deletions
-from memfs.records import StoreInfo
+from memfs.records import BaseEntry, StoreInfo
 from memfs.sync import plan as P
 from memfs.sync.apply import apply_plan, maybe_staged, plan_pull
 from memfs.sync.bounded import gather
@@ -583,6 +583,37 @@ class SyncEngine:
             # dict, read at this generation; copied, as the fetch below may change it).
             remote = dict(baseline.remote)
             order = in_path_order(remote)
+        # No await between the plan made last and its apply (see `_plan_with_content`).
+        plan, new_counter = await self._plan_with_content(
+            store, base, remote, order, moved, pulled, new_counter
+        )
+        with self.state.transaction():  # one commit per store and tick: all of the plan or none of it
+            deferred = apply_plan(self.fs, self.state, store, plan, pulled)
+        if deferred:
+            return []
+        self._feed_read(sid, pulled)
+        report.pulled += sum(
+            1 for a in plan.view if isinstance(a, (P.Materialise, P.MoveLocal, P.RemoveLocal))
+        )
+        if new_counter is not None:
+            self.state.set_store_counter(sid, new_counter)
+        if not moved and plan.empty:  # e.g. only held deletes or refused files differ: nothing to do
+            self._clean[sid] = generation
+        return list(plan.push_stages) if store.access == "read_write" else []
+
+    async def _plan_with_content(
+        self,
+        store: StoreInfo,
+        base: Mapping[str, BaseEntry],
+        remote: dict[str, P.RemoteEntry],
+        order: list[str],
+        moved: bool,
+        pulled: Pulled,
+        new_counter: int | None,
+    ) -> tuple[P.Plan, int | None]:
+        """`_pull_store`'s plan, with the content it needs at hand: (the plan, the counter to
+        record, which a snapshot replaces)."""
+        sid = store.store_id
         # Fetch what the plan needs, then plan again on the view as it is *now*, and apply with no
         # await in between: an edit made while we fetched is never overwritten unseen. The plan is
         # a pure function of its inputs (plan_pull): when the fetch changed no remote entry and
@@ -630,19 +661,7 @@ class SyncEngine:
                 )
             order = in_path_order(remote)
         assert plan is not None  # the loop ran at least once
-        with self.state.transaction():  # one commit per store and tick: all of the plan or none of it
-            deferred = apply_plan(self.fs, self.state, store, plan, pulled)
-        if deferred:
-            return []
-        self._feed_read(sid, pulled)
-        report.pulled += sum(
-            1 for a in plan.view if isinstance(a, (P.Materialise, P.MoveLocal, P.RemoveLocal))
-        )
-        if new_counter is not None:
-            self.state.set_store_counter(sid, new_counter)
-        if not moved and plan.empty:  # e.g. only held deletes or refused files differ: nothing to do
-            self._clean[sid] = generation
-        return list(plan.push_stages) if store.access == "read_write" else []
+        return plan, new_counter
 
     def _feed_read(self, sid: str, pulled: Pulled) -> None:
         """Record where the store's version feed stands, once what it said is in the view."""
