@@ -22,7 +22,6 @@ import base64
 import contextlib
 import itertools
 import json
-import logging
 import threading
 import time
 from collections.abc import Callable
@@ -462,7 +461,7 @@ class FakePlatform:
 
 
 class PlatformServer:
-    """FakePlatform served by hypercorn (asyncio) on a free loopback port, in a thread."""
+    """FakePlatform served by uvicorn (asyncio) on a free loopback port, in a thread."""
 
     def __init__(self, platform: FakePlatform):
         self.platform = platform
@@ -486,7 +485,7 @@ class PlatformServer:
                 self.platform.closing = True
                 await self.platform._notify()
 
-            # The streams end first: a connection still open when hypercorn stops is cancelled,
+            # The streams end first: a connection still open when the server stops is cancelled,
             # and asyncio logs that as an error in the test.
             with contextlib.suppress(Exception):
                 asyncio.run_coroutine_threadsafe(close(), self._loop).result(5)
@@ -503,7 +502,7 @@ class PlatformServer:
         return asyncio.run_coroutine_threadsafe(run(), self._loop).result(10)
 
     def _on_loop_error(self, loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
-        # At shutdown hypercorn cancels the connections still open (a worker that lost its lease
+        # At shutdown the server cancels the connections still open (a worker that lost its lease
         # leaves its event stream and a keep-alive connection behind), and Python 3.11's
         # StreamReaderProtocol callback reports each cancelled connection task as an error. That
         # is the fake server stopping, not something the worker did: every other error is reported.
@@ -514,8 +513,7 @@ class PlatformServer:
     def _run(self) -> None:
         import socket
 
-        from hypercorn.asyncio import serve
-        from hypercorn.config import Config
+        import uvicorn
 
         async def main():
             self._loop = asyncio.get_running_loop()
@@ -526,24 +524,22 @@ class PlatformServer:
             sock.bind(("127.0.0.1", 0))
             sock.listen(64)
             port = sock.getsockname()[1]
-            config = Config()
-            config.bind = [f"fd://{sock.fileno()}"]  # the socket we bound: no free-port race
-            config.accesslog = None
-            # A handler that raised shows up in the test's log; the startup banner does not.
-            errorlog = logging.getLogger("fake-platform")
-            errorlog.setLevel(logging.WARNING)
-            config.errorlog = errorlog
-            config.graceful_timeout = 1
+            # The service's own server (uvicorn, the one the service runs on): a socket we bound,
+            # so no free-port race; no access log; a handler that raised shows up in the test's log.
+            config = uvicorn.Config(
+                self.platform.app, access_log=False, log_level="warning", lifespan="off",
+                timeout_graceful_shutdown=1,
+            )  # fmt: skip
+            server = uvicorn.Server(config)
             self.base_url = f"http://127.0.0.1:{port}"
-            task = asyncio.ensure_future(serve(self.platform.app, config, shutdown_trigger=self._stop.wait))
+            task = asyncio.ensure_future(server.serve(sockets=[sock]))
             for _ in range(200):  # until it accepts connections
-                try:
-                    _r, w = await asyncio.open_connection("127.0.0.1", port)
-                    w.close()
+                if server.started or task.done():
                     break
-                except OSError:
-                    await asyncio.sleep(0.02)
+                await asyncio.sleep(0.02)
             self._ready.set()
+            await self._stop.wait()
+            server.should_exit = True
             await task
 
         try:
