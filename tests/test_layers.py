@@ -31,9 +31,18 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
         "memfs.limits",
         "memfs.logging_setup",
     ),
-    "memfs.client": ("memfs.mount", "memfs.sync", "memfs.session", "memfs.service", "memfs.worker"),
-    "memfs.transport": ("memfs.mount", "memfs.sync", "memfs.session", "memfs.service", "memfs.worker"),
-    "memfs.egress": ("memfs.",),  # the standard library's reading of the environment, nothing else
+    # the store client (its transport, listing, snapshot stream, errors): below every layer that uses it
+    "memfs.client": (
+        "memfs.mount",
+        "memfs.sync",
+        "memfs.session",
+        "memfs.service",
+        "memfs.worker",
+        "memfs.cli",
+    ),
+    "memfs.client.egress": ("memfs.",),  # the standard library's reading of the environment, nothing else
+    "memfs.client.errors": ("memfs.",),  # raised by the early download too, before anything is imported
+    "memfs.client.work_secret": ("memfs.",),
     "memfs.sync": ("memfs.mount", "memfs.session", "memfs.service", "memfs.worker"),
     "memfs.mount": ("memfs.sync", "memfs.session", "memfs.service", "memfs.worker", "memfs.client"),
     "memfs.service": ("memfs.mount", "memfs.sync", "memfs.session", "memfs.worker", "memfs.client"),

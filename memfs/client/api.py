@@ -1,4 +1,5 @@
-"""Async HTTP client for the store API and memfs's extensions (counter, changes, snapshot).
+"""`StoreClient`: the store API's calls and memfs's extensions (counter, changes, snapshot), and
+how a request is sent (slots, the client-wide hold, retries).
 
 Used by the mount and the sync engine (under trio). Sized for a WAN: every request takes one of
 `concurrency` slots (the connection pool has as many connections), so a 10,000-memory store never
@@ -14,30 +15,29 @@ from __future__ import annotations
 import zlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
 from operator import itemgetter
-from typing import Any, NamedTuple
+from typing import Any
 from urllib.parse import quote
 
 import httpx
 import orjson
 import trio
 
-from memfs.batching import batch_chunks as batch_chunks  # its old home
-from memfs.budget import Pacer, RequestBudget, kind_of, retry_after
-from memfs.egress import ProxySettingError, proxy_for, redact
-from memfs.errors import ApiError, Unreachable
-from memfs.plain_get import PlainHTTPError
+from memfs.client.budget import Pacer, RequestBudget, kind_of, retry_after
+from memfs.client.egress import ProxySettingError, proxy_for, redact
+from memfs.client.errors import ApiError, Unreachable
+
+# The method bodies name these as they did when they lived here (merges of edits to them stay clean).
+from memfs.client.listing import LastListing as _LastListing
+from memfs.client.listing import Page as _Page
+from memfs.client.listing import keep_listing
+from memfs.client.listing import parse_page as _parse_page
+from memfs.client.plain_get import PlainHTTPError
+from memfs.client.records import Change, Changes, Listing
+from memfs.client.snapshot_receive import stream_snapshot
+from memfs.client.snapshot_stream import SnapshotSink
+from memfs.client.transport import Pools
 from memfs.protocol import COUNTER_HEADER, MEMORY_BETA, SESSIONS_BETA
-from memfs.snapshot_stream import (
-    SNAPSHOT_CHUNK_BYTES,
-    SNAPSHOT_CHUNKS_AHEAD,
-    SnapshotParser,
-    SnapshotSink,
-)
-from memfs.transport import POOL_SHARD as POOL_SHARD  # its old home
-from memfs.transport import Pools
-from memfs.work_secret import sessions_token_from_secret as sessions_token_from_secret  # its old home
 
 CONCURRENCY = 32  # requests in flight per client (all stores together): a WAN's latency, bounded
 RETRY_WITHIN = 4.0  # seconds: the longest retry-after honoured inside a tick (the interval is >= 5 s)
@@ -48,146 +48,7 @@ RATE_RETRIES = 8
 BASIC_LIMIT = 100  # the API's page sizes: basic view, full view
 FULL_LIMIT = 20
 
-
-# Memories of the stores' last basic listings kept for the next tick (`_LastListing`): ~1.4 KB
-# each (the parsed item and its share of the page's bytes), so ~35 MB at most.
-LISTINGS_KEPT = 25_000
 COUNTER_HEADER_BYTES = COUNTER_HEADER.lower().encode("ascii")
-
-
-@dataclass(frozen=True)
-class Change:
-    memory_id: str
-    operation: str  # "upserted" | "deleted"
-    path: str
-    previous_path: str | None
-    sha: str | None
-    size: int | None
-    updated_at: str | None
-
-
-@dataclass
-class Listing:
-    """A store's memories read by several listings (one per path prefix), concurrently.
-
-    Without a counter (the hosted API) the listings are not one snapshot: a memory renamed from
-    one prefix to another while they were read can be in both (`duplicates`) or in neither. The
-    caller settles both (sync/remote.py). With a counter, `counters` holds every page's header:
-    one value means one snapshot; several mean the listing straddled writes, and the lowest is
-    the counter to resume from."""
-
-    items: list[dict[str, Any]] = field(default_factory=list)
-    counters: set[int] = field(default_factory=set)
-    duplicates: set[str] = field(default_factory=set)
-    requests: int = 0
-
-    @property
-    def counter(self) -> int | None:
-        return min(self.counters) if self.counters else None
-
-    @property
-    def consistent(self) -> bool:
-        return len(self.counters) == 1
-
-
-class _Page(NamedTuple):
-    """One listing page as parsed: what `list_memories` takes from it. `body` is the answer's
-    bytes (decoded) for a basic page that a later tick may compare against, else empty."""
-
-    body: bytes
-    data: list[dict[str, Any]]  # the page's items as the API gave them (memories and prefixes)
-    memories: list[dict[str, Any]]  # its memories, in the page's order
-    ids: list[str]  # their ids
-    distinct: bool  # no id twice within the page
-    prefixes: list[str]  # the paths of its `memory_prefix` roll-ups
-    next_page: str | None
-
-
-def _parse_page(url: str, body: bytes, *, keep_body: bool) -> _Page:
-    try:
-        page = orjson.loads(body)  # full-view pages are a first download's bulk
-    except ValueError as exc:
-        raise Unreachable(f"GET {url}: answer is not JSON") from exc
-    data = page["data"]
-    memories: list[dict[str, Any]] = []
-    prefixes: list[str] = []
-    for item in data:
-        kind = item.get("type")
-        if kind == "memory":
-            memories.append(item)
-        elif kind == "memory_prefix":
-            prefixes.append(item["path"])
-    ids = [m["id"] for m in memories]
-    return _Page(
-        body if keep_body else b"",
-        data,
-        memories,
-        ids,
-        len(set(ids)) == len(ids),
-        prefixes,
-        page.get("next_page"),
-    )
-
-
-@dataclass
-class _LastListing:
-    """A store's last basic listing (SEMANTICS.md#d-no-counter: every hosted tick lists every
-    store): its pages by request, and its memories in path order. A page whose answer is
-    byte for byte the one this listing got is taken as parsed then: equal bytes are an equal
-    answer (orjson is a pure function of them), so no change can hide behind it. A listing
-    whose every page is one of these, the same requests, has these memories: it is given the
-    same sorted list, which lets the reader know an unchanged store without comparing 2,000
-    memories again (sync/remote.py)."""
-
-    pages: dict[bytes, _Page]  # the request's query -> its page
-    items: list[dict[str, Any]]  # read-only: shared by every listing that reuses it
-
-
-@dataclass(frozen=True)
-class Changes:
-    counter: int
-    too_old: bool
-    changes: list[Change]
-
-
-async def _stream_snapshot(url: str, resp: httpx.Response, sink: SnapshotSink) -> int:
-    """Receive on this task, parse and hand over on a worker thread, a bounded queue between."""
-    parser = SnapshotParser(url, sink)
-    send, receive = trio.open_memory_channel[bytes](SNAPSHOT_CHUNKS_AHEAD)
-    failure: list[BaseException] = []
-
-    async def receive_body(cancel: trio.CancelScope) -> None:
-        try:
-            async with send:
-                parts: list[bytes] = []
-                size = 0
-                async for chunk in resp.aiter_bytes():
-                    parts.append(chunk)
-                    size += len(chunk)
-                    if size >= SNAPSHOT_CHUNK_BYTES:
-                        await send.send(b"".join(parts))
-                        parts, size = [], 0
-                if parts:
-                    await send.send(b"".join(parts))
-        except Exception as exc:  # the consumer must not wait for a chunk that never comes
-            failure.append(exc)
-            cancel.cancel()
-
-    async def hand_over(cancel: trio.CancelScope) -> None:
-        try:
-            async with receive:
-                async for data in receive:
-                    await trio.to_thread.run_sync(parser.feed, data)
-        except Exception as exc:
-            failure.append(exc)
-            cancel.cancel()
-
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(receive_body, nursery.cancel_scope)
-        nursery.start_soon(hand_over, nursery.cancel_scope)
-    if failure:  # the first is the cause: the other task was cancelled because of it
-        raise failure[0]
-    return parser.finish()
 
 
 class StoreClient:
@@ -204,7 +65,7 @@ class StoreClient:
     ):
         """`transport`: where requests go instead of the network (tests: the service app in
         process, or a transport that injects faults). None, the default, is the client's own
-        pools, through the environment's proxy for `base_url` if it names one (memfs/egress.py;
+        pools, through the environment's proxy for `base_url` if it names one (memfs/client/egress.py;
         a proxy setting that cannot be used fails every request, saying why)."""
         self.base_url = base_url.rstrip("/")
         self.concurrency = concurrency
@@ -235,7 +96,7 @@ class StoreClient:
         )
         self.requests_sent = 0
         self.budget = RequestBudget()  # by kind, rolling windows; and the client-wide hold (a 429)
-        self.pacer = Pacer()  # the rate sent at once a 429 came (memfs/budget.py)
+        self.pacer = Pacer()  # the rate sent at once a 429 came (memfs/client/budget.py)
         self.pages_parsed = 0  # listing pages parsed, not taken as the last listing had them (tests)
         self._last_listings: dict[str, _LastListing] = {}  # store id -> its last basic listing
         self.retried = 0  # requests sent again after a retry-after (for the logs and tests)
@@ -266,7 +127,7 @@ class StoreClient:
 
     @asynccontextmanager
     async def _sending(self, kind: str) -> AsyncIterator[float]:
-        """A slot; in it, the client-wide hold waited out (or failed on: memfs/budget.py) and the
+        """A slot; in it, the client-wide hold waited out (or failed on: memfs/client/budget.py) and the
         pacer's turn taken, then counted. Yields the time it was sent (for `_retry_wait`)."""
         async with self.slots:
             wait = self.budget.wait_for(self.retry_within)
@@ -304,7 +165,7 @@ class StoreClient:
         """A listing page's GET: (body, its counter header or None), retried as `_request`.
 
         With the client's own pools (not a test's transport) and no proxy in the way it is a plain
-        HTTP/1.1 GET on trio's sockets (memfs/plain_get.py): a first download is hundreds of
+        HTTP/1.1 GET on trio's sockets (memfs/client/plain_get.py): a first download is hundreds of
         full-view pages of ~300 KB, and httpx's client layers, httpcore and h11 took ~2.8x the
         daemon's CPU for them (8 x 2,000 memories: ~2.5-3 s more of the mount's CPU; the commit
         that kept it says how it was measured). The request is the same one: the client's
@@ -460,7 +321,7 @@ class StoreClient:
                         if wait is None:
                             raise _api_error(resp)
                     else:
-                        return await _stream_snapshot(url, resp, sink)
+                        return await stream_snapshot(url, resp, sink)
             except httpx.HTTPError as exc:
                 raise Unreachable(f"GET {url}{self._via}: {_describe(exc)}") from exc
             await trio.sleep(wait)
@@ -610,13 +471,7 @@ class StoreClient:
         return listing
 
     def _keep_listing(self, store_id: str, kept: _LastListing) -> None:
-        """Keep a store's last basic listing for the next one, within LISTINGS_KEPT memories
-        for all stores together (a store whose listing does not fit keeps none)."""
-        listings = self._last_listings
-        listings.pop(store_id, None)
-        total = sum(len(k.items) for k in listings.values())
-        if total + len(kept.items) <= LISTINGS_KEPT:
-            listings[store_id] = kept
+        keep_listing(self._last_listings, store_id, kept)  # memfs/client/listing.py
 
     async def list_versions(
         self, store_id: str, params: dict[str, str | int]

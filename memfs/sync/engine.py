@@ -164,7 +164,7 @@ class SyncEngine:
         """A refusal that said how long to wait (429 or 5xx with retry-after, longer than a tick
         retries itself): no tick of ours, timed or live, comes before it (SEMANTICS.md#d-unreachable).
         A forced `memfs sync` runs its tick, but the client holds every request until then
-        (memfs/budget.py, SEMANTICS.md#d-budget): it fails at once, sending nothing."""
+        (memfs/client/budget.py, SEMANTICS.md#d-budget): it fails at once, sending nothing."""
         wait = exc.retry_after if isinstance(exc, ApiError) and exc.retryable else None
         if wait:
             until = trio.current_time() + min(wait, RETRY_AFTER_CAP)

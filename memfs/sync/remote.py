@@ -18,8 +18,8 @@ from typing import Any, NamedTuple, Protocol
 import trio
 
 from memfs.client import CONCURRENCY, ApiError, Listing, StoreClient
+from memfs.client.snapshot_stream import SnapshotEntry, StreamedSnapshot
 from memfs.records import BaseEntry, FeedPosition, StoreInfo
-from memfs.snapshot_stream import SnapshotEntry, StreamedSnapshot
 from memfs.sync import plan as P
 from memfs.sync.bounded import gather
 from memfs.sync.feed import VersionFeed

@@ -135,7 +135,7 @@ class InProcessService:
 
     async def session_token(self, stores: list[tuple[str, str]]) -> tuple[str, dict]:
         """A session with these (store id, access) attached: its bearer token and its record."""
-        from memfs.client import sessions_token_from_secret
+        from memfs.client.work_secret import sessions_token_from_secret
 
         resources = [{"type": "memory_store", "memory_store_id": s, "access": a} for s, a in stores]
         body = await self._ok(
