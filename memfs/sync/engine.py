@@ -26,14 +26,14 @@ from typing import Any
 import trio
 
 from memfs import limits
-from memfs.client import ApiError, StoreClient, Unreachable
+from memfs.client.errors import ApiError, Unreachable
 from memfs.protocol import Deletions
 from memfs.records import StoreInfo
 from memfs.sync import plan as P
 from memfs.sync.apply import apply_plan, maybe_staged, plan_pull
 from memfs.sync.bounded import gather
 from memfs.sync.not_on_store import NotOnStore, not_on_store
-from memfs.sync.ports import Journal, View
+from memfs.sync.ports import Journal, Store, View
 from memfs.sync.push import Pusher
 from memfs.sync.remote import Prefetched, Pulled, StoreReader, in_path_order, worth_a_snapshot
 from memfs.sync.report import StoreSync, TickFailed, TickReport
@@ -67,7 +67,7 @@ def _now_iso() -> str:
 class SyncEngine:
     def __init__(
         self,
-        client: StoreClient,
+        client: Store,
         state: Journal,
         fs: View,
         stores: Iterable[StoreInfo],
