@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import pytest
 
-from tests.support.inprocess import InProcessService
-from tests.support.stores import rate_limited, unreachable
+from memfs.client import ApiError, StoreClient
+from tests.support.inprocess import ADMIN_KEY, BASE_URL, InProcessService
+from tests.support.stores import FailingStore, rate_limited, unreachable
 from tests.sync.test_engine_rules import World, single_requests
 
 pytestmark = [pytest.mark.trio, pytest.mark.timeout(20)]
@@ -90,3 +91,28 @@ async def test_an_unreachable_store_mid_push_leaves_the_change_staged(svc, tmp_p
         assert m.store.count("update_memory") == 2  # the failed one and the one that landed
     finally:
         await world.close()
+
+
+async def test_the_failure_wrapper_fails_only_what_it_was_told(svc):
+    """The wrapper itself: a fault on one call of one store, taken `times` times, every other call
+    passed on to the real client; a name that is not a call of the port is refused."""
+    store_a = await svc.create_store("A")
+    store_b = await svc.create_store("B")
+    await svc.create(store_a, "/a.md", "alpha")
+    client = StoreClient(BASE_URL, ADMIN_KEY, transport=svc.transport)
+    try:
+        store = FailingStore(client)
+        with pytest.raises(ValueError, match="not a call of the Store port"):
+            store.fail("list_memoirs", unreachable())
+        fault = store.fail("list_memories", rate_limited(30), store_id=store_a, times=2)
+        for _ in range(2):
+            with pytest.raises(ApiError) as e:
+                await store.list_memories(store_a)
+            assert e.value.status == 429 and e.value.retry_after == 30 and e.value.retryable
+        assert [m["path"] for m in (await store.list_memories(store_a)).items] == ["/a.md"]
+        assert (await store.list_memories(store_b)).items == []
+        assert fault.hits == 2 and store.count("list_memories") == 4
+        assert store.count("list_memories", store_b) == 1
+        assert store.requests_sent == client.requests_sent == 2
+    finally:
+        await client.aclose()
