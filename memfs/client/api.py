@@ -17,7 +17,6 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from contextlib import asynccontextmanager
 from operator import itemgetter
 from typing import Any
-from urllib.parse import quote
 
 import httpx
 import orjson
@@ -26,12 +25,7 @@ import trio
 from memfs.client.budget import Pacer, RequestBudget, kind_of, retry_after
 from memfs.client.egress import ProxySettingError, proxy_for, redact
 from memfs.client.errors import ApiError, Unreachable
-
-# The method bodies name these as they did when they lived here (merges of edits to them stay clean).
-from memfs.client.listing import LastListing as _LastListing
-from memfs.client.listing import Page as _Page
-from memfs.client.listing import keep_listing
-from memfs.client.listing import parse_page as _parse_page
+from memfs.client.listing import LastListing, ListingWalk, keep_listing
 from memfs.client.plain_get import PlainHTTPError
 from memfs.client.records import Change, Changes, Listing
 from memfs.client.snapshot_receive import stream_snapshot
@@ -45,8 +39,6 @@ RETRIES = 2  # per request
 # A 429 with a short retry-after is sent again up to this many times: after it requests go one at a
 # time (`_widen`), so a tick (a first download above all) gets through an organisation's burst limit.
 RATE_RETRIES = 8
-BASIC_LIMIT = 100  # the API's page sizes: basic view, full view
-FULL_LIMIT = 20
 
 COUNTER_HEADER_BYTES = COUNTER_HEADER.lower().encode("ascii")
 
@@ -98,7 +90,7 @@ class StoreClient:
         self.budget = RequestBudget()  # by kind, rolling windows; and the client-wide hold (a 429)
         self.pacer = Pacer()  # the rate sent at once a 429 came (memfs/client/budget.py)
         self.pages_parsed = 0  # listing pages parsed, not taken as the last listing had them (tests)
-        self._last_listings: dict[str, _LastListing] = {}  # store id -> its last basic listing
+        self._last_listings: dict[str, LastListing] = {}  # store id -> its last basic listing
         self.retried = 0  # requests sent again after a retry-after (for the logs and tests)
         # `_get`'s request headers: the client's own (as httpx sends them), gzip the only encoding
         # asked for (the one decoded there), and the host.
@@ -339,7 +331,8 @@ class StoreClient:
         """Every memory of a store, read as concurrent listings by path prefix (SEMANTICS.md#d-no-counter).
 
         A cursor-paged listing is a chain of round trips; a store's tree is not. A store nothing
-        is known of (`known` empty or "/" 0) is paged whole, as one chain: see `whole`. Otherwise
+        is known of (`known` empty or "/" 0) is probed, then paged a top-level prefix at a time:
+        see `whole`. Otherwise
         a prefix is first asked whole (depth 0): one page holds a small subtree. A larger one is split: its
         direct children page by page (depth 1), each sub-prefix in that answer listed the same
         way, concurrently. `known` (prefix -> how many memories the caller last saw under it,
@@ -351,126 +344,28 @@ class StoreClient:
         awaited with each page's items as it arrives (before that prefix's next page is asked):
         a download stores a page's content while the other pages are on their way.
         The result is not one snapshot without a counter: see `Listing`."""
-        limit = BASIC_LIMIT if view == "basic" else FULL_LIMIT
-        url = f"/v1/memory_stores/{store_id}/memories"
-        # The pages' URL is parsed once here and each page's query put in by hand: passing
-        # `params` made httpx parse (and scan character by character) the whole URL three times
-        # per request, ~0.3 ms of the daemon's CPU each (0.7 ms -> 0.4 ms per request in all).
-        endpoint = httpx.URL(self.base_url + url)
-        head = f"view={view}&limit={limit}&depth="
-        known = known or {}
-        children: dict[str, list[str]] = {}
-        for prefix in known:
-            if prefix != "/":
-                children.setdefault(prefix[: prefix.rstrip("/").rfind("/") + 1], []).append(prefix)
-        listing = Listing()
-        seen: set[str] = set()
-        started: set[str] = set()
-        # A basic listing compares each page with the store's last one (`_LastListing`); a
+        # A basic listing compares each page with the store's last one (`LastListing`); a
         # full-view page (content) is never kept.
         basic = view == "basic"
         last = self._last_listings.get(store_id) if basic else None
-        last_pages = last.pages if last is not None else {}
-        used: dict[bytes, _Page] = {}
-        fresh = 0  # pages parsed anew (not as the last listing had them)
-
-        async def page(prefix: str, depth: int, cursor: str | None) -> _Page:
-            nonlocal fresh
-            query = head + str(depth)
-            if prefix != "/":  # percent-encoded whole (a path may hold "&", "+", "#", "%", spaces)
-                query += "&path_prefix=" + quote(prefix, safe="/")
-            if cursor:
-                query += "&page=" + quote(cursor, safe="")
-            key = query.encode("ascii")
-            content, counter = await self._get(endpoint, key)
-            listing.requests += 1
-            if counter is not None:
-                listing.counters.add(int(counter))
-            got = last_pages.get(key)
-            if got is None or got.body != content:
-                fresh += 1
-                self.pages_parsed += 1
-                got = _parse_page(url, content, keep_body=basic)
-            if basic:
-                used[key] = got
-            return got
-
-        # Nothing known of the store (a first download, or a store last seen empty): one cursor
-        # chain of whole pages, one request per `limit` memories and not one more. Splitting
-        # blind costs a probe page per large prefix, thrown away, and the depth-1 pages: a first
-        # download of 8 x 2,000 memories was 1,414 requests where 800 pages hold it (the
-        # official worker's count); against an organisation's rate limit requests are the time
-        # too, and the stores' chains run concurrently.
-        whole = not known.get("/", 0)
-        items = listing.items
-        duplicates = listing.duplicates
-
-        def keep(got: _Page) -> None:
-            """A page's memories (a tick's listing is 16,000 of them: set operations, not a loop)."""
-            ids = got.ids
-            if not got.distinct:
-                for mid in ids:
-                    if mid in seen:
-                        duplicates.add(mid)
-                    seen.add(mid)
-            else:
-                if not seen.isdisjoint(ids):
-                    duplicates.update(seen.intersection(ids))
-                seen.update(ids)
-            items.extend(got.memories)
-
-        def start(prefix: str, nursery: trio.Nursery) -> None:
-            if prefix not in started:
-                started.add(prefix)
-                nursery.start_soon(subtree, prefix, nursery)
-
-        async def subtree(prefix: str, nursery: trio.Nursery) -> None:
-            size = known.get(prefix, 0)
-            if whole or size <= 2 * limit:
-                got = await page(prefix, 0, None)
-                # small, known to be worth paging whole, or nothing known of the store's shape
-                if whole or not got.next_page or 0 < size:
-                    while True:
-                        keep(got)
-                        if on_page is not None:
-                            await on_page(got.data)
-                        if not got.next_page:
-                            return
-                        got = await page(prefix, 0, got.next_page)
-            for sub in children.get(prefix, ()):
-                start(sub, nursery)
-            cursor = None
-            while True:
-                got = await page(prefix, 1, cursor)
-                for sub in got.prefixes:
-                    start(sub, nursery)
-                keep(got)
-                if on_page is not None:
-                    await on_page(got.data)
-                cursor = got.next_page
-                if not cursor:
-                    return
-
+        walk = ListingWalk(self._get, self.base_url, store_id, view, known or {}, on_page, last)
         try:
             async with trio.open_nursery() as nursery:
-                start("/", nursery)
+                walk.start("/", nursery)
         except BaseExceptionGroup as group:  # the first failure, as itself: callers catch it by type
             raise _first(group) from None
-        if (
-            last is not None
-            and not fresh
-            and len(used) == len(last_pages)
-            and all(last_pages.get(key) is got for key, got in used.items())
-        ):
-            # The same requests got the same answers: the same memories, already in path order.
+        finally:
+            self.pages_parsed += walk.fresh  # pages parsed anew, not taken as the last listing had them
+        listing = walk.listing
+        if last is not None and walk.unchanged():
             listing.items = last.items
         else:
             listing.items.sort(key=itemgetter("path"))  # the API's order: by path
         if basic:
-            self._keep_listing(store_id, _LastListing(used, listing.items))
+            self._keep_listing(store_id, LastListing(walk.used, listing.items))
         return listing
 
-    def _keep_listing(self, store_id: str, kept: _LastListing) -> None:
+    def _keep_listing(self, store_id: str, kept: LastListing) -> None:
         keep_listing(self._last_listings, store_id, kept)  # memfs/client/listing.py
 
     async def list_versions(

@@ -165,22 +165,47 @@ async def _answer(conn: _Conn, receive) -> tuple[int, list[tuple[bytes, bytes]],
     """Read one answer: (status, headers, body, whether the connection may be used again)."""
     buf = conn.buf
     conn.buf = b""
+    head, rest_bytes = await _head(buf, receive)
+    status, headers, length, chunked, reusable = _parse_head(head)
+    if status < 200:  # an interim answer: none is asked for (no `expect`), so none is understood
+        raise ValueError(f"an unexpected interim answer {status}")
+    if status in (204, 304):
+        conn.buf = rest_bytes
+        return status, headers, b"", reusable
+    if chunked:
+        body, left = await _chunked(rest_bytes, receive)
+        conn.buf = left
+        return status, headers, body, reusable
+    if length is not None:
+        body, conn.buf = await _sized(rest_bytes, length, receive)
+        return status, headers, body, reusable
+    parts = [rest_bytes]  # neither: the body ends with the connection
+    while data := await receive():
+        parts.append(data)
+    return status, headers, b"".join(parts), False
+
+
+async def _head(buf: bytes, receive) -> tuple[bytes, bytes]:
+    """An answer's head from `buf` on, read until its empty line: (the head, the bytes after it)."""
     while True:
         end = buf.find(b"\r\n\r\n")
         if end >= 0:
-            break
+            return buf[:end], buf[end + 4 :]
         if len(buf) > MAX_HEAD:
             raise ValueError("answer headers too large")
         data = await receive()
         if not data:
             raise _Closed("connection closed before the answer's headers")
         buf += data
-    lines = buf[:end].split(b"\r\n")
+
+
+def _parse_head(head: bytes) -> tuple[int, list[tuple[bytes, bytes]], int | None, bool, bool]:
+    """An answer's status line and headers: (status, headers, content-length, chunked, reusable)."""
+    lines = head.split(b"\r\n")
     version, _, rest = lines[0].partition(b" ")
     code = rest[:3]
     if not version.startswith(b"HTTP/1.") or not code.isdigit():
         raise ValueError(f"not an HTTP/1.x answer: {lines[0][:80]!r}")
-    status = int(code)
     headers: list[tuple[bytes, bytes]] = []
     length: int | None = None
     chunked = False
@@ -203,32 +228,21 @@ async def _answer(conn: _Conn, receive) -> tuple[int, list[tuple[bytes, bytes]],
                 reusable = False
             elif b"keep-alive" in tokens and version == b"HTTP/1.0":
                 reusable = True
-    rest_bytes = buf[end + 4 :]
-    if status < 200:  # an interim answer: none is asked for (no `expect`), so none is understood
-        raise ValueError(f"an unexpected interim answer {status}")
-    if status in (204, 304):
-        conn.buf = rest_bytes
-        return status, headers, b"", reusable
-    if chunked:
-        body, left = await _chunked(rest_bytes, receive)
-        conn.buf = left
-        return status, headers, body, reusable
-    if length is not None:
-        parts = [rest_bytes]
-        have = len(rest_bytes)
-        while have < length:
-            data = await receive()
-            if not data:
-                raise _Closed("connection closed before the answer's body was whole")
-            parts.append(data)
-            have += len(data)
-        whole = b"".join(parts)
-        conn.buf = whole[length:]
-        return status, headers, whole[:length], reusable
-    parts = [rest_bytes]  # neither: the body ends with the connection
-    while data := await receive():
+    return int(code), headers, length, chunked, reusable
+
+
+async def _sized(buf: bytes, length: int, receive) -> tuple[bytes, bytes]:
+    """A body of `length` bytes from `buf` on: (the body, the bytes after it)."""
+    parts = [buf]
+    have = len(buf)
+    while have < length:
+        data = await receive()
+        if not data:
+            raise _Closed("connection closed before the answer's body was whole")
         parts.append(data)
-    return status, headers, b"".join(parts), False
+        have += len(data)
+    whole = b"".join(parts)
+    return whole[:length], whole[length:]
 
 
 async def _chunked(buf: bytes, receive) -> tuple[bytes, bytes]:

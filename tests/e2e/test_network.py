@@ -111,11 +111,15 @@ def test_a_hosted_download_costs_pages_not_a_request_per_memory(big, tmp_path):
         assert walk(box.root / SLUG) == contents
         listings = proxy.count("GET", r"/memories$")
         fetches = proxy.count("GET", r"/memories/mem_")
-        # Full-view pages hold 20 memories: the store is one cursor chain of whole pages, and not
-        # one request more (against an organisation's rate limit requests are the cost: splitting
-        # a store nothing is known of cost a probe page per large prefix and its depth-1 pages).
+        # Full-view pages hold 20 memories: 150 pages at least. A store nothing is known of costs
+        # one probe page, "/"'s depth-1 pages and a chain per top-level prefix (its last page part
+        # filled), not the probe and depth-1 pages of every large prefix, nor 3,000 fetches.
+        root = [p for p in contents if p.count("/") == 1]
         assert fetches == 0, "content comes with the full-view listing"
-        assert listings == -(-len(contents) // 20), listings
+        pages = -(-len(contents) // 20)
+        assert pages <= listings <= pages + 1 + (-(-len(root) // 20) + 1) + len(TOPS), listings
+        assert proxy.counts.max_in_flight <= CONCURRENCY, proxy.counts
+        assert proxy.counts.max_in_flight > 4, "the listing was not concurrent"
 
 
 class Renamer(threading.Thread):
