@@ -5,7 +5,8 @@ it. The modules, one job each:
 
 - `api`: `StoreClient`, the API's calls and how a request is sent (slots, the client-wide hold,
   retries on a short retry-after).
-- `listing`: a listing's pages as parsed, and the last basic listing kept for the next tick.
+- `listing`: the prefix listing (one walk of a store), its pages as parsed, and the last basic
+  listing kept for the next tick.
 - `records`: what the calls return that the engine reads (`Listing`, `Changes`, `Change`).
 - `transport`: the connection pools (through the environment's proxy); `plain_get`: the listing
   pages' plain HTTP/1.1 GET; `egress`: which proxy, from the environment.
