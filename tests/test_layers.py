@@ -150,7 +150,6 @@ def test_the_check_catches_a_wrong_import(tmp_path, module, source):
     assert violations(fake), f"{module}: {source!r} was not caught"
 
 
-
 def test_the_engine_may_import_the_stores_records_and_errors(tmp_path):
     """The exceptions are narrow: the engine names the `Store` port's records and errors, which
     import nothing of the client's transport (and a copy that does only that passes)."""
@@ -163,6 +162,22 @@ def test_the_engine_may_import_the_stores_records_and_errors(tmp_path):
         "from memfs.client.snapshot_stream import StreamedSnapshot\n"
     )
     assert violations(fake) == []
+
+
+def test_the_client_packages_names_resolve():
+    """memfs.client's public names are imported when first asked for (its __init__ says why):
+    each one resolves to the object of the module that holds it, and nothing else is offered."""
+    import importlib
+
+    import memfs.client as client
+
+    for name in client.__all__:
+        assert getattr(client, name) is getattr(
+            importlib.import_module(f"memfs.client.{client._HOMES[name]}"), name
+        )
+    with pytest.raises(AttributeError):
+        client.batch_chunks  # noqa: B018 (its old home; memfs.batching now)
+
 
 # ---- the benchmark builds on public names only ------------------------------------------------
 # scripts/bench (the `benchmarks` package) and the seeding it shares with the tests may use memfs
