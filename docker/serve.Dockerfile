@@ -8,7 +8,7 @@
 # The database: MEMFS_DB, a SQLite path (default /data/store.db, in the volume /data) or a
 # PostgreSQL URL (-e MEMFS_DB=postgresql://memfs:PASSWORD@db/memfs; then /data holds nothing and
 # any number of containers may share the database). More `memfs serve` flags go after the image
-# name: `memfs-serve --server uvicorn --rate-limit 20 --certfile /certs/tls.crt --keyfile /certs/tls.key`.
+# name: `memfs-serve --rate-limit 20 --certfile /certs/tls.crt --keyfile /certs/tls.key`.
 # The service does not mount anything, so it needs neither FUSE nor pyfuse3 (a compiler): memfs is
 # installed without its pyfuse3 dependency. The process runs as the unprivileged user `memfs`
 # (uid 1001).
@@ -28,7 +28,7 @@ RUN set -eu; \
     /opt/memfs/bin/pip install -q $PIP_OPTIONS --no-deps "$wheel"; \
     reqs="$(/opt/memfs/bin/python -c 'import importlib.metadata as m, re; print("\n".join(r.split(";")[0] for r in m.requires("memfs") if ("extra ==" not in r or "extra == \"serve\"" in r) and re.match(r"[A-Za-z0-9_.-]+", r).group(0).lower() != "pyfuse3"))')"; \
     echo "$reqs" | tr '\n' '\0' | xargs -0 /opt/memfs/bin/pip install -q $PIP_OPTIONS --find-links /dist; \
-    /opt/memfs/bin/python -c 'import memfs.service.commands, starlette, hypercorn, trio, httpx'; \
+    /opt/memfs/bin/python -c 'import memfs.service.commands, starlette, uvicorn, trio, httpx'; \
     ln -s /opt/memfs/bin/memfs /usr/local/bin/memfs; \
     rm -rf /dist; \
     groupadd --gid 1001 memfs; \

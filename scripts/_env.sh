@@ -65,7 +65,7 @@ ensure_python() {
         "$VENV/bin/pip" install -q --disable-pip-version-check \
             --config-settings editable_mode=compat -e "$REPO[test]" 2>&1 \
             | grep -v "^WARNING: Location" >&2 || true
-        "$VENV/bin/python" -c 'import memfs, pyfuse3, trio, httpx, starlette, hypercorn' \
+        "$VENV/bin/python" -c 'import memfs, pyfuse3, trio, httpx, starlette, uvicorn' \
             || { echo "memfs: the install failed" >&2; exit 1; }
         echo "$want" >"$stamp"
     fi

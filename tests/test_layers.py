@@ -229,19 +229,27 @@ def bench_violations(root: Path = REPO) -> list[str]:
             ):
                 if not (isinstance(node.value, ast.Name) and node.value.id in ("self", "cls")):
                     out.append(f"{where(node)}: uses another object's private member .{node.attr}")
-        for node in ast.walk(tree):
-            if isinstance(node, ast.ClassDef):
-                for base in node.bases:
-                    name = (
-                        base.id
-                        if isinstance(base, ast.Name)
-                        else base.attr
-                        if isinstance(base, ast.Attribute)
-                        else ""
-                    )
-                    if name in ours:
-                        out.append(f"{where(node)}: class {node.name} subclasses {name} from memfs/tests")
+        for node, name in _subclassed(tree, ours):
+            out.append(f"{where(node)}: class {node.name} subclasses {name} from memfs/tests")
     return sorted(set(out))
+
+
+def _subclassed(tree: ast.AST, ours: set[str]) -> list[tuple[ast.ClassDef, str]]:
+    """Each class of `tree` with a base named in `ours`, and that base's name."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ClassDef):
+            for base in node.bases:
+                name = (
+                    base.id
+                    if isinstance(base, ast.Name)
+                    else base.attr
+                    if isinstance(base, ast.Attribute)
+                    else ""
+                )
+                if name in ours:
+                    found.append((node, name))
+    return found
 
 
 def test_the_bench_uses_only_public_names():
@@ -283,3 +291,27 @@ def test_the_measurement_tools_are_under_the_rule(tmp_path):
         "from memfs.worker.daemon_link import _call_blocking\n"
     )
     assert bench_violations(tmp_path)
+
+
+MAX_MODULE_LINES = 800  # docs/DESIGN.md, "Layers": past this a module holds several jobs
+
+
+def oversized_modules(package: Path = PACKAGE) -> list[str]:
+    """The modules under `package` over MAX_MODULE_LINES lines, each with its count."""
+    out = []
+    for path in sorted(package.rglob("*.py")):
+        lines = len(path.read_text().splitlines())
+        if lines > MAX_MODULE_LINES:
+            out.append(f"{path.relative_to(package)}: {lines} lines")
+    return out
+
+
+def test_no_module_is_over_800_lines():
+    assert oversized_modules() == []
+
+
+def test_the_size_check_catches_a_long_module(tmp_path):
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "long.py").write_text("x = 1\n" * (MAX_MODULE_LINES + 1))
+    (tmp_path / "short.py").write_text("x = 1\n" * MAX_MODULE_LINES)
+    assert oversized_modules(tmp_path) == [f"sub/long.py: {MAX_MODULE_LINES + 1} lines"]

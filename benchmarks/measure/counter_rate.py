@@ -1,7 +1,7 @@
 """Counter reads (or memory writes) per second on one `memfs serve` process, from a raw client.
 
     .venv/bin/python -m benchmarks.measure.counter_rate [--seconds 5] [--connections 4] [--memories 0]
-        [--db sqlite|postgresql|URL] [--server uvicorn|hypercorn] [--writes] [--watches N]
+        [--db sqlite|postgresql|URL] [--writes] [--watches N]
 
 `--writes`: each connection POSTs 1 KiB updates of its own memory (a new version, a commit, each)
 instead of counter reads (8 connections is what the bench used). `--watches N`: hold N watches
@@ -192,7 +192,6 @@ def main() -> int:
         help="sqlite (a temp file), postgresql (a throwaway cluster, tests/support/postgres.py) "
         "or a postgresql:// URL",
     )
-    ap.add_argument("--server", default="uvicorn", choices=("uvicorn", "hypercorn"))
     ap.add_argument("--writes", action="store_true", help="measure 1 KiB memory updates instead")
     ap.add_argument("--watches", type=int, default=0, help="hold this many watches and report RSS")
     args = ap.parse_args()
@@ -204,7 +203,7 @@ def main() -> int:
         cluster = PostgresCluster()
         db_url = cluster.create_database("rate")
     with tempfile.TemporaryDirectory() as tmp:
-        svc = ServiceProcess(Path(tmp), db_url=db_url, extra_args=("--server", args.server))
+        svc = ServiceProcess(Path(tmp), db_url=db_url)
         try:
             assert svc.proc is not None
             pid = svc.proc.pid
@@ -246,7 +245,7 @@ def main() -> int:
                 cluster.stop()
     what = "memory writes/s" if args.writes else "counter reads/s"
     print(f"{what}: {rate:.0f} ({args.connections} keep-alive connections, {args.seconds:g} s, "
-          f"{args.memories} memories, db={args.db.split('://')[0]}, server={args.server}); "
+          f"{args.memories} memories, db={args.db.split('://')[0]}); "
           f"service CPU {cpu_per_request * 1e6:.0f} us/request, i.e. {1 / cpu_per_request:.0f}/s per core"
           f"{db_cpu}; load average {os.getloadavg()[0]:.1f}")  # fmt: skip
     return 0

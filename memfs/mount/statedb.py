@@ -107,7 +107,8 @@ class StateDb:
         self._db.execute("PRAGMA busy_timeout=5000")
         self._db.execute("PRAGMA journal_size_limit=67108864")  # a first download's WAL shrinks again
         # No commit pays for copying the WAL into the database (0.4 s after a 32 MiB download):
-        # the mount's timer calls checkpoint() from a worker thread instead; close() checkpoints too.
+        # the state dir's upkeep (mount/upkeep.py) calls checkpoint() from a worker thread instead;
+        # close() checkpoints too.
         self._db.execute("PRAGMA wal_autocheckpoint=0")
         self._ckpt_db: sqlite3.Connection | None = None
         self._ckpt_mutex = threading.Lock()

@@ -1,11 +1,13 @@
-"""`memfs serve` (default; `--server uvicorn`): the app on uvicorn, asyncio (uvloop + httptools), one process.
+"""`memfs serve`: the app on uvicorn, asyncio (uvloop + httptools), one process: the service's one
+HTTP server.
 
-Why the default: the counter path's cost is the per-request stack, not the database. Measured
-here with benchmarks/measure/counter_rate.py (4 keep-alive connections, a loaded two-core machine) uvicorn
-answered 1,850-2,340 counter reads/s with the fast path (counter_path.py) where Hypercorn's trio
-worker answered 430-700. Only the mount must run on trio; the app is plain ASGI with anyio
-(`anyio.to_thread` for storage, anyio in the watch hub and the retention job), so it runs on
-either loop; `--server hypercorn` stays available.
+Why uvicorn: the counter path's cost is the per-request stack, not the database. Measured here
+with benchmarks/measure/counter_rate.py (4 keep-alive connections, a loaded two-core machine)
+uvicorn answered 1,850-2,340 counter reads/s with the fast path (counter_path.py) where
+Hypercorn's trio worker, the second server memfs had, answered 430-700; nothing needed that one,
+so it is gone. Only the mount must run on trio; the app is plain ASGI with anyio (`anyio.to_thread`
+for storage, anyio in the watch hub and the retention job), so it runs on either loop (the tests
+run it in process under trio).
 
 Shutdown (SIGTERM/SIGINT): the held watches are answered first (`watch_hub.close()`), then uvicorn
 stops accepting, drains in-flight requests (at most 5 s) and runs the lifespan's shutdown.

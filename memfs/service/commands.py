@@ -90,13 +90,6 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="how often the retention job runs (default 300)",
     )
     p.add_argument(
-        "--server",
-        choices=("uvicorn", "hypercorn"),
-        default="uvicorn",
-        help="HTTP server: uvicorn on asyncio/uvloop (default) or Hypercorn on trio "
-        "(uvicorn answers 3-5x the counter reads/s here; benchmarks/measure/counter_rate.py)",
-    )
-    p.add_argument(
         "--console",
         action="store_true",
         help="also serve the web console at /console (sign in with the admin key)",
@@ -171,7 +164,7 @@ def _serve(args: argparse.Namespace) -> int:
     try:
         from memfs.service.hosted import HostedOptions
         from memfs.service.orglimit import DEFAULT_BURST_S
-        from memfs.service.server import run  # imports the servers only for this command
+        from memfs.service.server import run  # imports the server only for this command
     except ImportError as exc:
         if exc.name is None or exc.name.startswith("memfs"):
             raise  # memfs's own module: a broken install, not a missing extra
@@ -218,7 +211,7 @@ def _serve(args: argparse.Namespace) -> int:
     return run(
         args.host, args.port, args.db, key_from_file or args.admin_key, args.max_memories, extensions=not args.hosted_api,
         retention_days=args.version_retention_days, retention_interval_s=args.retention_interval,
-        server=args.server, console=args.console, rate_limit=args.rate_limit, rate_burst=args.rate_burst,
+        console=args.console, rate_limit=args.rate_limit, rate_burst=args.rate_burst,
         certfile=args.certfile, keyfile=args.keyfile, limits=limits, key_on_command_line=key_from_file is None,
         hosted=HostedOptions(session_versions=args.session_versions == "allow",
                              late_versions=args.test_late_versions),

@@ -3,9 +3,9 @@
 
 Without these a client that sends part of its headers, nothing at all, or part of a body held its
 connection (and the body read so far) for ever, unauthenticated. The HTTP server's own settings
-are used where it has them (uvicorn: `timeout_keep_alive`, `limit_concurrency`; Hypercorn:
-`keep_alive_timeout`, `read_timeout`, `h11_max_incomplete_size`); the arrival of a request's
-head and body is bounded in memfs/service/asgi_server.py, where uvicorn has no setting for it.
+are used where it has them (uvicorn: `timeout_keep_alive`, `limit_concurrency`); the arrival of
+a request's head and body is bounded in memfs/service/asgi_server.py, where uvicorn has no setting
+for it.
 """
 
 from __future__ import annotations

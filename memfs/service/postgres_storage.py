@@ -351,9 +351,10 @@ class AsyncCounterReader:
     A hop to a worker thread and back costs ~120 µs here and the blocking path's transaction four
     round trips; this runs the fast path's one statement (COUNTERS_BATCH, prepared; autocommit:
     one statement is one snapshot) on a few connections of its own, opened on first use on the
-    running loop, each with one cursor kept for its life. Only on asyncio: under trio (Hypercorn)
-    `available()` is False and the caller uses the worker-thread path. A connection that fails
-    is dropped and the error raised: the caller then answers through the full path.
+    running loop, each with one cursor kept for its life. Only on asyncio: under trio (the app in
+    process, in tests) `available()` is False and the caller uses the worker-thread path. A
+    connection that fails is dropped and the error raised: the caller then answers through the
+    full path.
     """
 
     SIZE = 4  # counter_path sends at most MAX_STATEMENTS_OUT (2) at once; a margin, opened lazily

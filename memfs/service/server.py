@@ -1,24 +1,18 @@
-"""`memfs serve`: the app on uvicorn (asgi_server.py, the default) or on Hypercorn's trio worker
-(`--server hypercorn`, here), with a clean stop on SIGTERM/SIGINT either way."""
+"""`memfs serve`: the checks before the service starts (TLS pair, admin key, database), the app
+put together, then run on uvicorn (asgi_server.py), the service's one HTTP server."""
 
 from __future__ import annotations
 
 import logging
-import math
 import os
 import secrets
-import signal
 import ssl
 import sys
-
-import trio
-from hypercorn.config import Config
-from hypercorn.trio import serve
 
 from memfs import secret_env
 from memfs.limits import DEFAULT_MAX_MEMORIES
 from memfs.logging_setup import setup_logging
-from memfs.service import access_log
+from memfs.service import access_log, asgi_server
 from memfs.service.app import create_app
 from memfs.service.backend import DatabaseError
 from memfs.service.connections import ConnectionLimits
@@ -26,7 +20,7 @@ from memfs.service.database import DatabaseUrlError, open_storage
 from memfs.service.hosted import HostedOptions
 from memfs.service.orglimit import DEFAULT_BURST_S, OrgLimits
 from memfs.service.ratelimit import RateLimiter
-from memfs.service.retention import DEFAULT_INTERVAL_S, DEFAULT_RETENTION_DAYS, Retention, run_periodically
+from memfs.service.retention import DEFAULT_INTERVAL_S, DEFAULT_RETENTION_DAYS, Retention
 
 log = logging.getLogger("memfs.service")
 
@@ -65,36 +59,6 @@ def _guard_admin_key(admin_key: str | None) -> None:
         )
 
 
-async def _serve(app, config: Config, host: str, retention: Retention, retention_interval_s: float) -> None:
-    stop = trio.Event()
-    background = trio.CancelScope()  # jobs that end at shutdown, before the server drains
-
-    async def run_background() -> None:
-        with background:
-            await run_periodically(retention, retention_interval_s)
-
-    async def watch_signals() -> None:
-        with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
-            async for signum in signals:
-                log.info("received %s, shutting down", signal.Signals(signum).name)
-                app.watch_hub.close()  # held watches answer now, so the drain takes no 60 s
-                stop.set()
-                return
-
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(watch_signals)
-        nursery.start_soon(run_background)
-        binds = await nursery.start(
-            lambda task_status: serve(app, config, shutdown_trigger=stop.wait, task_status=task_status)
-        )
-        # The line tests and scripts wait for: the socket is bound and accepting.
-        url = binds[0] if binds else f"{'https' if config.ssl_enabled else 'http'}://{host}"
-        print(f"memfs: listening on {url}", flush=True)
-        await stop.wait()
-        background.cancel()
-        # serve() returns after its graceful shutdown; then the signal watcher is done too.
-
-
 def check_tls(certfile: str | None, keyfile: str | None) -> str | None:
     """None if the pair is usable (or both absent), else what is wrong: said at start, in one line,
     rather than as a handshake failure on the first connection."""
@@ -127,7 +91,6 @@ def run(
     extensions: bool = True,
     retention_days: float = DEFAULT_RETENTION_DAYS,
     retention_interval_s: float = DEFAULT_INTERVAL_S,
-    server: str = "uvicorn",
     console: bool = False,
     rate_limit: float = 0.0,  # requests/s per credential; 0: no limit
     rate_burst: int | None = None,
@@ -165,18 +128,7 @@ def run(
             file=sys.stderr,
             flush=True,
         )
-    config = Config()
-    config.bind = [f"[{host}]:{port}" if ":" in host else f"{host}:{port}"]
-    config.graceful_timeout = 5.0
     limits = limits or ConnectionLimits()
-    # Hypercorn's own bounds (it has no connection cap; `--max-connections` is uvicorn's).
-    config.keep_alive_timeout = limits.keep_alive
-    config.read_timeout = math.ceil(limits.body_timeout)
-    config.h11_max_incomplete_size = limits.max_header_bytes
-    config.accesslog = None  # our own access log has no query strings or headers
-    config.errorlog = logging.getLogger("hypercorn.error")
-    if certfile and keyfile:
-        config.certfile, config.keyfile = certfile, keyfile
     app = create_app(
         storage,
         key,
@@ -197,21 +149,16 @@ def run(
         )
     try:
         retention = Retention(storage.backend, retention_days)
-        if server != "hypercorn":
-            from memfs.service import asgi_server
-
-            asgi_server.run(
-                app,
-                host,
-                port,
-                retention,
-                retention_interval_s,
-                certfile=certfile,
-                keyfile=keyfile,
-                limits=limits,
-            )
-        else:
-            trio.run(_serve, app, config, host, retention, retention_interval_s)
+        asgi_server.run(
+            app,
+            host,
+            port,
+            retention,
+            retention_interval_s,
+            certfile=certfile,
+            keyfile=keyfile,
+            limits=limits,
+        )
     finally:
         storage.close()
     return 0

@@ -19,7 +19,7 @@ ones, newer than those it read): a wake-up costs no database read, whatever the 
 one commit wakes. Only a report that needs a read (a store deleted, a reconnect, shutdown) or the
 end of the wait reads again. `close()` (shutdown) answers every held request at once and new ones
 immediately.
-The hub runs under any anyio event loop (trio under Hypercorn today).
+The hub runs under any anyio event loop (asyncio under uvicorn; trio in the in-process tests).
 """
 
 from __future__ import annotations

@@ -26,6 +26,7 @@ from memfs.client import ApiError, StoreClient, Unreachable
 from memfs.mount.filesystem import Filesystem
 from memfs.mount.mount_table import fuse_mount_at
 from memfs.mount.state import State, StateLocked
+from memfs.mount.upkeep import StateUpkeep
 from memfs.protocol import Deletions
 from memfs.session import control
 from memfs.session.early_fetch import EarlyFetch
@@ -215,6 +216,9 @@ class Daemon:
                     await nursery.start(serve_sync_only, self, os.environ.get(SYNC_ONLY_SOCKET_ENV))
                     nursery.start_soon(self._signals)
                     nursery.start_soon(engine.timer)
+                    # The state dir's WAL checkpoints and blob sweeps, never during a tick or push.
+                    upkeep = StateUpkeep(state, fs.live_shas, lambda: engine.busy)
+                    nursery.start_soon(upkeep.run)
                     log.info("mounted %d store(s) at %s", len(stores), opts.root)
                     on_ready(stores)
                     await self.stop_requested.wait()

@@ -28,7 +28,7 @@ import trio
 from memfs import limits
 from memfs.client.errors import ApiError, Unreachable
 from memfs.protocol import Deletions
-from memfs.records import StoreInfo
+from memfs.records import BaseEntry, StoreInfo
 from memfs.sync import plan as P
 from memfs.sync.apply import apply_plan, maybe_staged, plan_pull
 from memfs.sync.bounded import gather
@@ -47,8 +47,6 @@ TIMER_STEP = 0.1  # seconds between the timer's looks (a watch's answer wakes it
 PUSH_DEBOUNCE = 0.3  # live mode: a change is pushed once nothing changed for this long (SEMANTICS.md#d-when)
 RETRY_AFTER_CAP = 600.0  # seconds: the longest retry-after a failed tick honours (a broken header must not stop sync for a day)
 WATCH_WAIT = 55.0  # seconds a watch is held by the service: renewed about once a minute (≤ 60)
-GC_INTERVAL = 600.0  # seconds between sweeps of content no file or baseline refers to
-CHECKPOINT_INTERVAL = 5.0  # seconds between copies of state.db's WAL into the database file
 # Without a counter (the hosted API, SEMANTICS.md#d-no-counter): a mount nobody used since its last
 # poll polls at most every IDLE_POLL_INTERVAL (any use brings back the interval), and lists one
 # store's version feed over a wide window, round robin, at most every SAFETY_NET_INTERVAL while in use,
@@ -175,6 +173,13 @@ class SyncEngine:
                 )
 
     @property
+    def busy(self) -> bool:
+        """A tick or a push is under way: content it fetched, streamed or is sending may be in
+        the state dir's blobs before any row refers to it (the state dir's upkeep, mount/upkeep.py,
+        sweeps none then)."""
+        return self.tick_lock.locked() or not self.push_done.is_set()
+
+    @property
     def mode(self) -> str:
         return "live" if self.watching else "polling"
 
@@ -182,8 +187,6 @@ class SyncEngine:
         """The daemon's own sync: in live mode, pull what moved once the mount is quiet and push
         what changed after the debounce; otherwise (and for retries) a due tick once the mount
         has been quiet for about a second."""
-        next_gc = trio.current_time() + GC_INTERVAL
-        next_checkpoint = trio.current_time()  # first: the initial download's WAL
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
             if self.has_counter and self.live_wanted:
@@ -198,16 +201,8 @@ class SyncEngine:
                 with trio.move_on_after(TIMER_STEP):
                     await self._wake.wait()
                 self._wake = trio.Event()
-                if trio.current_time() >= next_checkpoint:
-                    await trio.to_thread.run_sync(self.state.checkpoint)
-                    next_checkpoint = trio.current_time() + CHECKPOINT_INTERVAL
-                if trio.current_time() >= next_gc and not self.tick_lock.locked() and self.push_done.is_set():
-                    next_gc = trio.current_time() + GC_INTERVAL
-                    removed = self.state.gc_blobs(keep=self.fs.live_shas())
-                    if removed:
-                        log.info("removed %d unreferenced blob(s) from the state dir", removed)
                 self._note_changes()
-                if self.tick_lock.locked() or not self.push_done.is_set():
+                if self.busy:
                     continue
                 quiet = time.monotonic() - self.fs.last_activity >= QUIET_SECONDS
                 try:
@@ -583,6 +578,37 @@ class SyncEngine:
             # dict, read at this generation; copied, as the fetch below may change it).
             remote = dict(baseline.remote)
             order = in_path_order(remote)
+        # No await between the plan made last and its apply (see `_plan_with_content`).
+        plan, new_counter = await self._plan_with_content(
+            store, base, remote, order, moved, pulled, new_counter
+        )
+        with self.state.transaction():  # one commit per store and tick: all of the plan or none of it
+            deferred = apply_plan(self.fs, self.state, store, plan, pulled)
+        if deferred:
+            return []
+        self._feed_read(sid, pulled)
+        report.pulled += sum(
+            1 for a in plan.view if isinstance(a, (P.Materialise, P.MoveLocal, P.RemoveLocal))
+        )
+        if new_counter is not None:
+            self.state.set_store_counter(sid, new_counter)
+        if not moved and plan.empty:  # e.g. only held deletes or refused files differ: nothing to do
+            self._clean[sid] = generation
+        return list(plan.push_stages) if store.access == "read_write" else []
+
+    async def _plan_with_content(
+        self,
+        store: StoreInfo,
+        base: Mapping[str, BaseEntry],
+        remote: dict[str, P.RemoteEntry],
+        order: list[str],
+        moved: bool,
+        pulled: Pulled,
+        new_counter: int | None,
+    ) -> tuple[P.Plan, int | None]:
+        """`_pull_store`'s plan, with the content it needs at hand: (the plan, the counter to
+        record, which a snapshot replaces)."""
+        sid = store.store_id
         # Fetch what the plan needs, then plan again on the view as it is *now*, and apply with no
         # await in between: an edit made while we fetched is never overwritten unseen. The plan is
         # a pure function of its inputs (plan_pull): when the fetch changed no remote entry and
@@ -630,19 +656,7 @@ class SyncEngine:
                 )
             order = in_path_order(remote)
         assert plan is not None  # the loop ran at least once
-        with self.state.transaction():  # one commit per store and tick: all of the plan or none of it
-            deferred = apply_plan(self.fs, self.state, store, plan, pulled)
-        if deferred:
-            return []
-        self._feed_read(sid, pulled)
-        report.pulled += sum(
-            1 for a in plan.view if isinstance(a, (P.Materialise, P.MoveLocal, P.RemoveLocal))
-        )
-        if new_counter is not None:
-            self.state.set_store_counter(sid, new_counter)
-        if not moved and plan.empty:  # e.g. only held deletes or refused files differ: nothing to do
-            self._clean[sid] = generation
-        return list(plan.push_stages) if store.access == "read_write" else []
+        return plan, new_counter
 
     def _feed_read(self, sid: str, pulled: Pulled) -> None:
         """Record where the store's version feed stands, once what it said is in the view."""

@@ -212,16 +212,9 @@ class StoreReader:
             if fed is not None:
                 return fed
         if has_counter and applied is not None:
-            changes = await self.client.changes(sid, applied)
-            if changes is not None and not changes.too_old:
-                remote, _ = remote_from_base(self.state, sid, base)
-                for c in changes.changes:
-                    if c.operation == "deleted":
-                        remote.pop(c.memory_id, None)
-                    else:
-                        remote[c.memory_id] = P.RemoteEntry(c.memory_id, c.path, c.sha or "", c.size or 0)
-                        pulled.note_mtime(c.memory_id, c.updated_at)
-                return RemoteRead(remote, in_path_order(remote), changes.counter)
+            changed = await self._from_changes(sid, applied, base, pulled)
+            if changed is not None:
+                return changed
         if has_counter and not base:
             snap = await self.snapshot(store, pulled)
             if snap is not None:
@@ -275,6 +268,23 @@ class StoreReader:
         settled = not listing.consistent and await self._settle_listing(store, listing, base, remote, pulled)
         order = in_path_order(remote) if settled or listing.duplicates else [m["id"] for m in items]
         return RemoteRead(remote, order, listing.counter)
+
+    async def _from_changes(
+        self, sid: str, applied: int, base: Mapping[str, BaseEntry], pulled: Pulled
+    ) -> RemoteRead | None:
+        """The store as the baseline plus the counter's changes since `applied`, or None when the
+        service has no changes feed or `applied` is too old for it."""
+        changes = await self.client.changes(sid, applied)
+        if changes is None or changes.too_old:
+            return None
+        remote, _ = remote_from_base(self.state, sid, base)
+        for c in changes.changes:
+            if c.operation == "deleted":
+                remote.pop(c.memory_id, None)
+            else:
+                remote[c.memory_id] = P.RemoteEntry(c.memory_id, c.path, c.sha or "", c.size or 0)
+                pulled.note_mtime(c.memory_id, c.updated_at)
+        return RemoteRead(remote, in_path_order(remote), changes.counter)
 
     async def _from_feed(
         self,

@@ -20,12 +20,11 @@ SLUG = "tls-notes"
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("server", ["hypercorn", "uvicorn"])
 @pytest.mark.expected_log(r"is unreachable: .*CERTIFICATE_VERIFY_FAILED|is unreachable: GET /v1/sessions")
-def test_a_mount_over_https_with_a_private_ca(tmp_path, monkeypatch, server):
+def test_a_mount_over_https_with_a_private_ca(tmp_path, monkeypatch):
     ca, cert, key = make_cert(tmp_path / "tls")
     svc = ServiceProcess(tmp_path / "service",
-                         extra_args=("--server", server, "--certfile", str(cert), "--keyfile", str(key)))  # fmt: skip
+                         extra_args=("--certfile", str(cert), "--keyfile", str(key)))  # fmt: skip
     monkeypatch.setenv("SSL_CERT_FILE", str(ca))  # for the admin helper below and the sandboxes
     api = Api(svc.base_url, svc.admin_key)
     boxes: list[Sandbox] = []

@@ -60,10 +60,9 @@ def stop(proc: subprocess.Popen) -> None:
         proc.wait()
 
 
-@pytest.mark.parametrize("server", ["hypercorn", "uvicorn"])
-def test_the_image_entry_command_serves_a_postgresql_url_from_memfs_db(tmp_path, pg_cluster, server):
+def test_the_image_entry_command_serves_a_postgresql_url_from_memfs_db(tmp_path, pg_cluster):
     url = pg_cluster.create_database("entry")
-    proc, base = run_entry(tmp_path, url, "--server", server)
+    proc, base = run_entry(tmp_path, url)
     try:
         assert httpx.get(base + "/readyz", timeout=10).json() == {"status": "ready"}
         api = Api(base, ADMIN_KEY)

@@ -1,5 +1,5 @@
 """Protection: per-credential rate limits and TLS, on a real `memfs serve` subprocess,
-both backends, both HTTP servers."""
+both backends."""
 
 from __future__ import annotations
 
@@ -28,16 +28,11 @@ def metric(text: str, name: str, labels: str = "") -> float:
     return float(m.group(1)) if m else 0.0
 
 
-@pytest.fixture(params=["hypercorn", "uvicorn"])
-def server(request) -> str:
-    return request.param
-
-
 @pytest.fixture
-def limited(tmp_path, service_db, server):
+def limited(tmp_path, service_db):
     svc = ServiceProcess(
         tmp_path / "service", db_url=service_db,
-        extra_args=("--server", server, "--rate-limit", str(RATE), "--rate-burst", str(BURST)),
+        extra_args=("--rate-limit", str(RATE), "--rate-burst", str(BURST)),
     )  # fmt: skip
     try:
         yield svc
@@ -178,11 +173,11 @@ def test_rate_limit_flags_are_checked(tmp_path):
 
 
 @pytest.fixture
-def tls_service(tmp_path, service_db, server):
+def tls_service(tmp_path, service_db):
     ca, cert, key = make_cert(tmp_path / "tls")
     svc = ServiceProcess(
         tmp_path / "service", db_url=service_db,
-        extra_args=("--server", server, "--certfile", str(cert), "--keyfile", str(key)),
+        extra_args=("--certfile", str(cert), "--keyfile", str(key)),
     )  # fmt: skip
     try:
         yield svc, ca

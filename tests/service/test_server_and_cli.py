@@ -261,14 +261,12 @@ def test_admin_cli(service):
 
 
 @pytest.mark.timeout(60)
-@pytest.mark.parametrize("server", ["uvicorn", "hypercorn"])
-def test_either_server_serves_the_same_service(tmp_path, service_db, server):
-    """`--server uvicorn` (asyncio, the default) and `--server hypercorn` (trio): the API, a watch
-    woken by a write, health, metrics, and a SIGTERM that answers a held watch and exits 0 within
-    two seconds."""
+def test_the_server_serves_the_service_and_stops_cleanly(tmp_path, service_db):
+    """uvicorn (asyncio), the service's one server: the API, a watch woken by a write, health,
+    metrics, and a SIGTERM that answers a held watch and exits 0 within two seconds."""
     import threading
 
-    svc = ServiceProcess(tmp_path / "uv", db_url=service_db, extra_args=("--server", server))
+    svc = ServiceProcess(tmp_path / "uv", db_url=service_db)
     try:
         store = svc.create_store("uv")["id"]
         with svc.admin_client() as c:

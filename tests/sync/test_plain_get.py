@@ -237,15 +237,14 @@ async def test_a_new_connection_closed_without_an_answer_is_an_error_not_retried
         server.close()
 
 
-@pytest.mark.parametrize("server", ["uvicorn", "hypercorn"])
-async def test_pages_over_https_with_a_private_ca_and_a_refused_certificate(tmp_path, monkeypatch, server):
+async def test_pages_over_https_with_a_private_ca_and_a_refused_certificate(tmp_path, monkeypatch):
     """TLS as httpx does it: its context (SSL_CERT_FILE names the trusted CA), ALPN http/1.1, the
     host's name checked; without the CA the certificate is refused and the listing Unreachable."""
     ca, cert, key = make_cert(tmp_path / "tls")
     svc = ServiceProcess(
         tmp_path / "svc",
         hosted_api=True,
-        extra_args=("--server", server, "--certfile", str(cert), "--keyfile", str(key)),
+        extra_args=("--certfile", str(cert), "--keyfile", str(key)),
     )
     try:
         assert svc.base_url.startswith("https://")

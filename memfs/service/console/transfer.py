@@ -101,25 +101,7 @@ def validate(lines: Iterable[bytes], *, check_path, check_content, max_memories:
         if kind != MEMORY_TYPE:
             plan.error(lineno, f"type must be {MEMORY_TYPE!r} (got {kind!r})")
             continue
-        unknown = sorted(set(obj) - {"type", "path", "content", "content_sha256"})
-        if unknown:
-            plan.error(lineno, f"unknown field {unknown[0]!r}")
-            continue
-        try:
-            path = check_path(obj.get("path"))
-            content = check_content(obj.get("content"))
-        except ApiError as e:
-            plan.error(lineno, e.message)
-            continue
-        sha = obj.get("content_sha256")
-        if sha is not None and sha != hashlib.sha256(content.encode("utf-8")).hexdigest():
-            plan.error(lineno, f"content_sha256 does not match the content of {path}")
-            continue
-        if path in seen:
-            plan.error(lineno, f"{path} appears twice (first on line {seen[path]})")
-            continue
-        seen[path] = lineno
-        plan.memories.append((lineno, path))
+        _check_memory(obj, lineno, plan, seen, check_path, check_content)
     if lineno == 0:
         plan.error(1, "the file is empty")
     elif ended_at is None:
@@ -128,6 +110,31 @@ def validate(lines: Iterable[bytes], *, check_path, check_content, max_memories:
     if len(plan.memories) > max_memories:
         plan.error(lineno, f"{len(plan.memories)} memories; this service allows {max_memories} per store")
     return plan
+
+
+def _check_memory(
+    obj: dict, lineno: int, plan: ImportPlan, seen: dict[str, int], check_path, check_content
+) -> None:
+    """One memory line: planned (`seen` and `plan.memories`), or its first problem reported."""
+    unknown = sorted(set(obj) - {"type", "path", "content", "content_sha256"})
+    if unknown:
+        plan.error(lineno, f"unknown field {unknown[0]!r}")
+        return
+    try:
+        path = check_path(obj.get("path"))
+        content = check_content(obj.get("content"))
+    except ApiError as e:
+        plan.error(lineno, e.message)
+        return
+    sha = obj.get("content_sha256")
+    if sha is not None and sha != hashlib.sha256(content.encode("utf-8")).hexdigest():
+        plan.error(lineno, f"content_sha256 does not match the content of {path}")
+        return
+    if path in seen:
+        plan.error(lineno, f"{path} appears twice (first on line {seen[path]})")
+        return
+    seen[path] = lineno
+    plan.memories.append((lineno, path))
 
 
 def _parse(raw: bytes, lineno: int, plan: ImportPlan) -> dict | None:

@@ -172,7 +172,7 @@ def test_paths_sort_in_byte_order_in_listings_pages_and_roll_ups(storage):
 
 
 def test_a_depth_1_page_skips_large_subtrees_and_carries_each_childs_own_content(storage):
-    """The depth=1 walk reads rows in chunks (rules._WALK_ROWS) without content: subtrees larger
+    """The depth=1 walk reads rows in chunks (listing._WALK_ROWS) without content: subtrees larger
     than a chunk, runs of direct children longer than one, and the full view's content, which
     must be each direct child's own, on every page."""
     sid = new_store(storage)

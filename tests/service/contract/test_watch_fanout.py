@@ -69,7 +69,7 @@ def _batching_path(storage) -> tuple[CounterPath, _CountingStorage]:
     counting = _CountingStorage(storage)
     path = CounterPath(counting, "admin-key", Metrics())
     # No read on the loop, no async connections: every read goes through the batch on a worker
-    # thread, as PostgreSQL's under Hypercorn does.
+    # thread, as PostgreSQL's does under trio (the app in process).
     path.inline_read = None
     path.async_reader = None
     return path, counting
