@@ -1,4 +1,4 @@
-"""Which proxy the mount's requests go through (memfs/egress.py, SEMANTICS.md#network): the
+"""Which proxy the mount's requests go through (memfs/client/egress.py, SEMANTICS.md#network): the
 environment's, read as urllib, requests and pip read it. The mount through a real proxy is
 tests/e2e/test_proxy.py."""
 
@@ -9,7 +9,7 @@ import os
 
 import pytest
 
-from memfs.egress import ProxySettingError, proxy_for, redact
+from memfs.client.egress import ProxySettingError, proxy_for, redact
 
 
 @pytest.fixture(autouse=True)
@@ -95,7 +95,7 @@ def test_redact():
 @pytest.mark.parametrize(
     "setting, says",
     [
-        ("ftp://me:secret@proxy.corp:21", "'ftp'"),  # refused by memfs/egress.py
+        ("ftp://me:secret@proxy.corp:21", "'ftp'"),  # refused by memfs/client/egress.py
         ("socks5://127.0.0.1:9", "socksio"),  # httpx's optional package, not installed here
     ],
 )

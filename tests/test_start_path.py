@@ -66,7 +66,8 @@ def test_the_mount_forks_and_starts_its_early_download_before_the_heavy_imports(
         """
         import sys
         import memfs.cli, memfs.session.commands, memfs.session.early_fetch, memfs.session.preflight
-        import memfs.snapshot_stream, memfs.work_secret, memfs.mount.state
+        import memfs.client.snapshot_stream, memfs.client.work_secret, memfs.mount.state
+        import memfs.client.egress, memfs.client.errors  # the client package's light modules
         parser = memfs.cli.build_parser()
         parser.parse_args(["mount", "--root", "/tmp/x"])
         from memfs.session.commands import _token

@@ -9,7 +9,7 @@ wall time and requests:
 - `single-1`: one create after the other on one connection (a lone writer: one commit each);
 - `single-N`: `--concurrency` connections at once, as the mount and the official worker push (on
   SQLite these form group commits);
-- `batch`: the batch-write extension, cut as the mount cuts it (memfs.client.batch_chunks), the
+- `batch`: the batch-write extension, cut as the mount cuts it (memfs.batching.batch_chunks), the
   batches sent `--concurrency` at once.
 Run it with another checkout's interpreter (its editable memfs serves) for a before/after.
 """
@@ -107,7 +107,7 @@ def run(svc: ServiceProcess, mode: str, files: list[tuple[str, str]], concurrenc
     elif mode == "single-N":
         _pool(concurrency, files, single)
     elif mode == "batch":
-        from memfs.client import batch_chunks
+        from memfs.batching import batch_chunks
 
         ops = [{"type": "create", "path": p, "content": c} for p, c in files]
         _pool(concurrency, batch_chunks(ops), batch)

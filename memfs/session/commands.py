@@ -132,7 +132,7 @@ def _token() -> str | None:
     tools) reads the credential in /proc/<pid>/environ or its memory; the daemon and its early
     download are forks of this process and inherit both."""
     from memfs import secret_env  # light: read before the heavy imports
-    from memfs.work_secret import sessions_token_from_secret
+    from memfs.client.work_secret import sessions_token_from_secret
 
     passed = secret_env.read_token_fd()
     taken = secret_env.take(("ANTHROPIC_WORK_SECRET", "MEMFS_TOKEN"))

@@ -134,6 +134,7 @@ class Daemon:
     async def _run_locked(self, state: State, on_ready) -> int:
         from memfs.mount.runner import run_mount
         from memfs.sync.engine import SyncEngine, TickFailed
+        from memfs.sync.ports import Store
 
         opts = self.opts
         early = self.early
@@ -164,8 +165,9 @@ class Daemon:
                 state, stores, max_files=opts.max_files, max_bytes=opts.max_bytes, uid=opts.uid, gid=opts.gid
             )
             self.fs = fs
+            store: Store = client  # the engine's port (memfs/sync/ports.py): mypy checks the client has it
             engine = SyncEngine(
-                client,
+                store,
                 state,
                 fs,
                 stores,

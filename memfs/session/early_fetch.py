@@ -6,7 +6,7 @@ store's snapshot, parsing, hashing and storing it. This module overlaps them on 
 right after the daemon is forked (before those imports), it forks a helper process that reads the
 session and the counters, and once the daemon holds the state dir's lock and has found it fresh
 (no counter, no file, no baseline: a new sandbox), streams every store's snapshot into state.db's
-blobs as it arrives (memfs/snapshot_stream.py, the same parser and sink as the client's), and
+blobs as it arrives (memfs/client/snapshot_stream.py, the same parser and sink as the client's), and
 sends the daemon what the plan needs: (counter, entries, shas) per store. The engine's first pull
 takes that instead of asking (memfs/sync/remote.py `StoreReader.prefetched`).
 
@@ -20,7 +20,7 @@ that goes wrong (an HTTP error, auth, a broken or short stream, a timeout, the h
 means "not fetched early": the daemon then asks as it always did, with the same retries and the
 same error messages. It runs only for an `http://` base URL without credentials or query in it,
 reached directly (what the client would do with TLS, a proxy or URL credentials is not repeated
-here: those mounts start as before; the helper asks memfs/egress.py, as the client does, whether
+here: those mounts start as before; the helper asks memfs/client/egress.py, as the client does, whether
 the environment puts a proxy in the way, so it never goes around one), not for a root with a
 mount on it (the daemon's preflight clears a dead one and logs it, after logging is set up), and
 not at all with `MEMFS_EARLY_DOWNLOAD=off`.
@@ -288,7 +288,7 @@ def _helper(target: tuple[str, int, str], token: str, session_id: str, db_path: 
                 frame = frame[os.write(results_fd, frame) :]
 
     # Asked here, after the fork (urllib.request's import is ~20 ms): not on the daemon's path.
-    from memfs.egress import ProxySettingError, proxy_for
+    from memfs.client.egress import ProxySettingError, proxy_for
 
     try:
         proxied = proxy_for(f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}") is not None
@@ -360,7 +360,7 @@ def _stream_one(target, get, send, blobs: _Blobs, store_id: str, timeout: float,
 def _stream_store(target, get, send, blobs: _Blobs, store_id: str, timeout: float) -> None:
     import http.client
 
-    from memfs.snapshot_stream import SNAPSHOT_CHUNK_BYTES, SnapshotParser, StreamedSnapshot
+    from memfs.client.snapshot_stream import SNAPSHOT_CHUNK_BYTES, SnapshotParser, StreamedSnapshot
 
     host, port, _prefix = target
     key = ("snapshot", store_id)

@@ -17,6 +17,7 @@ from memfs.mount.state import State
 from memfs.protocol import as_deletions
 from memfs.sync.engine import SyncEngine
 from memfs.sync.not_on_store import not_on_store
+from memfs.sync.ports import Store
 
 
 def describe_not_on_store(answer: dict[str, Any], limit: int = 10) -> list[str]:
@@ -54,8 +55,9 @@ async def flush_state_dir(
         fs = Filesystem(state, stores)
         async with StoreClient(url, token) as client:
             recorded = _recorded_limits(state)
+            store: Store = client  # the engine's port (memfs/sync/ports.py)
             engine = SyncEngine(
-                client,
+                store,
                 state,
                 fs,
                 stores,

@@ -26,14 +26,14 @@ from typing import Any
 import trio
 
 from memfs import limits
-from memfs.client import ApiError, StoreClient, Unreachable
+from memfs.client.errors import ApiError, Unreachable
 from memfs.protocol import Deletions
 from memfs.records import BaseEntry, StoreInfo
 from memfs.sync import plan as P
 from memfs.sync.apply import apply_plan, maybe_staged, plan_pull
 from memfs.sync.bounded import gather
 from memfs.sync.not_on_store import NotOnStore, not_on_store
-from memfs.sync.ports import Journal, View
+from memfs.sync.ports import Journal, Store, View
 from memfs.sync.push import Pusher
 from memfs.sync.remote import Prefetched, Pulled, StoreReader, in_path_order, worth_a_snapshot
 from memfs.sync.report import StoreSync, TickFailed, TickReport
@@ -65,7 +65,7 @@ def _now_iso() -> str:
 class SyncEngine:
     def __init__(
         self,
-        client: StoreClient,
+        client: Store,
         state: Journal,
         fs: View,
         stores: Iterable[StoreInfo],
@@ -162,7 +162,7 @@ class SyncEngine:
         """A refusal that said how long to wait (429 or 5xx with retry-after, longer than a tick
         retries itself): no tick of ours, timed or live, comes before it (SEMANTICS.md#d-unreachable).
         A forced `memfs sync` runs its tick, but the client holds every request until then
-        (memfs/budget.py, SEMANTICS.md#d-budget): it fails at once, sending nothing."""
+        (memfs/client/budget.py, SEMANTICS.md#d-budget): it fails at once, sending nothing."""
         wait = exc.retry_after if isinstance(exc, ApiError) and exc.retryable else None
         if wait:
             until = trio.current_time() + min(wait, RETRY_AFTER_CAP)

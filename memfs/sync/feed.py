@@ -33,8 +33,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from memfs.client import ApiError, StoreClient
+from memfs.client.errors import ApiError
 from memfs.records import FeedPosition
+from memfs.sync.ports import Store
 
 log = logging.getLogger("memfs.sync")
 
@@ -113,7 +114,7 @@ class VersionFeed:
     """Reads the stores' version feeds through the client. `refused_until`: store id ->
     time.monotonic() before which its feed is not asked again (it answered 403/404)."""
 
-    client: StoreClient
+    client: Store
     overlap: float = OVERLAP_SECONDS
     wide: float = WIDE_SECONDS
     refused_until: dict[str, float] = field(default_factory=dict)

@@ -1,19 +1,25 @@
 """What the sync engine needs from the rest of the mount, as typed ports (structural protocols).
 
-The engine never imports the filesystem or the state dir: the session layer hands it objects that
-have these shapes (`memfs.mount.filesystem.Filesystem` is a `View`, `memfs.mount.state.State` a
-`Journal`). That keeps the dependency one way (session -> mount, session -> sync; never
-sync -> mount) and lets a test drive the engine with any object that has these methods. The
-records that cross the ports are the shared ones of `memfs.records` (both sides import them).
+The engine never imports the filesystem, the state dir or the store client: the session layer
+hands it objects that have these shapes (`memfs.mount.filesystem.Filesystem` is a `View`,
+`memfs.mount.state.State` a `Journal`, `memfs.client.StoreClient` a `Store`). That keeps the
+dependency one way (session -> mount, session -> sync, session -> client; never sync -> mount,
+never sync -> the client's transport) and lets a test drive the engine with any object that has
+these methods (tests/support/stores.py: the in-process store, a failure wrapper). The records that
+cross the ports are the shared ones of `memfs.records` (both sides import them); those of the
+`Store` port are the client's plain records and errors (memfs/client/records.py, errors.py,
+snapshot_stream.py), which import nothing of its transport.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any, Protocol
 
+from memfs.client.records import Changes, Listing
+from memfs.client.snapshot_stream import SnapshotSink
 from memfs.records import BaseEntry, FeedPosition, LocalFile, RefusedEntry, SkippedEntry
 
 
@@ -72,3 +78,60 @@ class Journal(Protocol):
     def put_blobs(self, blobs: list[tuple[str, bytes]]) -> None: ...
     def get_blob(self, sha: str) -> bytes: ...
     def keep_copy(self, store_id: str, path: str, data: bytes) -> Path: ...
+
+
+class Budget(Protocol):
+    """What the store sent, by kind, in rolling windows (SEMANTICS.md#d-budget)."""
+
+    def snapshot(self) -> dict[str, object]: ...  # `memfs status --json`'s `requests`
+
+
+class Store(Protocol):
+    """The store API as the engine calls it: exactly what memfs/sync/*.py use of the client.
+
+    A call that got no whole answer raises `memfs.client.errors.Unreachable`; one the service
+    refused raises `ApiError` (its `status`, `retry_after`, `retryable`, `refused`). The store
+    retries a short retry-after itself and holds every later request after a 429
+    (memfs/client/api.py); what reaches the engine is a tick's failure. Calls answered None: the
+    service has no such extension (counter, watch, feed, snapshot, batch)."""
+
+    @property
+    def requests_sent(self) -> int: ...  # every request sent so far (a tick's cost)
+    @property
+    def concurrency(self) -> int: ...  # requests in flight at most (the engine gathers no more tasks)
+    @property
+    def budget(self) -> Budget: ...
+
+    # memfs's extensions (a counter per store, a held watch, the change feed, the snapshot)
+    async def counters(self, store_ids: Iterable[str]) -> dict[str, int] | None: ...
+    async def watch(self, known: dict[str, int], wait: float = ...) -> tuple[bool, dict[str, int]] | None: ...
+    async def changes(self, store_id: str, since: int) -> Changes | None: ...
+    async def snapshot(self, store_id: str, sink: SnapshotSink) -> int | None: ...
+
+    # the store API: reads
+    async def list_memories(
+        self,
+        store_id: str,
+        *,
+        view: str = ...,
+        known: dict[str, int] | None = ...,
+        on_page: Callable[[list[dict[str, Any]]], Awaitable[None]] | None = ...,
+    ) -> Listing: ...
+    async def list_versions(
+        self, store_id: str, params: dict[str, str | int]
+    ) -> tuple[dict[str, Any], str | None]: ...
+    async def get_memory(self, store_id: str, memory_id: str) -> dict[str, Any]: ...
+
+    # the store API: writes
+    async def create_memory(self, store_id: str, path: str, content: str) -> dict[str, Any]: ...
+    async def update_memory(
+        self,
+        store_id: str,
+        memory_id: str,
+        *,
+        expected_sha: str,
+        content: str | None = ...,
+        path: str | None = ...,
+    ) -> dict[str, Any]: ...
+    async def delete_memory(self, store_id: str, memory_id: str, *, expected_sha: str | None) -> None: ...
+    async def write_batch(self, store_id: str, ops: list[dict[str, Any]]) -> list[dict[str, Any]] | None: ...

@@ -15,18 +15,15 @@ import logging
 from typing import Any
 
 from memfs.batching import batch_chunks
-from memfs.client import CONCURRENCY, ApiError, StoreClient
+from memfs.client.errors import ApiError
 from memfs.records import StoreInfo
 from memfs.sync import plan as P
 from memfs.sync.bounded import gather
-from memfs.sync.ports import Journal, View
+from memfs.sync.ports import Journal, Store, View
 from memfs.sync.report import StoreSync, TickReport
 
 log = logging.getLogger("memfs.sync")
 
-# Requests in flight are bounded by the client (its slots, shared by all stores); this only caps
-# how many of one push stage's changes wait for a slot at once.
-PUSH_CONCURRENCY = CONCURRENCY
 # Batch writes of one stage in flight at once: the service writes one store's batches one after
 # the other anyway (one transaction each), so more would only wait there, against the timeout.
 BATCH_CONCURRENCY = 4
@@ -58,7 +55,7 @@ def batch_op(st: Journal, a: Sent) -> dict[str, Any]:
 class Pusher:
     """Sends a store's push stages and books each answer in the journal and the view."""
 
-    def __init__(self, client: StoreClient, state: Journal, fs: View):
+    def __init__(self, client: Store, state: Journal, fs: View):
         self.client = client
         self.state = state
         self.fs = fs
@@ -92,7 +89,9 @@ class Pusher:
                 if batches and self.has_batch is not False
                 else list(stage)
             )
-            await gather(left, one, PUSH_CONCURRENCY)
+            # Requests in flight are bounded by the store (its slots, shared by all stores); this only caps
+            # how many of one push stage's changes wait for a slot at once.
+            await gather(left, one, self.client.concurrency)
 
     def _not_answered(self, store: StoreInfo, stage: tuple[P.PushAction, ...]) -> tuple[P.PushAction, ...]:
         """`stage` less the changes answered 404/409 since the last pull applied (see `_answered`)."""

@@ -17,17 +17,15 @@ from typing import Any, NamedTuple, Protocol
 
 import trio
 
-from memfs.client import CONCURRENCY, ApiError, Listing, StoreClient
+from memfs.client.errors import ApiError
+from memfs.client.records import Listing
+from memfs.client.snapshot_stream import SnapshotEntry, StreamedSnapshot
 from memfs.records import BaseEntry, FeedPosition, StoreInfo
-from memfs.snapshot_stream import SnapshotEntry, StreamedSnapshot
 from memfs.sync import plan as P
 from memfs.sync.bounded import gather
 from memfs.sync.feed import VersionFeed
-from memfs.sync.ports import Journal
+from memfs.sync.ports import Journal, Store
 
-# Requests in flight are bounded by the client (its slots, shared by all stores); this only caps
-# how many of one store's fetches wait for a slot at once.
-FETCH_CONCURRENCY = CONCURRENCY
 # A pull that lacks the content of at least this many memories, worth at least 1/SNAPSHOT_SHARE
 # of the store's bytes, takes one snapshot instead of a GET each (`worth_a_snapshot`).
 SNAPSHOT_FETCHES = 16
@@ -163,7 +161,7 @@ class StoreReader:
     """Reads what a pull needs from the store, through the client, into the state dir's blobs
     (a snapshot's content) and a `Pulled`."""
 
-    def __init__(self, client: StoreClient, state: Journal):
+    def __init__(self, client: Store, state: Journal):
         self.client = client
         self.state = state
         self._baselines: dict[str, Baseline] = {}
@@ -245,7 +243,7 @@ class StoreReader:
         if expect is not None and not listing.duplicates:
             # An idle store: every memory the baseline saw, listed once and as it was, and nothing
             # else, so nothing to settle either (no duplicate, no memory missing). The client
-            # gives a listing whose every page is as last time the same list (client._LastListing);
+            # gives a listing whose every page is as last time the same list (memfs/client/listing.py `LastListing`);
             # both are read-only, so what was found of them then holds now.
             idle = self._idle.get(sid)
             if idle is not None and idle[0] is items and idle[1] is expect:
@@ -362,7 +360,9 @@ class StoreReader:
             pulled.note_mtime(memory_id, m.get("updated_at"))
             remote[memory_id] = P.RemoteEntry(memory_id, m["path"], sha, len(data))
 
-        await gather(sorted(ids), one, FETCH_CONCURRENCY)
+        # Requests in flight are bounded by the store (its slots, shared by all stores); this only
+        # caps how many of one store's fetches wait for a slot at once.
+        await gather(sorted(ids), one, self.client.concurrency)
 
     async def snapshot(self, store: StoreInfo, pulled: Pulled) -> RemoteRead | None:
         """The store's memories at one counter (the snapshot extension, its content stored as it
@@ -426,5 +426,5 @@ class StoreReader:
                 m["content_size_bytes"] = len(data)
                 changed.append(m)
 
-        await gather(list(missing.items()), one, FETCH_CONCURRENCY)
+        await gather(list(missing.items()), one, self.client.concurrency)
         return changed

@@ -217,7 +217,7 @@ def _mount(args: argparse.Namespace) -> int:
         argv += ["--state-dir", args.state_dir]
     if args.sync_interval:
         argv += ["--sync-interval", str(args.sync_interval)]
-    from memfs.work_secret import sessions_token_from_secret
+    from memfs.client.work_secret import sessions_token_from_secret
 
     token = sessions_token_from_secret(args.secrets.get("ANTHROPIC_WORK_SECRET")) or args.secrets.get(
         "MEMFS_TOKEN"
@@ -250,7 +250,7 @@ def _force_stop_item(secrets: dict[str, str]) -> bool:
     import anyio
     from anthropic import AsyncAnthropic
 
-    from memfs.client import sessions_token_from_secret
+    from memfs.client.work_secret import sessions_token_from_secret
 
     token = sessions_token_from_secret(secrets.get("ANTHROPIC_WORK_SECRET")) or secrets.get(
         "ANTHROPIC_ENVIRONMENT_KEY"

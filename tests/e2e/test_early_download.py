@@ -25,7 +25,7 @@ from tests.support.service import ServiceProcess
 
 pytestmark = pytest.mark.timeout(180)
 
-# Several of the 1 MiB chunks the stream is parsed in (memfs/snapshot_stream.py SNAPSHOT_CHUNK_BYTES):
+# Several of the 1 MiB chunks the stream is parsed in (memfs/client/snapshot_stream.py SNAPSHOT_CHUNK_BYTES):
 # a cut halfway comes after content was stored.
 BIG_FILES = 120
 BIG_SIZE = 24 * 1024

@@ -21,7 +21,7 @@ from tests.support.sandbox import Sandbox, is_mounted
 
 pytestmark = pytest.mark.timeout(180)
 
-# Big enough that half of the stream is several of the client's 1 MiB chunks (memfs/client.py
+# Big enough that half of the stream is several of the client's 1 MiB chunks (memfs/client/snapshot_stream.py
 # SNAPSHOT_CHUNK_BYTES): the cut comes after content was already handed to the worker thread.
 BIG_FILES = 160
 BIG_SIZE = 24 * 1024

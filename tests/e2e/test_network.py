@@ -258,14 +258,15 @@ def test_a_long_retry_after_fails_the_tick_which_counts_as_an_attempt(small, tmp
 
 @pytest.mark.timeout(120)
 def test_the_client_spreads_its_requests_over_small_pools_and_keeps_the_bound(small):
-    """The client's connections are several pools of POOL_SHARD (memfs/transport.py `Pools`:
+    """The client's connections are several pools of POOL_SHARD (memfs/client/transport.py `Pools`:
     httpcore's pool costs O(connections²) per request event); the listing pages take connections
-    of their own (memfs/plain_get.py). Many requests gathered at once still have at most CONCURRENCY in
+    of their own (memfs/client/plain_get.py). Many requests gathered at once still have at most CONCURRENCY in
     flight, open at most CONCURRENCY connections each way, every pool carries its share, and
     every pool's in-flight count is back to 0 when the requests are answered."""
     import trio
 
-    from memfs.client import POOL_SHARD, StoreClient
+    from memfs.client import StoreClient
+    from memfs.client.transport import POOL_SHARD
 
     svc, store = small
     proxy = Proxy(svc.base_url)

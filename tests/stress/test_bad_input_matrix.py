@@ -21,7 +21,7 @@ from typing import Any
 import httpx
 import pytest
 
-from memfs.client import sessions_token_from_secret
+from memfs.client.work_secret import sessions_token_from_secret
 from tests.stress.conftest import RW, Rig, walk
 
 pytestmark = pytest.mark.timeout(120)

@@ -6,7 +6,9 @@ front of it and records every request, and answers chosen ones itself (a status 
 a dropped connection) or runs a hook first (a second writer acting between two of the engine's
 requests). `EngineMount` is what `memfs mount` wires together (session/daemon.py): a State, the
 kernel-free `Filesystem` and the real `SyncEngine` over a `StoreClient` on that transport, plus
-path-level helpers that act as a shell would, minus the kernel. The engine is driven only through
+path-level helpers that act as a shell would, minus the kernel. The engine takes the client at its
+`Store` port (memfs/sync/ports.py), as in production, through a `FailingStore`
+(tests/support/stores.py) that passes every call on until a test puts a fault on one. The engine is driven only through
 its public surface (constructor, initial(), sync_now(), status(), not_on_store()).
 
 Every method that talks to the service is async: call them from a `@pytest.mark.trio` test.
@@ -33,6 +35,8 @@ from memfs.records import StoreInfo
 from memfs.service.app import create_app
 from memfs.service.database import open_storage
 from memfs.sync.engine import SyncEngine
+from memfs.sync.ports import Store
+from tests.support.stores import FailingStore
 
 BASE_URL = "http://memfs.test"  # never resolved: the transport answers in process
 ADMIN_KEY = "test-admin-key-0123456789"
@@ -135,7 +139,7 @@ class InProcessService:
 
     async def session_token(self, stores: list[tuple[str, str]]) -> tuple[str, dict]:
         """A session with these (store id, access) attached: its bearer token and its record."""
-        from memfs.client import sessions_token_from_secret
+        from memfs.client.work_secret import sessions_token_from_secret
 
         resources = [{"type": "memory_store", "memory_store_id": s, "access": a} for s, a in stores]
         body = await self._ok(
@@ -201,13 +205,15 @@ class EngineMount:
         self.token = token
         self.stores = stores
         self.options = dict(interval=interval, deletions=deletions, max_files=max_files, max_bytes=max_bytes)
-        self.transport = FaultTransport(service.transport)
+        self.transport = FaultTransport(service.transport)  # faults in HTTP, before the client
         self.client = StoreClient(BASE_URL, token, transport=self.transport)
+        self.store = FailingStore(self.client)  # faults at the port, after it
+        store: Store = self.store
         self.state = State(self.state_dir)
         for s in stores:
             self.state.set_store(s.store_id, s.name, s.slug, s.access)
         self.fs = Filesystem(self.state, stores, max_files=max_files, max_bytes=max_bytes)
-        self.engine = SyncEngine(self.client, self.state, self.fs, stores, **self.options)  # type: ignore[arg-type]
+        self.engine = SyncEngine(store, self.state, self.fs, stores, **self.options)  # type: ignore[arg-type]
 
     async def aclose(self) -> None:
         await self.client.aclose()

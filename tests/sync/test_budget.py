@@ -7,8 +7,8 @@ from itertools import pairwise
 
 import pytest
 
-from memfs.budget import RATE_FLOOR, RATE_FORGET, RATE_GROWTH, Pacer, RequestBudget, kind_of
-from memfs.errors import ApiError
+from memfs.client.budget import RATE_FLOOR, RATE_FORGET, RATE_GROWTH, Pacer, RequestBudget, kind_of
+from memfs.client.errors import ApiError
 
 S = "/v1/memory_stores/memstore_x"
 

@@ -2,8 +2,10 @@
 
 The real service app on an in-memory transport, the kernel-free filesystem core and the real
 SyncEngine, under trio in the test: no FUSE, no subprocess, each test well under a second. A
-FaultTransport in front of the service injects what the rules react to (5xx, 429 with
-retry-after, dropped connections, a second writer acting between two of the engine's requests).
+FaultTransport in front of the service injects what the rules react to through the client (5xx,
+429 with retry-after, dropped connections, a second writer acting between two of the engine's
+requests); a FailingStore at the engine's Store port (tests/support/stores.py) injects what the
+client raises, where a rule is about the engine alone (a refusal, an unreachable store).
 The list of rules is in docs/DESIGN.md ("Testing").
 """
 
@@ -19,6 +21,7 @@ import pytest
 from memfs.mount.replies import FsError
 from memfs.records import StoreInfo
 from tests.support.inprocess import EngineMount, InProcessService
+from tests.support.stores import refused, server_error, unreachable
 
 pytestmark = [pytest.mark.trio, pytest.mark.timeout(20)]
 
@@ -190,7 +193,7 @@ async def test_a_refused_delete_stays_staged_and_the_other_pushes_land(world):
     single_requests(m)
     m.unlink("/notes/a.md")
     m.write("/notes/b.md", b"mine")
-    m.transport.add("DELETE", MEMORY_BY_ID, status=400)
+    m.store.fail("delete_memory", refused(400))
     result = await m.sync()
     assert result["ok"] and result["pushed"] == 1, result
     assert (await world.svc.contents(world.notes)) == {"/a.md": "alpha", "/b.md": "mine"}
@@ -329,7 +332,7 @@ async def test_memories_over_the_mount_limits_are_not_materialised(world):
 
 async def test_a_failed_tick_counts_as_an_attempt(world):
     m = await world.setup({"/a.md": "alpha"}, interval=30)
-    m.transport.add("GET", "/memory_store_counters", status=503)  # no retry-after: not retried
+    m.store.fail("counters", server_error(503))  # no retry-after: the client did not retry it
     result = await m.sync()
     assert not result["ok"] and "503" in result["error"]
     assert m.store_status("notes")["last_result"] == "failed"
@@ -401,7 +404,7 @@ async def test_what_is_not_on_the_store_is_named_until_pushed(world):
     m = await world.setup({"/a.md": "alpha"})
     single_requests(m)
     m.write("/notes/new.md", b"fresh")
-    m.transport.add("POST", r"/memories$", drop=True)
+    m.store.fail("create_memory", unreachable())
     result = await m.sync()
     assert not result["ok"]
     st = m.store_status("notes")

@@ -8,7 +8,7 @@ from typing import Any
 
 import trio
 
-from memfs.errors import ApiError
+from memfs.client.errors import ApiError
 from memfs.records import FeedPosition
 from memfs.sync.feed import VersionFeed
 

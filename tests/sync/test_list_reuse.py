@@ -14,8 +14,8 @@ import math
 
 import pytest
 
-from memfs import client as client_module
 from memfs.client import StoreClient
+from memfs.client import listing as listing_module
 from memfs.sync import remote as remote_module
 from memfs.sync.remote import prefix_sizes
 from tests.support.inprocess import ADMIN_KEY, BASE_URL, InProcessService
@@ -87,7 +87,7 @@ async def test_unchanged_pages_are_not_parsed_again_and_every_change_is_seen(hos
 
 
 async def test_a_listing_beyond_the_bound_is_not_kept_and_still_lists_all(hosted, monkeypatch):
-    monkeypatch.setattr(client_module, "LISTINGS_KEPT", 100)
+    monkeypatch.setattr(listing_module, "LISTINGS_KEPT", 100)
     small, large = await hosted.create_store("Small"), await hosted.create_store("Large")
     for i in range(40):
         await hosted.create(small, f"/s{i}.md", "s")

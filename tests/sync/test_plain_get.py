@@ -1,4 +1,4 @@
-"""A listing page's GET on trio's sockets (memfs/plain_get.py), past httpcore and h11: the same
+"""A listing page's GET on trio's sockets (memfs/client/plain_get.py), past httpcore and h11: the same
 request and the same outcomes as before (tests/sync/test_list_get.py), and the framing a server
 may choose: content-length, chunked, a body ended by the connection's close; a kept connection
 the server closed meanwhile sent again on a new one; a broken answer Unreachable, never a page.
@@ -14,7 +14,7 @@ import pytest
 import trio
 
 from memfs.client import StoreClient, Unreachable
-from memfs.plain_get import PlainGet, PlainHTTPError
+from memfs.client.plain_get import PlainGet, PlainHTTPError
 from tests.support.service import ServiceProcess
 from tests.support.tls import make_cert
 

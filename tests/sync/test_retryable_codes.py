@@ -9,7 +9,7 @@ import pytest
 import trio
 
 from memfs.client import StoreClient
-from memfs.errors import ApiError
+from memfs.client.errors import ApiError
 
 pytestmark = pytest.mark.timeout(30)
 

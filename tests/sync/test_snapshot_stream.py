@@ -1,4 +1,4 @@
-"""The client's streamed snapshot (memfs/client.py `snapshot`): lines cut anywhere by the network's
+"""The client's streamed snapshot (memfs/client/api.py `snapshot`): lines cut anywhere by the network's
 chunking, a stream that ends early, an end line whose count is not what came.
 
 The chunking is the one thing the real service cannot be made to do on purpose, so these tests
@@ -58,7 +58,7 @@ def _run(body: bytes, chunk: int) -> tuple[int | None, _Sink]:
 
 @pytest.mark.parametrize("chunk", [1, 7, 4096, 1 << 22])
 def test_lines_cut_anywhere_arrive_whole_and_in_order(chunk, monkeypatch):
-    monkeypatch.setattr("memfs.client.SNAPSHOT_CHUNK_BYTES", 1000)  # many hand-overs
+    monkeypatch.setattr("memfs.client.snapshot_receive.SNAPSHOT_CHUNK_BYTES", 1000)  # many hand-overs
     counter, sink = _run(_body(60), chunk)
     assert counter == 7
     got = [m for c in sink.chunks for m in c]

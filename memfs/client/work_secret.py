@@ -1,7 +1,7 @@
 """The sessions token inside a work secret (`ANTHROPIC_WORK_SECRET`).
 
 A module of its own, importing nothing heavy: `memfs mount` reads the token before it forks its
-early download (memfs/session/early_fetch.py), before httpx is imported; memfs.client re-exports it."""
+early download (memfs/session/early_fetch.py), before httpx is imported."""
 
 from __future__ import annotations
 

@@ -15,7 +15,7 @@ import time
 from collections import Counter, deque
 from typing import Any
 
-from memfs.errors import ApiError
+from memfs.client.errors import ApiError
 
 WINDOW_HOUR = 3600
 WINDOW_MINUTE = 60

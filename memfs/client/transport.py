@@ -1,6 +1,6 @@
-"""The store client's connections (memfs/client.py `StoreClient`): several small httpx pools, each
-reached directly or through the environment's proxy (memfs/egress.py), and the listing pages'
-plain GET beside them (memfs/plain_get.py)."""
+"""The store client's connections (memfs/client/api.py `StoreClient`): several small httpx pools, each
+reached directly or through the environment's proxy (memfs/client/egress.py), and the listing pages'
+plain GET beside them (memfs/client/plain_get.py)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from typing import Any
 
 import httpx
 
-from memfs.egress import redact
-from memfs.plain_get import PlainGet
+from memfs.client.egress import redact
+from memfs.client.plain_get import PlainGet
 
 POOL_SHARD = 1  # connections per pool (see `Pools`)
 
@@ -28,10 +28,10 @@ class Pools(httpx.AsyncBaseTransport):
     So each pool holds one connection: the requests in flight are bounded by the client's slots
     (`concurrency`, as many as there are pools), so the least busy pool is always an idle one
     and no request waits in a pool; the connections are the same. The listing pages take
-    connections of their own, past httpx and httpcore (`plain`, memfs/plain_get.py), under the
+    connections of their own, past httpx and httpcore (`plain`, memfs/client/plain_get.py), under the
     same slots, when they go straight to the service.
 
-    Through a proxy (`proxy`, the environment's: memfs/egress.py) each pool is the same pool of
+    Through a proxy (`proxy`, the environment's: memfs/client/egress.py) each pool is the same pool of
     one connection, to the proxy: for an https:// service a tunnel (CONNECT) with TLS to the
     service inside it, for an http:// one requests forwarded in absolute form; the listing pages
     then take these pools too (`proxied`). httpx reads HTTP(S)_PROXY itself only for a transport
@@ -103,7 +103,7 @@ class Pools(httpx.AsyncBaseTransport):
         return resp
 
     def plain(self, url: httpx.URL) -> PlainGet:
-        """The listing pages' GET (`StoreClient._get`, memfs/plain_get.py): connections of its
+        """The listing pages' GET (`StoreClient._get`, memfs/client/plain_get.py): connections of its
         own, as many kept as the client has slots, to the one origin the client talks to."""
         if self._plain is None:
             context = self._tls() if url.scheme == "https" else None

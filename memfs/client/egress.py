@@ -3,7 +3,7 @@ Python HTTP client reads it (docs/SEMANTICS.md#network).
 
 A sandbox whose egress goes through a forward proxy names it in `HTTPS_PROXY`/`HTTP_PROXY` (or
 `ALL_PROXY`), lower case or upper case, and lists in `NO_PROXY` the hosts reached directly. The
-client's pools (memfs/client.py) and the mount's early download (memfs/session/early_fetch.py) both
+client's pools (memfs/client/api.py) and the mount's early download (memfs/session/early_fetch.py) both
 build their httpx transports with the proxy this module names: a transport given to httpx by hand
 reads nothing from the environment itself, so without this the mount would ignore the proxy and
 reach nothing. The standard library's reading is the one used (`urllib.request.getproxies` and

@@ -1,4 +1,4 @@
-"""A plain keep-alive HTTP/1.1 GET on trio's sockets, for the listing pages (client.StoreClient._get).
+"""A plain keep-alive HTTP/1.1 GET on trio's sockets, for the listing pages (memfs/client/api.py `StoreClient._get`).
 
 A hosted tick is 216 listing pages for 8 stores of 2,000 memories (SEMANTICS.md#d-no-counter), and
 httpcore with h11 cost ~1.1 ms of the daemon's CPU per page once nothing else was left per page:

@@ -1,4 +1,5 @@
-"""Async HTTP client for the store API and memfs's extensions (counter, changes, snapshot).
+"""`StoreClient`: the store API's calls and memfs's extensions (counter, changes, snapshot), and
+how a request is sent (slots, the client-wide hold, retries).
 
 Used by the mount and the sync engine (under trio). Sized for a WAN: every request takes one of
 `concurrency` slots (the connection pool has as many connections), so a 10,000-memory store never
@@ -14,317 +15,35 @@ from __future__ import annotations
 import zlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
 from operator import itemgetter
-from typing import Any, NamedTuple
-from urllib.parse import quote
+from typing import Any
 
 import httpx
 import orjson
 import trio
 
-from memfs.batching import batch_chunks as batch_chunks  # its old home
-from memfs.budget import Pacer, RequestBudget, kind_of, retry_after
-from memfs.egress import ProxySettingError, proxy_for, redact
-from memfs.errors import ApiError, Unreachable
-from memfs.plain_get import PlainHTTPError
+from memfs.client.budget import Pacer, RequestBudget, kind_of, retry_after
+from memfs.client.egress import ProxySettingError, proxy_for, redact
+from memfs.client.errors import ApiError, Unreachable
+from memfs.client.listing import LastListing, ListingWalk, keep_listing
+from memfs.client.plain_get import PlainHTTPError
+from memfs.client.records import Change, Changes, Listing
+from memfs.client.snapshot_receive import stream_snapshot
+from memfs.client.snapshot_stream import SnapshotSink
+from memfs.client.transport import Pools
 from memfs.protocol import COUNTER_HEADER, MEMORY_BETA, SESSIONS_BETA
-from memfs.snapshot_stream import (
-    SNAPSHOT_CHUNK_BYTES,
-    SNAPSHOT_CHUNKS_AHEAD,
-    SnapshotParser,
-    SnapshotSink,
-)
-from memfs.transport import POOL_SHARD as POOL_SHARD  # its old home
-from memfs.transport import Pools
-from memfs.work_secret import sessions_token_from_secret as sessions_token_from_secret  # its old home
 
 CONCURRENCY = 32  # requests in flight per client (all stores together): a WAN's latency, bounded
 RETRY_WITHIN = 4.0  # seconds: the longest retry-after honoured inside a tick (the interval is >= 5 s)
 RETRIES = 2  # per request
 # A 429 with a short retry-after is sent again up to this many times, each after its retry-after
-# and the pacer's turn (memfs/budget.py): a first download of 20 sandboxes sharing one
+# and the pacer's turn (memfs/client/budget.py): a first download of 20 sandboxes sharing one
 # organisation's limit met short 429s on one page nine times in a row (8 was the bound then) and
 # that mount's start failed; under a limit shared with others a page may lose its turn often,
 # and each retry waits what the service asked, so the bound only stops a service that never lets go.
 RATE_RETRIES = 30
-BASIC_LIMIT = 100  # the API's page sizes: basic view, full view
-FULL_LIMIT = 20
 
-
-# Memories of the stores' last basic listings kept for the next tick (`_LastListing`): ~1.4 KB
-# each (the parsed item and its share of the page's bytes), so ~35 MB at most.
-LISTINGS_KEPT = 25_000
 COUNTER_HEADER_BYTES = COUNTER_HEADER.lower().encode("ascii")
-
-
-@dataclass(frozen=True)
-class Change:
-    memory_id: str
-    operation: str  # "upserted" | "deleted"
-    path: str
-    previous_path: str | None
-    sha: str | None
-    size: int | None
-    updated_at: str | None
-
-
-@dataclass
-class Listing:
-    """A store's memories read by several listings (one per path prefix), concurrently.
-
-    Without a counter (the hosted API) the listings are not one snapshot: a memory renamed from
-    one prefix to another while they were read can be in both (`duplicates`) or in neither. The
-    caller settles both (sync/remote.py). With a counter, `counters` holds every page's header:
-    one value means one snapshot; several mean the listing straddled writes, and the lowest is
-    the counter to resume from."""
-
-    items: list[dict[str, Any]] = field(default_factory=list)
-    counters: set[int] = field(default_factory=set)
-    duplicates: set[str] = field(default_factory=set)
-    requests: int = 0
-
-    @property
-    def counter(self) -> int | None:
-        return min(self.counters) if self.counters else None
-
-    @property
-    def consistent(self) -> bool:
-        return len(self.counters) == 1
-
-
-class _Page(NamedTuple):
-    """One listing page as parsed: what `list_memories` takes from it. `body` is the answer's
-    bytes (decoded) for a basic page that a later tick may compare against, else empty."""
-
-    body: bytes
-    data: list[dict[str, Any]]  # the page's items as the API gave them (memories and prefixes)
-    memories: list[dict[str, Any]]  # its memories, in the page's order
-    ids: list[str]  # their ids
-    distinct: bool  # no id twice within the page
-    prefixes: list[str]  # the paths of its `memory_prefix` roll-ups
-    next_page: str | None
-
-
-def _parse_page(url: str, body: bytes, *, keep_body: bool) -> _Page:
-    try:
-        page = orjson.loads(body)  # full-view pages are a first download's bulk
-    except ValueError as exc:
-        raise Unreachable(f"GET {url}: answer is not JSON") from exc
-    data = page["data"]
-    memories: list[dict[str, Any]] = []
-    prefixes: list[str] = []
-    for item in data:
-        kind = item.get("type")
-        if kind == "memory":
-            memories.append(item)
-        elif kind == "memory_prefix":
-            prefixes.append(item["path"])
-    ids = [m["id"] for m in memories]
-    return _Page(
-        body if keep_body else b"",
-        data,
-        memories,
-        ids,
-        len(set(ids)) == len(ids),
-        prefixes,
-        page.get("next_page"),
-    )
-
-
-@dataclass
-class _LastListing:
-    """A store's last basic listing (SEMANTICS.md#d-no-counter: every hosted tick lists every
-    store): its pages by request, and its memories in path order. A page whose answer is
-    byte for byte the one this listing got is taken as parsed then: equal bytes are an equal
-    answer (orjson is a pure function of them), so no change can hide behind it. A listing
-    whose every page is one of these, the same requests, has these memories: it is given the
-    same sorted list, which lets the reader know an unchanged store without comparing 2,000
-    memories again (sync/remote.py)."""
-
-    pages: dict[bytes, _Page]  # the request's query -> its page
-    items: list[dict[str, Any]]  # read-only: shared by every listing that reuses it
-
-
-class _ListingWalk:
-    """One run of `StoreClient.list_memories` (which says how it walks a store): the requests it
-    sends, the pages it keeps, the prefixes it has started, as steps of that walk."""
-
-    def __init__(
-        self,
-        client: StoreClient,
-        store_id: str,
-        view: str,
-        known: dict[str, int],
-        on_page: Callable[[list[dict[str, Any]]], Awaitable[None]] | None,
-        last: _LastListing | None,
-    ):
-        self.client = client
-        self.known = known
-        self.on_page = on_page
-        self.limit = BASIC_LIMIT if view == "basic" else FULL_LIMIT
-        self.url = f"/v1/memory_stores/{store_id}/memories"
-        # The pages' URL is parsed once here and each page's query put in by hand: passing
-        # `params` made httpx parse (and scan character by character) the whole URL three times
-        # per request, ~0.3 ms of the daemon's CPU each (0.7 ms -> 0.4 ms per request in all).
-        self.endpoint = httpx.URL(client.base_url + self.url)
-        self.head = f"view={view}&limit={self.limit}&depth="
-        self.children: dict[str, list[str]] = {}
-        for prefix in known:
-            if prefix != "/":
-                self.children.setdefault(prefix[: prefix.rstrip("/").rfind("/") + 1], []).append(prefix)
-        self.listing = Listing()
-        self.seen: set[str] = set()
-        self.started: set[str] = set()
-        self.basic = view == "basic"
-        self.last_pages = last.pages if last is not None else {}
-        self.used: dict[bytes, _Page] = {}
-        self.fresh = 0  # pages parsed anew (not as the last listing had them)
-        # Nothing known of the store (a first download, or a store last seen empty): a cursor
-        # chain of whole pages per top-level prefix, concurrently, after one probe of "/" (which
-        # is the whole store when it fits in a page). Splitting every large prefix blind cost a
-        # probe page each, thrown away, and the depth-1 pages: a first download of 8 x 2,000
-        # memories was 1,414 requests where 800 pages hold it (the official worker's count);
-        # against an organisation's rate limit requests are the time too. A chain per top-level
-        # prefix costs the probe, "/"'s depth-1 pages and one part-filled page per prefix, and
-        # keeps a store's download concurrent.
-        self.whole = not known.get("/", 0)
-
-    async def page(self, prefix: str, depth: int, cursor: str | None) -> _Page:
-        query = self.head + str(depth)
-        if prefix != "/":  # percent-encoded whole (a path may hold "&", "+", "#", "%", spaces)
-            query += "&path_prefix=" + quote(prefix, safe="/")
-        if cursor:
-            query += "&page=" + quote(cursor, safe="")
-        key = query.encode("ascii")
-        content, counter = await self.client._get(self.endpoint, key)
-        self.listing.requests += 1
-        if counter is not None:
-            self.listing.counters.add(int(counter))
-        got = self.last_pages.get(key)
-        if got is None or got.body != content:
-            self.fresh += 1
-            self.client.pages_parsed += 1
-            got = _parse_page(self.url, content, keep_body=self.basic)
-        if self.basic:
-            self.used[key] = got
-        return got
-
-    def keep(self, got: _Page) -> None:
-        """A page's memories (a tick's listing is 16,000 of them: set operations, not a loop)."""
-        ids = got.ids
-        seen = self.seen
-        if not got.distinct:
-            for mid in ids:
-                if mid in seen:
-                    self.listing.duplicates.add(mid)
-                seen.add(mid)
-        else:
-            if not seen.isdisjoint(ids):
-                self.listing.duplicates.update(seen.intersection(ids))
-            seen.update(ids)
-        self.listing.items.extend(got.memories)
-
-    async def take(self, got: _Page) -> None:
-        """A page's memories kept, then handed to `on_page` (before its prefix's next page is asked)."""
-        self.keep(got)
-        if self.on_page is not None:
-            await self.on_page(got.data)
-
-    def start(self, prefix: str, nursery: trio.Nursery) -> None:
-        if prefix not in self.started:
-            self.started.add(prefix)
-            nursery.start_soon(self.subtree, prefix, nursery)
-
-    async def subtree(self, prefix: str, nursery: trio.Nursery) -> None:
-        size = self.known.get(prefix, 0)
-        if self.whole or size <= 2 * self.limit:
-            got = await self.page(prefix, 0, None)
-            # small, known to be worth paging whole, or a top-level prefix of a store nothing
-            # is known of (`whole`: "/" alone is split, when its probe is not all of it)
-            if not got.next_page or 0 < size or (self.whole and prefix != "/"):
-                await self.page_whole(prefix, got)
-                return
-        await self.split(prefix, nursery)
-
-    async def page_whole(self, prefix: str, got: _Page) -> None:
-        """A prefix paged whole (depth 0), from its first page `got` on."""
-        while True:
-            await self.take(got)
-            if not got.next_page:
-                return
-            got = await self.page(prefix, 0, got.next_page)
-
-    async def split(self, prefix: str, nursery: trio.Nursery) -> None:
-        """A prefix's direct children page by page (depth 1), each sub-prefix started as it is
-        named (the known ones at once)."""
-        for sub in self.children.get(prefix, ()):
-            self.start(sub, nursery)
-        cursor = None
-        while True:
-            got = await self.page(prefix, 1, cursor)
-            for sub in got.prefixes:
-                self.start(sub, nursery)
-            await self.take(got)
-            cursor = got.next_page
-            if not cursor:
-                return
-
-    def unchanged(self) -> bool:
-        """The same requests got the same answers as the last listing: the same memories, already
-        in path order."""
-        return (
-            not self.fresh
-            and len(self.used) == len(self.last_pages)
-            and all(self.last_pages.get(key) is got for key, got in self.used.items())
-        )
-
-
-@dataclass(frozen=True)
-class Changes:
-    counter: int
-    too_old: bool
-    changes: list[Change]
-
-
-async def _stream_snapshot(url: str, resp: httpx.Response, sink: SnapshotSink) -> int:
-    """Receive on this task, parse and hand over on a worker thread, a bounded queue between."""
-    parser = SnapshotParser(url, sink)
-    send, receive = trio.open_memory_channel[bytes](SNAPSHOT_CHUNKS_AHEAD)
-    failure: list[BaseException] = []
-
-    async def receive_body(cancel: trio.CancelScope) -> None:
-        try:
-            async with send:
-                parts: list[bytes] = []
-                size = 0
-                async for chunk in resp.aiter_bytes():
-                    parts.append(chunk)
-                    size += len(chunk)
-                    if size >= SNAPSHOT_CHUNK_BYTES:
-                        await send.send(b"".join(parts))
-                        parts, size = [], 0
-                if parts:
-                    await send.send(b"".join(parts))
-        except Exception as exc:  # the consumer must not wait for a chunk that never comes
-            failure.append(exc)
-            cancel.cancel()
-
-    async def hand_over(cancel: trio.CancelScope) -> None:
-        try:
-            async with receive:
-                async for data in receive:
-                    await trio.to_thread.run_sync(parser.feed, data)
-        except Exception as exc:
-            failure.append(exc)
-            cancel.cancel()
-
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(receive_body, nursery.cancel_scope)
-        nursery.start_soon(hand_over, nursery.cancel_scope)
-    if failure:  # the first is the cause: the other task was cancelled because of it
-        raise failure[0]
-    return parser.finish()
 
 
 class StoreClient:
@@ -341,7 +60,7 @@ class StoreClient:
     ):
         """`transport`: where requests go instead of the network (tests: the service app in
         process, or a transport that injects faults). None, the default, is the client's own
-        pools, through the environment's proxy for `base_url` if it names one (memfs/egress.py;
+        pools, through the environment's proxy for `base_url` if it names one (memfs/client/egress.py;
         a proxy setting that cannot be used fails every request, saying why)."""
         self.base_url = base_url.rstrip("/")
         self.concurrency = concurrency
@@ -372,9 +91,9 @@ class StoreClient:
         )
         self.requests_sent = 0
         self.budget = RequestBudget()  # by kind, rolling windows; and the client-wide hold (a 429)
-        self.pacer = Pacer()  # the rate sent at once a 429 came (memfs/budget.py)
+        self.pacer = Pacer()  # the rate sent at once a 429 came (memfs/client/budget.py)
         self.pages_parsed = 0  # listing pages parsed, not taken as the last listing had them (tests)
-        self._last_listings: dict[str, _LastListing] = {}  # store id -> its last basic listing
+        self._last_listings: dict[str, LastListing] = {}  # store id -> its last basic listing
         self.retried = 0  # requests sent again after a retry-after (for the logs and tests)
         # `_get`'s request headers: the client's own (as httpx sends them), gzip the only encoding
         # asked for (the one decoded there), and the host.
@@ -403,7 +122,7 @@ class StoreClient:
 
     @asynccontextmanager
     async def _sending(self, kind: str) -> AsyncIterator[float]:
-        """A slot; in it, the client-wide hold waited out (or failed on: memfs/budget.py) and the
+        """A slot; in it, the client-wide hold waited out (or failed on: memfs/client/budget.py) and the
         pacer's turn taken, then counted. Yields the time it was sent (for `_retry_wait`)."""
         async with self.slots:
             wait = self.budget.wait_for(self.retry_within)
@@ -441,7 +160,7 @@ class StoreClient:
         """A listing page's GET: (body, its counter header or None), retried as `_request`.
 
         With the client's own pools (not a test's transport) and no proxy in the way it is a plain
-        HTTP/1.1 GET on trio's sockets (memfs/plain_get.py): a first download is hundreds of
+        HTTP/1.1 GET on trio's sockets (memfs/client/plain_get.py): a first download is hundreds of
         full-view pages of ~300 KB, and httpx's client layers, httpcore and h11 took ~2.8x the
         daemon's CPU for them (8 x 2,000 memories: ~2.5-3 s more of the mount's CPU; the commit
         that kept it says how it was measured). The request is the same one: the client's
@@ -597,7 +316,7 @@ class StoreClient:
                         if wait is None:
                             raise _api_error(resp)
                     else:
-                        return await _stream_snapshot(url, resp, sink)
+                        return await stream_snapshot(url, resp, sink)
             except httpx.HTTPError as exc:
                 raise Unreachable(f"GET {url}{self._via}: {_describe(exc)}") from exc
             await trio.sleep(wait)
@@ -628,33 +347,29 @@ class StoreClient:
         awaited with each page's items as it arrives (before that prefix's next page is asked):
         a download stores a page's content while the other pages are on their way.
         The result is not one snapshot without a counter: see `Listing`."""
-        # A basic listing compares each page with the store's last one (`_LastListing`); a
+        # A basic listing compares each page with the store's last one (`LastListing`); a
         # full-view page (content) is never kept.
         basic = view == "basic"
         last = self._last_listings.get(store_id) if basic else None
-        walk = _ListingWalk(self, store_id, view, known or {}, on_page, last)
+        walk = ListingWalk(self._get, self.base_url, store_id, view, known or {}, on_page, last)
         try:
             async with trio.open_nursery() as nursery:
                 walk.start("/", nursery)
         except BaseExceptionGroup as group:  # the first failure, as itself: callers catch it by type
             raise _first(group) from None
+        finally:
+            self.pages_parsed += walk.fresh  # pages parsed anew, not taken as the last listing had them
         listing = walk.listing
         if last is not None and walk.unchanged():
             listing.items = last.items
         else:
             listing.items.sort(key=itemgetter("path"))  # the API's order: by path
         if basic:
-            self._keep_listing(store_id, _LastListing(walk.used, listing.items))
+            self._keep_listing(store_id, LastListing(walk.used, listing.items))
         return listing
 
-    def _keep_listing(self, store_id: str, kept: _LastListing) -> None:
-        """Keep a store's last basic listing for the next one, within LISTINGS_KEPT memories
-        for all stores together (a store whose listing does not fit keeps none)."""
-        listings = self._last_listings
-        listings.pop(store_id, None)
-        total = sum(len(k.items) for k in listings.values())
-        if total + len(kept.items) <= LISTINGS_KEPT:
-            listings[store_id] = kept
+    def _keep_listing(self, store_id: str, kept: LastListing) -> None:
+        keep_listing(self._last_listings, store_id, kept)  # memfs/client/listing.py
 
     async def list_versions(
         self, store_id: str, params: dict[str, str | int]

@@ -1,8 +1,8 @@
 """A snapshot stream's lines turned into stored content (SEMANTICS.md#d-first-download): the
 parser of the service's JSON lines and the sink that hashes and stores each chunk's content.
 
-Both import nothing heavy (no httpx, no trio): the client's streamed snapshot (memfs/client.py
-`_stream_snapshot`, under trio) and the mount's early download (memfs/session/early_fetch.py, a
+Both import nothing heavy (no httpx, no trio): the client's streamed snapshot (memfs/client/snapshot_receive.py
+`stream_snapshot`, under trio) and the mount's early download (memfs/session/early_fetch.py, a
 process of its own that runs while the daemon imports trio, httpx and pyfuse3) use them alike."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import Any, Protocol
 
 import orjson
 
-from memfs.errors import Unreachable
+from memfs.client.errors import Unreachable
 
 # A first download's snapshot is received in chunks of about this size and parsed, hashed and
 # stored from a worker thread while the next chunks arrive; at most this many wait in between.

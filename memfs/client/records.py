@@ -1,0 +1,50 @@
+"""What the store client's calls return that the sync engine reads: a listing (`Listing`) and a
+change feed's answer (`Changes`). Plain records, importing nothing: the engine's port
+(memfs/sync/ports.py `Store`) names them without importing the client's transport."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Change:
+    memory_id: str
+    operation: str  # "upserted" | "deleted"
+    path: str
+    previous_path: str | None
+    sha: str | None
+    size: int | None
+    updated_at: str | None
+
+
+@dataclass(frozen=True)
+class Changes:
+    counter: int
+    too_old: bool
+    changes: list[Change]
+
+
+@dataclass
+class Listing:
+    """A store's memories read by several listings (one per path prefix), concurrently.
+
+    Without a counter (the hosted API) the listings are not one snapshot: a memory renamed from
+    one prefix to another while they were read can be in both (`duplicates`) or in neither. The
+    caller settles both (sync/remote.py). With a counter, `counters` holds every page's header:
+    one value means one snapshot; several mean the listing straddled writes, and the lowest is
+    the counter to resume from."""
+
+    items: list[dict[str, Any]] = field(default_factory=list)
+    counters: set[int] = field(default_factory=set)
+    duplicates: set[str] = field(default_factory=set)
+    requests: int = 0
+
+    @property
+    def counter(self) -> int | None:
+        return min(self.counters) if self.counters else None
+
+    @property
+    def consistent(self) -> bool:
+        return len(self.counters) == 1
