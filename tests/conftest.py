@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from tests.support import logcheck
+from tests.support.rungs import RUNGS, rung_of, rung_problem
 from tests.support.service import ServiceProcess
 
 
@@ -21,8 +22,33 @@ def service(tmp_path):
         svc.stop()
 
 
+# ---- the ladder's rungs (tests/support/rungs.py) ----------------------------------------------------
+_RUNG_PROBLEM = pytest.StashKey[str]()
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m` selects on the markers
+def pytest_collection_modifyitems(config, items):
+    """Mark each test with its folder's rung, and note a test on no rung or on two."""
+    for item in items:
+        rung = rung_of(item.path)
+        if rung is not None:
+            item.add_marker(rung)
+        problem = rung_problem(item.nodeid, sorted({m.name for m in item.iter_markers() if m.name in RUNGS}))
+        if problem is not None:
+            item.stash[_RUNG_PROBLEM] = problem
+
+
+def pytest_runtest_setup(item):
+    # failed here, not at collection: an error raised while collecting is lost in pytest-xdist's
+    # INTERNALERROR, a failed test is reported by name in every mode
+    problem = item.stash.get(_RUNG_PROBLEM, None)
+    if problem is not None:
+        pytest.fail(f"every test is on exactly one rung: {problem}", pytrace=False)
+
+
 # ---- the daemon log check (tests/support/logcheck.py) ---------------------------------------------
-LOG_CHECKED = ("e2e", "mount", "worker", "sync", "service")  # the suites whose processes' logs must be clean
+# the rungs whose processes' logs must be clean: every rung but stress (unchecked as before the rungs)
+LOG_CHECKED = ("rules", "engine", "client", "service", "mount", "session", "e2e")
 
 
 def pytest_configure(config):

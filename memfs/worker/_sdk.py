@@ -2,7 +2,7 @@
 
 Checked on anthropic 2.10.0 and 2.16.0 (SDK_VERSIONS_CHECKED; the range memfs[worker] allows).
 memfs.worker rides the official worker's public `tools=` factory. What it needs that has no public
-name is here and nowhere else, and tests/worker/test_sdk_seams.py fails loudly when a new SDK moves
+name is here and nowhere else, and tests/session/test_sdk_seams.py fails loudly when a new SDK moves
 it:
 
 - `aclose_runnable_tool`: the runner's own cleanup of one tool (its `close`/`aclose` hook and,

@@ -83,7 +83,7 @@ def test_a_cut_snapshot_shows_nothing_and_the_retry_starts_clean(stores, through
     big, small, big_seed, small_seed, _session = stores
     box, proxy = through_proxy
     # Twice: the mount's early download streams it first (memfs/session/early_fetch.py), and a
-    # cut there is asked again the old way (tests/e2e/test_early_download.py); both cut.
+    # cut there is asked again the old way (tests/session/test_early_download.py); both cut.
     cut = proxy.add("GET", rf"/memory_stores/{big}/snapshot$", "reset_mid_body", times=2)
 
     proc = box.mount(check=False)

@@ -10,8 +10,8 @@ import textwrap
 
 import pytest
 
-from tests.e2e.conftest import RO_SEED, RW_SEED
 from tests.support.sandbox import is_mounted
+from tests.support.world import RO_SEED, RW_SEED
 
 pytestmark = pytest.mark.timeout(120)
 

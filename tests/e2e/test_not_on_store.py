@@ -12,9 +12,9 @@ import subprocess
 
 import pytest
 
-from tests.e2e.conftest import RW_SEED, World
 from tests.support.api import Api
 from tests.support.service import ServiceProcess
+from tests.support.world import RW_SEED, World
 
 pytestmark = pytest.mark.timeout(180)
 

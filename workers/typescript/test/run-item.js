@@ -1,4 +1,4 @@
-// The test's work item process (tests/worker/test_typescript_worker.py): the unchanged official
+// The test's work item process (tests/e2e/test_typescript_worker.py): the unchanged official
 // EnvironmentWorker.handleItem() of @anthropic-ai/sdk with memfsTools(), from the ANTHROPIC_*
 // variables `ant beta:worker poll --on-work` sets. Exit 0: the item ran; 1: it failed.
 const Anthropic = require('@anthropic-ai/sdk').default;

@@ -1,7 +1,7 @@
 """Screenshots of the console's main pages, taken in the real browser on a store that looks lived in.
 
 They go to tmp_path; to refresh the ones in the docs:
-    MEMFS_SCREENSHOT_DIR=docs/console .venv/bin/python -m pytest tests/console/test_screenshots.py
+    MEMFS_SCREENSHOT_DIR=docs/console .venv/bin/python -m pytest tests/service/console/test_screenshots.py
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ import socket
 import anthropic
 import pytest
 
-from tests.console.test_console import all_memories, store_id_from, unique
+from tests.service.console.test_console import all_memories, store_id_from, unique
 
 pytestmark = pytest.mark.timeout(180)
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.worker.fake_platform import FakePlatform, Step
+from tests.support.fake_platform import FakePlatform, Step
 
 pytestmark = pytest.mark.timeout(30)
 

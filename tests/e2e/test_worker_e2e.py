@@ -9,8 +9,8 @@ import time
 import pytest
 
 from memfs.worker._sdk import LEASE_RULES
-from tests.worker.conftest import RO, RW
-from tests.worker.fake_platform import Step
+from tests.support.fake_platform import Step
+from tests.support.worker_world import RO, RW
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 import trio
 
+from tests.engine.test_engine_rules import World
 from tests.support.inprocess import EngineMount, InProcessService
-from tests.sync.test_engine_rules import World
 
 pytestmark = [pytest.mark.trio, pytest.mark.timeout(30)]
 

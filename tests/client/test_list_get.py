@@ -1,5 +1,5 @@
 """A listing page's GET (memfs/client/api.py `StoreClient._get`): with the client's own pools it is a plain GET on
-trio's sockets (memfs/client/plain_get.py, tests/sync/test_plain_get.py), past httpx's client layers and
+trio's sockets (memfs/client/plain_get.py, tests/client/test_plain_get.py), past httpx's client layers and
 httpcore (PERFORMANCE.md, network section), and must still be the same
 request with the same outcomes: the client's headers, gzip decoded, an unasked encoding refused,
 a short retry-after retried, a broken connection Unreachable, any prefix name carried as itself.

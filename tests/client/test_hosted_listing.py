@@ -12,8 +12,8 @@ import pytest
 from memfs.client import StoreClient
 from memfs.sync import engine as engine_module
 from memfs.sync.remote import prefix_sizes
+from tests.engine.test_engine_rules import World
 from tests.support.inprocess import ADMIN_KEY, BASE_URL, FaultTransport, InProcessService
-from tests.sync.test_engine_rules import World
 
 pytestmark = [pytest.mark.trio, pytest.mark.timeout(60)]
 

@@ -17,7 +17,7 @@ from tests.support.sandbox import Sandbox
 
 pytestmark = pytest.mark.timeout(300)
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 # Distribution names `pip install memfs` must not bring (the serve and worker extras' packages).
 FORBIDDEN = {
     "uvicorn",

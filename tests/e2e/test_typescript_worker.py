@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 
 from memfs import limits
-from tests.worker.conftest import RO, RW
-from tests.worker.fake_platform import Step
+from tests.support.fake_platform import Step
+from tests.support.worker_world import RO, RW
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -38,7 +38,7 @@ def ts_package() -> Path:
 
 def run_ts_item(wworld, package: Path, script: list[Step], timeout: float = 90) -> tuple:
     """One scripted session served by node; (ItemRun-like work, the process's output)."""
-    from tests.worker.conftest import ItemRun
+    from tests.support.worker_world import ItemRun
 
     work = wworld.item(script)
     env = {k: v for k, v in os.environ.items() if not k.startswith("ANTHROPIC_")}

@@ -18,9 +18,9 @@ from memfs.client import StoreClient
 from memfs.client import listing as listing_module
 from memfs.sync import remote as remote_module
 from memfs.sync.remote import prefix_sizes
+from tests.client.test_hosted_listing import _count_plans, _Path, hosted_world
+from tests.client.test_list_get import _page, _Server
 from tests.support.inprocess import ADMIN_KEY, BASE_URL, InProcessService
-from tests.sync.test_hosted_listing import _count_plans, _Path, hosted_world
-from tests.sync.test_list_get import _page, _Server
 
 pytestmark = [pytest.mark.trio, pytest.mark.timeout(60)]
 

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from tests.support.api import Api, sessions_token
+from tests.support.fake_platform import FakePlatform, PlatformServer, Step, Work
 from tests.support.sandbox import Sandbox
-from tests.worker.fake_platform import FakePlatform, PlatformServer, Step, Work
 
 RW, RO = "work-notes", "team-handbook"
 RW_SEED = {

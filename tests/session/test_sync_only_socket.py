@@ -10,7 +10,7 @@ import stat
 import pytest
 
 from tests.support.mounts import mounted_at
-from tests.worker.conftest import RW
+from tests.support.worker_world import RW
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -61,7 +61,7 @@ def test_forced_ticks_are_spaced_out_and_never_dropped(wworld, sync_socket):
 
 
 def test_the_worker_syncs_through_it(wworld, sync_socket, monkeypatch):
-    from tests.worker.fake_platform import Step
+    from tests.support.fake_platform import Step
 
     monkeypatch.setenv("MEMFS_SYNC_SOCKET", str(sync_socket))
     monkeypatch.setenv(

@@ -9,9 +9,9 @@ from __future__ import annotations
 import pytest
 
 from memfs.client import ApiError, StoreClient
+from tests.engine.test_engine_rules import World, single_requests
 from tests.support.inprocess import ADMIN_KEY, BASE_URL, InProcessService
 from tests.support.stores import FailingStore, rate_limited, unreachable
-from tests.sync.test_engine_rules import World, single_requests
 
 pytestmark = [pytest.mark.trio, pytest.mark.timeout(20)]
 

@@ -11,8 +11,8 @@ import anyio
 import pytest
 
 from memfs.worker.daemon_link import SOCKET_ENV, DaemonLink
-from tests.worker.conftest import RW
-from tests.worker.fake_platform import Step
+from tests.support.fake_platform import Step
+from tests.support.worker_world import RW
 
 pytestmark = pytest.mark.timeout(120)
 

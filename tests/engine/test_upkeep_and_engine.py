@@ -9,8 +9,8 @@ from collections.abc import AsyncIterator
 import pytest
 
 from memfs.mount.upkeep import StateUpkeep
+from tests.engine.test_engine_rules import MEMORY_BY_ID, World, single_requests
 from tests.support.inprocess import InProcessService
-from tests.sync.test_engine_rules import MEMORY_BY_ID, World, single_requests
 
 pytestmark = [pytest.mark.trio, pytest.mark.timeout(20)]
 

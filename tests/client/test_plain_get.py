@@ -1,5 +1,5 @@
 """A listing page's GET on trio's sockets (memfs/client/plain_get.py), past httpcore and h11: the same
-request and the same outcomes as before (tests/sync/test_list_get.py), and the framing a server
+request and the same outcomes as before (tests/client/test_list_get.py), and the framing a server
 may choose: content-length, chunked, a body ended by the connection's close; a kept connection
 the server closed meanwhile sent again on a new one; a broken answer Unreachable, never a page.
 Real sockets: a `memfs serve --hosted-api` subprocess, or a raw TCP server in a thread."""

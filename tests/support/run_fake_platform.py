@@ -1,6 +1,6 @@
 """The fake platform as a process, for scripts/test-container's worker mode.
 
-    python -m tests.worker.run_fake_platform --store-url URL --session-id ID --work-secret S \
+    python -m tests.support.run_fake_platform --store-url URL --session-id ID --work-secret S \
         --script steps.json --out result.json
 
 Reads the session's memory stores from the store service (as the real platform knows them), queues
@@ -20,7 +20,7 @@ import time
 
 import httpx
 
-from tests.worker.fake_platform import FakePlatform, PlatformServer, Step
+from tests.support.fake_platform import FakePlatform, PlatformServer, Step
 
 
 def main() -> int:

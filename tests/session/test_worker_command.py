@@ -10,9 +10,9 @@ import time
 
 import pytest
 
+from tests.support.fake_platform import Step
 from tests.support.mounts import mounted_at
-from tests.worker.conftest import RW
-from tests.worker.fake_platform import Step
+from tests.support.worker_world import RW
 
 pytestmark = pytest.mark.timeout(120)
 
