@@ -69,3 +69,67 @@ def test_nothing_points_outside_the_repository():
             if OUTSIDE.search(line):
                 found.append(f"{rel}:{n}: {line.strip()[:100]}")
     assert found == []
+
+
+MAP_ENTRY = re.compile(r"[A-Za-z_][\w/]*\.py\b")
+
+
+def design_map(text: str) -> dict[str, set[str]]:
+    """docs/DESIGN.md's module map (its first code block): folder -> the .py names it names there
+    (a name with a "/" is a path, from memfs/ or else from the repository's root). Indentation
+    says which folder a line is in: a line whose first word ends in "/" opens a folder."""
+    block = text.split("```", 2)[1]
+    named: dict[str, set[str]] = {}
+    stack: list[tuple[int, str]] = []  # (indent, folder from the repo root)
+    for line in block.splitlines()[1:]:
+        if not line.strip():
+            continue
+        indent = len(line) - len(line.lstrip())
+        first = line.split()[0]
+        while stack and indent <= stack[-1][0]:
+            stack.pop()
+        folder = stack[-1][1] if stack else ""
+        if first.endswith("/"):
+            folder = f"{folder}/{first.rstrip('/')}".lstrip("/")
+            stack.append((indent, folder))
+        for name in MAP_ENTRY.findall(line):
+            if "/" in name:
+                path = f"memfs/{name}" if (REPO / "memfs" / name).exists() else name
+                where, _, base = path.rpartition("/")
+                named.setdefault(where, set()).add(base)
+            else:
+                named.setdefault(folder, set()).add(name)
+    return named
+
+
+def map_problems(text: str) -> list[str]:
+    """What the module map gets wrong about memfs/: modules it names that do not exist, and
+    modules (but __init__.py) it does not name."""
+    named = design_map(text)
+    wrong = [
+        f"names {folder}/{name}, which does not exist"
+        for folder, names in sorted(named.items())
+        if folder.startswith("memfs")
+        for name in sorted(names)
+        if not (REPO / folder / name).is_file()
+    ]
+    missing = [
+        f"does not name {f.relative_to(REPO)}"
+        for f in sorted((REPO / "memfs").rglob("*.py"))
+        if f.name != "__init__.py" and f.name not in named.get(str(f.parent.relative_to(REPO)), set())
+    ]
+    return wrong + missing
+
+
+def test_the_design_module_map_names_every_module_and_only_modules_that_exist():
+    assert map_problems((DOCS / "DESIGN.md").read_text()) == []
+
+
+def test_the_map_check_sees_a_missing_and_an_invented_module():
+    design = (DOCS / "DESIGN.md").read_text()
+    broken = design.replace("    feed.py ", "    fed.py ", 1)
+    assert broken != design
+    assert map_problems(broken) == [
+        "names memfs/sync/fed.py, which does not exist",
+        "does not name memfs/sync/feed.py",
+    ]
