@@ -29,6 +29,7 @@ from tests.support.seed import seed_database
 from tests.support.service import ServiceProcess
 
 REPO = Path(__file__).resolve().parent.parent
+SEED_AGE_S = 86_400.0  # seconds: how old the seeded memories' versions are
 
 
 def parse_rtt(text: str) -> float:
@@ -112,7 +113,9 @@ def main(argv: list[str] | None = None) -> int:
         t = time.perf_counter()
         db = work / "service" / "data" / "store.db"
         db.parent.mkdir(parents=True)
-        ids_by_name = seed_database(db, stores)
+        # Dated a day back, as a store's memories are (written over days, not just before the
+        # run): the hosted rows' safety net rereads the last hour of versions (sync/feed.py).
+        ids_by_name = seed_database(db, stores, age_s=SEED_AGE_S)
         log(
             f"seeded {cfg.stores} stores x {cfg.memories} memories "
             f"({sum(len(x) for x in stores['full-0'].values()) / 2**20:.1f} MiB each) in {time.perf_counter() - t:.1f} s"

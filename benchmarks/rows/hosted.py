@@ -300,7 +300,7 @@ def fleet_seed(path: Path) -> dict[str, str]:
         name: store_contents(rng, corpus, name, store_layout(rng, FLEET_MEMORIES, FLEET_MEMORIES * 2000))
         for name in ("fleet-a", "fleet-b")
     }
-    return seed_database(path, stores)
+    return seed_database(path, stores, age_s=86_400.0)  # a day old, as benchmarks.main seeds
 
 
 class Agents:

@@ -44,9 +44,9 @@ class _OneTransaction:
         pass
 
 
-def seed_database(db_path: Path, stores: dict[str, dict[str, str]]) -> dict[str, str]:
+def seed_database(db_path: Path, stores: dict[str, dict[str, str]], *, age_s: float = 0.0) -> dict[str, str]:
     """Create stores and memories through the service's own create paths (rules over SQLite),
-    before the service starts. One transaction per store, and a temporary (store_id, deleted_at)
+    before the service starts; `age_s`: their versions dated that many seconds ago. One transaction per store, and a temporary (store_id, deleted_at)
     index that turns create_memory's live-count into an index scan; the index is dropped again
     before the service starts, so the benchmark runs against the stock schema. Returns
     name -> store id."""
@@ -69,7 +69,7 @@ def seed_database(db_path: Path, stores: dict[str, dict[str, str]]) -> dict[str,
             try:
                 st = s.create_store(name, "benchmark data", {})
                 for path, text in contents.items():
-                    s.create_memory(st.id, path, text, actor, max_memories=10_000)
+                    s.create_memory(st.id, path, text, actor, max_memories=10_000, backdate_s=age_s)
                 conn.execute("COMMIT")
             finally:
                 if conn.in_transaction:
