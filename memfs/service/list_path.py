@@ -6,8 +6,9 @@ pass"). The full path (routes/memories.py `list_memories`) built a Starlette `Re
 worker thread, ran five statements (BEGIN, the token's session id, its sessions row, its
 resources, the page), made a `MemoryRecord` per memory, then a dict per memory, then a
 `JSONResponse`. This path parses the raw scope, checks the credential and reads the page in one
-read transaction of two statements (`StoreService.list_page_wire`: `counters_for`'s check of the
-store and the session, then the page's rows as plain tuples turned into the wire dicts), and
+read transaction of two statements (`StoreService.read_checked`: `counters_for`'s check of the
+store and the session, the rule; then listing.py's `list_page_wire`: the page's rows as plain
+tuples turned into the wire dicts), and
 writes the orjson bytes to ASGI itself. On SQLite a basic-view page is read on the event loop
 (`read_nowait`, a read that never waits: ~0.3 ms, where the hop to a worker thread and back cost
 as much again in thread wake-ups and GIL hand-offs); a full-view page (up to 20 memories of up to
@@ -34,6 +35,7 @@ from memfs.service.auth import hash_token, is_admin_key
 from memfs.service.backend import WouldBlock
 from memfs.service.cursors import CursorError
 from memfs.service.errors import ApiError
+from memfs.service.listing import list_page_wire
 from memfs.service.ratelimit import FastPathLimit
 from memfs.service.request import RouteName
 
@@ -52,7 +54,7 @@ class ListPath:
         self.cursors = cursors
         self.extensions = extensions  # the counter header (not with --hosted-api)
         # StoreService's; a storage without it (a test's stand-in) leaves every page to the full path
-        self.page_wire = getattr(storage, "list_page_wire", None)
+        self.read_checked = getattr(storage, "read_checked", None)
         inline = getattr(storage, "inline_read", None)
         self.inline_read = inline() if inline is not None else None  # SQLite: read on the loop
         self.loop_reads = 0  # pages read on the event loop (tests read it)
@@ -60,7 +62,7 @@ class ListPath:
 
     async def answer(self, scope, receive, send) -> bool:
         """Answer `scope` if it is a list page this path is sure of; False: not answered."""
-        if self.page_wire is None or scope["method"] != "GET":
+        if self.read_checked is None or scope["method"] != "GET":
             return False
         store_id = request.store_id(scope["path"], _MEMORIES)
         if store_id is None:
@@ -77,16 +79,16 @@ class ListPath:
             return False
         if after is not None and not isinstance(after, str):  # a memory listing resumes after a path
             return False
-        read = functools.partial(
-            self.page_wire,
-            token_hash,
-            store_id,
+        page_of = functools.partial(
+            list_page_wire,
+            store_id=store_id,
             path_prefix=prefix,
             depth=depth,
             limit=limit,
             after=after,
             with_content=full,
         )
+        read = functools.partial(self.read_checked, token_hash, store_id, page_of)
         try:
             page = await self._read(read, loop_ok=not full)
         except Exception:  # StorageError, a lost database connection: the full path says what
@@ -100,7 +102,7 @@ class ListPath:
             scope["route"] = LIST_ROUTE
             if verdict == "sent":
                 return True
-        items, next_after, counter = page
+        (items, next_after), counter = page
         body = orjson.dumps({"data": items, "next_page": self.cursors.encode(listing, next_after)})
         headers = [(b"content-length", str(len(body)).encode()), (b"content-type", b"application/json")]
         if self.extensions:

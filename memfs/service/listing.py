@@ -1,7 +1,8 @@
 """A listing's pages, read in one transaction of a backend: the range of a `depth=0` page and the
 walk of a `depth=1` page (the direct children of a prefix, each deeper subtree one roll-up), as
-records (`list_page`, the routes) or as wire rows (`list_page_wire`, the list fast path). The
-store service's rules (rules.py) call them once they have checked who may read the store."""
+records (`list_page`, the routes, through the store service's rules) or as wire rows
+(`list_page_wire`, the list fast path, inside `StoreService.read_checked`): each is called once
+the rules have checked who may read the store."""
 
 from __future__ import annotations
 
@@ -110,7 +111,14 @@ def list_page(
 
 
 def list_page_wire(
-    tx: Tx, store_id: str, path_prefix: str, depth: int, limit: int, after: str | None, with_content: bool
+    tx: Tx,
+    *,
+    store_id: str,
+    path_prefix: str,
+    depth: int,
+    limit: int,
+    after: str | None,
+    with_content: bool,
 ) -> tuple[list[dict], str | None]:
     """`list_page`'s items as wire JSON dicts and its `next_after`, read from plain rows
     (`live_rows`): the same walk, the same items, without a record per memory in between."""

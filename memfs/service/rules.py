@@ -13,12 +13,13 @@ from __future__ import annotations
 import hashlib
 import secrets
 import string
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime, timedelta
+from typing import TypeVar
 
 from memfs.limits import slugify
 from memfs.service.backend import Backend, PathTaken, ReadTx, Tx
-from memfs.service.listing import list_page, list_page_wire, upper_bound
+from memfs.service.listing import list_page, upper_bound
 from memfs.service.storage import (
     Actor,
     BatchCreate,
@@ -49,6 +50,9 @@ from memfs.service.storage import (
 
 MAX_METADATA_PAIRS = 16
 _ID_ALPHABET = string.ascii_letters + string.digits
+
+
+R = TypeVar("R")  # what a checked read returns (`read_checked`)
 
 
 def new_id(prefix: str) -> str:
@@ -355,21 +359,12 @@ class StoreService:
             _require_store(tx, store_id)
             return session, list_page(tx, store_id, path_prefix, depth, limit, after, with_content)
 
-    def list_page_wire(
-        self,
-        token_hash: str | None,
-        store_id: str,
-        *,
-        path_prefix: str,
-        depth: int,
-        limit: int,
-        after: str | None,
-        with_content: bool,
-        read=None,
-    ) -> tuple[list[dict], str | None, int] | None:
-        """A listing page as wire JSON items, its `next_after` and the store's counter, for the
-        admin (`token_hash` None) or the live session holding `token_hash`, checked and read in
-        one read transaction of two statements (the list fast path, list_path.py; `read`: the
+    def read_checked(
+        self, token_hash: str | None, store_id: str, read_page: Callable[[Tx], R], *, read=None
+    ) -> tuple[R, int] | None:
+        """`read_page(tx)` and the store's counter, for the admin (`token_hash` None) or the live
+        session holding `token_hash`, checked and read in one read transaction (the list fast
+        path, list_path.py, reads its page this way and renders it itself; `read`: the
         transaction to use, default `backend.read`). The check is `counters_for`'s statement:
         the store exists and, for a token, its live session attaches it. None when any of it
         would be an error: the caller answers through the full path, which says which."""
@@ -379,8 +374,7 @@ class StoreService:
             counters = tx.counters_for(token_hash, [store_id])
             if counters is None:
                 return None
-            items, nxt = list_page_wire(tx, store_id, path_prefix, depth, limit, after, with_content)
-            return items, nxt, counters[store_id]
+            return read_page(tx), counters[store_id]
 
     def get_memory(self, store_id: str, memory_id: str) -> MemoryRecord:
         with self.backend.read() as tx:

@@ -368,7 +368,7 @@ class SqlTx:
         self, store_id: str, *, lo: str, lo_inclusive: bool, hi: str, limit: int, content: bool
     ) -> list[tuple]:
         """`list_live` as tuples (`LIVE_ROW_COLS`, then the content when asked), for the list
-        page that goes straight to wire JSON (rules.list_page_wire): a `MemoryRecord` and a row
+        page that goes straight to wire JSON (listing.list_page_wire): a `MemoryRecord` and a row
         object per memory were a large part of a hosted page's CPU (PERFORMANCE.md)."""
         op = ">=" if lo_inclusive else ">"
         rows = self._tuples(

@@ -23,7 +23,7 @@ from memfs.service.ratelimit import RateLimiter
 ADMIN = "list-route-admin-key-0123456789"
 MEMORY = {"anthropic-beta": "agent-memory-2026-07-22"}
 SESSIONS = {"anthropic-beta": "managed-agents-2026-04-01"}
-COUNTED = ("session_for_token", "list_memories", "list_memories_as", "list_page_wire")
+COUNTED = ("session_for_token", "list_memories", "list_memories_as", "read_checked")
 
 
 class _Counting:
@@ -84,11 +84,11 @@ def test_a_session_tokens_list_page_is_one_storage_call_with_the_same_answers(ap
     )
     assert [m["path"] for m in rest.json()["data"]] == ["/d/n2.md", "/d/n3.md"]
     # one call each (list_path.py; was session_for_token + list_memories, then list_memories_as)
-    assert storage.calls == ["list_page_wire", "list_page_wire"]
+    assert storage.calls == ["read_checked", "read_checked"]
     # the admin key: one call, as before
     storage.calls.clear()
     assert c.get(url, params={"limit": 2, "path_prefix": "/d/"}, headers=admin).json() == page.json()
-    assert storage.calls == ["list_page_wire"]
+    assert storage.calls == ["read_checked"]
 
     # the same errors, in the same order: a bad credential before a bad parameter, a store the
     # session does not attach is 404 before its parameters are looked at
