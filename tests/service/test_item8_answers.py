@@ -3,6 +3,7 @@ that would not read as written are refused, and the console over TLS sends HSTS.
 
 from __future__ import annotations
 
+import ssl
 import subprocess
 import sys
 from pathlib import Path
@@ -34,7 +35,9 @@ def test_the_console_over_tls_sends_hsts_and_over_http_does_not(tmp_path):
     )
     plain = ServiceProcess(tmp_path / "plain", console=True)
     try:
-        with httpx.Client(base_url=svc.base_url, verify=str(ca), timeout=10) as c:
+        with httpx.Client(
+            base_url=svc.base_url, verify=ssl.create_default_context(cafile=str(ca)), timeout=10
+        ) as c:
             r = c.get("/console/login")
         assert r.status_code == 200 and r.headers["strict-transport-security"] == "max-age=31536000"
         with httpx.Client(base_url=plain.base_url, timeout=10) as c:
