@@ -27,15 +27,6 @@ async def hosted(tmp_path):
         await s.aclose()
 
 
-@pytest.fixture
-async def svc(tmp_path):
-    s = InProcessService(tmp_path / "service")
-    try:
-        yield s
-    finally:
-        await s.aclose()
-
-
 async def test_a_429_on_one_stores_feed_read_holds_every_store(hosted, tmp_path):
     """A refusal that says how long to wait is the organisation's, not the store's: the tick fails
     for every store, and no tick, of any store, is due before the wait is over (SEMANTICS.md#d-unreachable).

@@ -11,27 +11,16 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
 import trio
 
 from tests.engine.test_engine_rules import World
-from tests.support.inprocess import EngineMount, InProcessService
+from tests.support.inprocess import EngineMount
 
 pytestmark = [pytest.mark.trio, pytest.mark.timeout(30)]
-
-
-@pytest.fixture
-async def world(tmp_path) -> AsyncIterator[World]:
-    svc = InProcessService(tmp_path / "service")
-    w = World(svc, tmp_path)
-    try:
-        yield w
-    finally:
-        await w.close()
-        await svc.aclose()
 
 
 def busy(m: EngineMount) -> None:

@@ -28,15 +28,6 @@ pytestmark = [pytest.mark.trio, pytest.mark.timeout(20)]
 MEMORY_BY_ID = r"/memories/mem_[^/]+$"
 
 
-@pytest.fixture
-async def svc(tmp_path):
-    s = InProcessService(tmp_path / "service")
-    try:
-        yield s
-    finally:
-        await s.aclose()
-
-
 class World:
     """Two stores (notes: read_write, handbook: read_only) and a mount of both."""
 
@@ -80,15 +71,6 @@ def single_requests(m: EngineMount) -> None:
     single requests. The batch path's answers are tested through real mounts in
     tests/e2e/test_write_burst.py (per-item 409, refusals, a failed batch)."""
     m.engine.pusher.has_batch = False
-
-
-@pytest.fixture
-async def world(svc, tmp_path):
-    w = World(svc, tmp_path)
-    try:
-        yield w
-    finally:
-        await w.close()
 
 
 async def test_initial_download_materialises_every_store_and_pushes_nothing(world):

@@ -4,26 +4,12 @@ after them that keeps everything the mount shows. In process (tests/support/inpr
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-
 import pytest
 
 from memfs.mount.upkeep import StateUpkeep
 from tests.engine.test_engine_rules import MEMORY_BY_ID, World, single_requests
-from tests.support.inprocess import InProcessService
 
 pytestmark = [pytest.mark.trio, pytest.mark.timeout(20)]
-
-
-@pytest.fixture
-async def world(tmp_path) -> AsyncIterator[World]:
-    svc = InProcessService(tmp_path / "service")
-    w = World(svc, tmp_path)
-    try:
-        yield w
-    finally:
-        await w.close()
-        await svc.aclose()
 
 
 async def test_no_sweep_while_a_tick_fetches_or_a_push_sends_and_one_after(world: World):
