@@ -131,6 +131,10 @@ class StoreClient:
             pace = self.pacer.reserve(trio.current_time())
             if pace:
                 await trio.sleep(pace)
+                # a 429 another request met while this one waited its turn holds it too
+                wait = self.budget.wait_for(self.retry_within)
+                if wait:
+                    await trio.sleep(wait)
             self.requests_sent += 1
             self.budget.count(kind)
             yield trio.current_time()

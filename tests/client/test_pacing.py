@@ -1,0 +1,46 @@
+"""The client's paced rate after a 429 (memfs/client/budget.py `Pacer`) and the client-wide hold
+(SEMANTICS.md#d-budget): a request waiting its paced turn still obeys a hold another request's
+429 set in the meantime, so nothing is sent before a retry-after the service gave."""
+
+from __future__ import annotations
+
+import time
+
+import httpx
+import pytest
+import trio
+
+from memfs.client import StoreClient
+
+pytestmark = pytest.mark.timeout(30)
+
+
+def test_a_request_waiting_its_paced_turn_waits_out_a_hold_set_meanwhile():
+    sent: list[float] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        sent.append(time.monotonic())
+        return httpx.Response(200, json={"id": "sesn_1"})
+
+    async def main() -> float:
+        async with StoreClient("http://svc.test", "t", transport=httpx.MockTransport(answer)) as c:
+            now = trio.current_time()
+            c.pacer.reserve(now)
+            c.pacer.limited(sent_at=now, now=now)  # a 429 with nothing sent lately: 1 a second
+            c.pacer.reserve(now)  # that second's turn is taken: the next request waits ~1 s
+            hold_ends = 0.0
+
+            async def a_429_meanwhile() -> None:
+                nonlocal hold_ends
+                await trio.sleep(0.3)
+                c.budget.hold(1.5)  # what _retry_wait does with another request's retry-after
+                hold_ends = time.monotonic() + 1.5
+
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(a_429_meanwhile)
+                await c.get_session("sesn_1")
+            return hold_ends
+
+    hold_ends = trio.run(main)
+    assert len(sent) == 1
+    assert sent[0] >= hold_ends - 0.01, "sent when its paced turn came, inside the hold"
