@@ -78,6 +78,10 @@ class Tx(Protocol):
 
     # --- the counter and the history floor --------------------------------------------------------
     def counter(self, store_id: str) -> int: ...
+    def kv(self, store_id: str, key: str) -> int:
+        """A store's integer under `key` in its key-value area (0 when it never had it)."""
+
+    def set_kv(self, store_id: str, key: str, value: int) -> None: ...
     def bump(self, store_id: str) -> int:
         """The store's counter + 1, stored in this transaction (a store never written reads 0)."""
 
@@ -184,6 +188,9 @@ class Tx(Protocol):
 
 class ReadTx(Tx, Protocol):
     """A read transaction held open by its caller (a snapshot), closed with `close()`."""
+
+    def memory_states(self, store_id: str, memory_ids: Sequence[str] | None) -> dict[str, tuple[str, str, bool]]:
+        """id -> (version id, updated_at, deleted), tombstones included; None: every live memory."""
 
     def live_batches(self, store_id: str, n: int) -> Iterator[list[MemoryRecord]]:
         """Every live memory of the store with content, in path order, `n` at a time."""

@@ -292,6 +292,16 @@ class SqlTx:
             (store_id, HISTORY_FLOOR_KEY, floor),
         )
 
+    def kv(self, store_id: str, key: str) -> int:
+        return self._kv(store_id, key)
+
+    def set_kv(self, store_id: str, key: str, value: int) -> None:
+        self._x(
+            "INSERT INTO store_kv (store_id, key, value) VALUES (?, ?, ?) "
+            "ON CONFLICT (store_id, key) DO UPDATE SET value = excluded.value",
+            (store_id, key, value),
+        )
+
     def bump(self, store_id: str) -> int:
         row = self._x(
             "INSERT INTO store_kv (store_id, key, value) VALUES (?, ?, 1) "
@@ -443,6 +453,24 @@ class SqlTx:
             (store_id, memory_id, counter),
         ).fetchone()
         return (row["operation"], row["path"]) if row else None
+
+    def memory_states(self, store_id: str, memory_ids: Sequence[str] | None) -> dict[str, tuple[str, str, bool]]:
+        """id -> (version id, updated_at, deleted) of the named memories, tombstones included
+        (None: every live memory of the store): what a cache compares an upstream state with."""
+        if memory_ids is None:
+            rows = self._x(
+                "SELECT id, version_id, updated_at, deleted_at FROM memories WHERE store_id = ? AND deleted_at IS NULL",
+                (store_id,),
+            ).fetchall()
+        elif not memory_ids:
+            return {}
+        else:
+            marks = ",".join("?" * len(memory_ids))
+            rows = self._x(
+                f"SELECT id, version_id, updated_at, deleted_at FROM memories WHERE store_id = ? AND id IN ({marks})",
+                (store_id, *memory_ids),
+            ).fetchall()
+        return {r["id"]: (r["version_id"], r["updated_at"], r["deleted_at"] is not None) for r in rows}
 
     def live_batches(self, store_id: str, n: int) -> Iterator[list[MemoryRecord]]:
         cur = self._x(

@@ -1,0 +1,108 @@
+"""`memfs serve --upstream URL`: the relay's flags on `memfs serve`, and the dispatch to it.
+
+The flags are added to the service's `serve` parser (memfs/cli.py calls `extend`); a `serve`
+with `--upstream` runs the relay (server.py), any other the service as before. Imports nothing
+heavy until the relay runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import sys
+from collections.abc import Callable
+
+# Flags of `memfs serve` that make no sense on a relay (it serves the upstream's stores, its rules).
+_NOT_WITH_UPSTREAM = ("hosted_api", "console", "test_late_versions", "org_limits", "rate_limit")
+
+
+def extend(serve: argparse.ArgumentParser) -> None:
+    g = serve.add_argument_group("relay (memfs serve --upstream URL)")
+    g.add_argument(
+        "--upstream",
+        default=None,
+        metavar="URL",
+        help="run as a relay in front of this store service (the hosted API or another memfs serve): "
+        "a fleet's mounts share one upstream poll per store (--db holds the cache)",
+    )
+    g.add_argument(
+        "--poll-interval",
+        type=float,
+        default=15.0,
+        metavar="SECONDS",
+        help="relay: how often each store a client uses is polled upstream (default 15)",
+    )
+    g.add_argument(
+        "--confirm-every",
+        type=float,
+        default=60.0,
+        metavar="SECONDS",
+        help="relay: a credential's access to a store is confirmed upstream again after this long (default 60)",
+    )
+    g.add_argument(
+        "--upstream-key-file",
+        default=None,
+        metavar="PATH",
+        help="relay: poll with the key in this file (else: with a credential that recently proved access; "
+        "also $MEMFS_UPSTREAM_KEY)",
+    )
+    original: Callable[[argparse.Namespace], int] = serve.get_default("func")
+    serve.set_defaults(func=lambda args: _serve_relay(args) if args.upstream else original(args))
+
+
+def _serve_relay(args: argparse.Namespace) -> int:
+    for flag in _NOT_WITH_UPSTREAM:
+        value = getattr(args, flag, None)
+        if value:
+            print(f"memfs serve: --{flag.replace('_', '-')} does not go with --upstream", file=sys.stderr)
+            return 2
+    for name in ("poll_interval", "confirm_every"):
+        value = getattr(args, name)
+        if not (math.isfinite(value) and value >= 0.5):
+            print(f"memfs serve: --{name.replace('_', '-')} must be at least 0.5 seconds", file=sys.stderr)
+            return 2
+    operator_key = os.environ.get("MEMFS_UPSTREAM_KEY") or None
+    if args.upstream_key_file:
+        try:
+            with open(args.upstream_key_file) as f:
+                operator_key = f.read().strip() or None
+        except OSError as e:
+            print(
+                f"memfs serve: cannot read --upstream-key-file {args.upstream_key_file}: {e.strerror}",
+                file=sys.stderr,
+            )
+            return 2
+    admin_key = args.admin_key
+    if args.admin_key_file:
+        try:
+            with open(args.admin_key_file) as f:
+                admin_key = f.read().strip()
+        except OSError as e:
+            print(
+                f"memfs serve: cannot read --admin-key-file {args.admin_key_file}: {e.strerror}",
+                file=sys.stderr,
+            )
+            return 2
+    from memfs.service import connections
+
+    limits = connections.from_args(args)
+    if isinstance(limits, str):
+        print(f"memfs serve: {limits}", file=sys.stderr)
+        return 2
+    from memfs.relay.server import run
+
+    db = args.db
+    return run(
+        args.upstream,
+        host=args.host,
+        port=args.port,
+        db_path=db,
+        admin_key=admin_key,
+        interval=args.poll_interval,
+        confirm_every=args.confirm_every,
+        operator_key=operator_key,
+        certfile=args.certfile,
+        keyfile=args.keyfile,
+        limits=limits,
+    )

@@ -1,0 +1,360 @@
+"""The relay's HTTP side: every request, routed to the cache, to the upstream, or written through.
+
+- **Cached reads** (routes.py): each store named is checked against the access book (access.py),
+  asked of the upstream when the confirmation is missing or old; a store not in the cache yet is
+  downloaded first (poller.py, once however many ask); then the request is answered by the
+  cache's own service app (memfs/service/app.py on the cache's storage) as the relay's admin, so
+  the counter, watch, changes feed, snapshot and fast paths are the service's own.
+- **Writes** go to the upstream with the caller's own credential; once accepted, the answer (with
+  the content the request carried) is applied to the cache before the caller hears of it, which
+  moves the cache's counter and wakes every watch on the store. A 429 holds the relay's polls too.
+- **Everything else** passes through unchanged (an official worker pointed at the relay works).
+  A session read's answer teaches the access book which stores that token may read.
+
+The upstream unreachable: reads a credential had confirmed are served from the cache; writes and
+everything else are answered 503 (the mount keeps the write staged). Credentials never reach a log.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from typing import Any
+
+import anyio.to_thread
+
+from memfs.protocol import MEMORY_BETA, SESSIONS_BETA
+from memfs.relay.access import AccessBook, credential_hash
+from memfs.relay.poller import Poller, to_record
+from memfs.relay.routes import STATUS_PATH, Routed, route
+from memfs.relay.upstream import Answer, Upstream, UpstreamUnreachable
+from memfs.service import body
+from memfs.service.access_log import RequestLine
+from memfs.service.errors import ApiError, invalid
+from memfs.service.mirror import Gone, Mirror, State
+from memfs.service.request import next_request_id
+from memfs.service.responses import error_response
+
+log = logging.getLogger("memfs.relay")
+access_line = RequestLine("memfs.service.access")
+
+_AUTH = (b"authorization", b"x-api-key")
+
+
+class Refused(Exception):
+    """The upstream refused the credential this store: its own answer is passed on."""
+
+
+class RelayFront:
+    def __init__(
+        self,
+        local,  # the cache's own app (memfs.service.app.create_app on the cache's storage)
+        admin_key: str,
+        upstream: Upstream,
+        poller: Poller,
+        mirror: Mirror,
+        book: AccessBook,
+    ):
+        self.local = local
+        self.watch_hub = local.watch_hub  # asgi_server closes it at SIGTERM
+        self.org_limits = None
+        self.admin_key = admin_key
+        self.upstream = upstream
+        self.poller = poller
+        self.mirror = mirror
+        self.book = book
+        self._confirming: dict[tuple[str, str], asyncio.Future[bool | None]] = {}
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] != "http":
+            await self.local(scope, receive, send)  # the lifespan: the cache's watch hub
+            return
+        routed = route(scope["method"], scope["path"], scope["query_string"].decode("latin-1"))
+        if routed.kind == "local" and scope["path"] != STATUS_PATH:
+            await self.local(scope, receive, send)
+            return
+        started = time.perf_counter()
+        status: list[int] = []
+
+        async def sending(message) -> None:
+            if message["type"] == "http.response.start":
+                status.append(message["status"])
+            await send(message)
+
+        try:
+            await self._handle(routed, scope, receive, sending)
+        except Exception:
+            log.exception("relay: unhandled error in %s %s", scope["method"], scope["path"])
+            if not status:
+                await _answer_error(
+                    ApiError(500, "api_error", "internal server error"), scope, receive, sending
+                )
+        finally:
+            access_line(
+                scope["method"], scope["path"], status[0] if status else 499, time.perf_counter() - started
+            )
+
+    async def _handle(self, routed: Routed, scope, receive, send) -> None:
+        try:
+            raw = await body.read_whole(scope, receive)
+        except body.ClientGone:
+            return
+        except body.BodyTooLarge as e:
+            await _answer_error(ApiError(413, "request_too_large", str(e)), scope, receive, send)
+            return
+        except body.BadLength as e:
+            await _answer_error(invalid(str(e)), scope, receive, send)
+            return
+        if scope["path"] == STATUS_PATH:
+            await self._status(scope, receive, send)
+            return
+        auth = _auth_header(scope)
+        try:
+            if routed.kind == "cached" and auth is not None:
+                try:
+                    await self._serve_cached(routed, auth, scope, raw, receive, send)
+                    return
+                except Refused:
+                    pass  # the upstream's own answer, below
+            kind = "write" if routed.kind == "write" else "pass"
+            answer = await self.upstream.send(
+                kind, scope["method"], scope["path"], scope["query_string"], scope["headers"], raw
+            )
+            if answer.status == 429:
+                self.poller.hold(_retry_after(answer))
+            if routed.kind == "write" and auth is not None:
+                await self._written(routed.store_ids[0], auth, scope, raw, answer)
+            elif auth is not None and answer.status == 200:
+                self._learn(scope, auth, answer)
+            await _answer(answer, send)
+        except UpstreamUnreachable as exc:
+            log.warning("relay: the upstream is unreachable: %s", exc)
+            what = (
+                "the write was not made: send it again later" if routed.kind == "write" else "try again later"
+            )
+            err = ApiError(503, "api_error", f"the relay cannot reach its upstream ({exc}); {what}")
+            await _answer_error(err, scope, receive, send)
+        except ApiError as err:
+            await _answer_error(err, scope, receive, send)
+
+    # -- cached reads -------------------------------------------------------------------------------
+
+    async def _serve_cached(
+        self, routed: Routed, auth: tuple[bytes, bytes], scope, raw: bytes, receive, send
+    ):
+        credential = auth[1].decode("latin-1").removeprefix("Bearer ").strip()
+        cred = credential_hash(credential)
+        for sid in routed.store_ids:
+            if self.book.fresh(cred, sid, time.monotonic()):
+                continue
+            confirmed = await self._confirm(cred, auth, sid)
+            if confirmed is None:  # the upstream did not say: what it said before stands
+                if self.book.ever(cred, sid):
+                    continue
+                raise UpstreamUnreachable(f"cannot confirm access to {sid}")
+            if not confirmed:
+                raise Refused
+        for sid in routed.store_ids:
+            if sid not in self.poller.cached:
+                await self._download(sid, credential)
+            self.poller.touch(sid, credential)
+        headers = [(k, v) for k, v in scope["headers"] if k.lower() not in _AUTH]
+        headers.append((b"x-api-key", self.admin_key.encode()))
+        await self.local({**scope, "headers": headers}, body.replaying(raw, receive), send)
+
+    async def _confirm(self, cred: str, auth: tuple[bytes, bytes], sid: str) -> bool | None:
+        """Whether the upstream lets this credential read the store (None: it did not say). One
+        question in flight per credential and store, whoever else asks meanwhile."""
+        key = (cred, sid)
+        pending = self._confirming.get(key)
+        if pending is not None:
+            return await asyncio.shield(pending)
+        fut: asyncio.Future[bool | None] = asyncio.get_running_loop().create_future()
+        self._confirming[key] = fut
+        try:
+            result = await self._ask(cred, auth, sid)
+        except UpstreamUnreachable:
+            result = None
+        except BaseException as exc:
+            fut.set_exception(exc)
+            raise
+        finally:
+            del self._confirming[key]
+        fut.set_result(result)
+        return result
+
+    async def _ask(self, cred: str, auth: tuple[bytes, bytes], sid: str) -> bool | None:
+        session = self.book.session_of(cred)
+        now = time.monotonic()
+        if session is not None:
+            answer = await self.upstream.send(
+                "confirm",
+                "GET",
+                f"/v1/sessions/{session}",
+                b"",
+                [auth, (b"anthropic-beta", SESSIONS_BETA.encode())],
+            )
+            if answer.status == 200:
+                stores = _session_stores(answer)
+                if stores is None:  # archived: its token reads nothing more
+                    self.book.revoke(cred)
+                    return False
+                self.book.learn_session(cred, session, stores, now)
+                return sid in stores
+        else:
+            answer = await self.upstream.send(
+                "confirm",
+                "GET",
+                f"/v1/memory_stores/{sid}/memories",
+                b"limit=1&depth=1",
+                [auth, (b"anthropic-beta", MEMORY_BETA.encode())],
+            )
+            if answer.status == 200:
+                self.book.confirm(cred, [sid], now)
+                return True
+        if answer.status in (401, 403, 404):
+            self.book.revoke(cred, None if answer.status == 401 else sid)
+            return False
+        if answer.status == 429:
+            self.poller.hold(_retry_after(answer))
+        return None
+
+    async def _download(self, sid: str, credential: str) -> None:
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[BaseException | None] = loop.create_future()
+
+        def done(exc: BaseException | None) -> None:
+            loop.call_soon_threadsafe(lambda: fut.done() or fut.set_result(exc))
+
+        self.poller.download(sid, credential, done)
+        exc = await fut
+        if exc is None:
+            return
+        status = getattr(exc, "status", None)
+        if isinstance(status, int) and 400 <= status < 500 and status != 429:
+            raise ApiError(status, getattr(exc, "type", None) or "api_error", str(exc))
+        raise UpstreamUnreachable(f"downloading {sid}: {exc}")
+
+    # -- writes and what passes through ---------------------------------------------------------
+
+    async def _written(self, sid: str, auth: tuple[bytes, bytes], scope, raw: bytes, answer: Answer) -> None:
+        cred = credential_hash(auth[1].decode("latin-1").removeprefix("Bearer ").strip())
+        if answer.status == 403:  # refused as read_only: attached all the same
+            self.book.confirm(cred, [sid], time.monotonic())
+            return
+        if not 200 <= answer.status < 300:
+            return
+        self.book.confirm(cred, [sid], time.monotonic())
+        if sid not in self.poller.cached:
+            return
+        try:
+            states = _written_states(sid, scope["method"], scope["path"], raw, answer.body)
+        except (ValueError, KeyError, TypeError, IndexError):
+            states = []
+        if states:
+            await anyio.to_thread.run_sync(self.mirror.apply, sid, states)
+
+    def _learn(self, scope, auth: tuple[bytes, bytes], answer: Answer) -> None:
+        """A session read that passed through: its token may read exactly its stores."""
+        parts = scope["path"].split("/")
+        if scope["method"] != "GET" or len(parts) != 4 or parts[1:3] != ["v1", "sessions"]:
+            return
+        stores = _session_stores(answer)
+        cred = credential_hash(auth[1].decode("latin-1").removeprefix("Bearer ").strip())
+        if stores is not None:
+            self.book.learn_session(cred, parts[3], stores, time.monotonic())
+
+    async def _status(self, scope, receive, send) -> None:
+        auth = _auth_header(scope)
+        if auth is None or auth[1].decode("latin-1").removeprefix("Bearer ").strip() != self.admin_key:
+            await _answer_error(
+                ApiError(401, "authentication_error", "the relay's admin key is needed"), scope, receive, send
+            )
+            return
+        out: dict[str, Any] = {
+            "type": "relay_status",
+            "upstream": self.upstream.base_url,
+            "front_requests": dict(self.upstream.sent),
+            "front_limited": self.upstream.limited,
+            "confirmed": len(self.book),
+            **self.poller.status(),
+        }
+        payload = json.dumps(out).encode()
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 200,
+                "headers": [
+                    (b"content-type", b"application/json"),
+                    (b"content-length", str(len(payload)).encode()),
+                ],
+            }
+        )
+        await send({"type": "http.response.body", "body": payload})
+
+
+def _auth_header(scope) -> tuple[bytes, bytes] | None:
+    for k, v in scope["headers"]:
+        if k.lower() in _AUTH and v.strip():
+            return (k.lower(), v)
+    return None
+
+
+def _retry_after(answer: Answer) -> float:
+    try:
+        return float(answer.header("retry-after") or 1.0)
+    except ValueError:
+        return 1.0
+
+
+def _session_stores(answer: Answer) -> list[str] | None:
+    """The stores a session's answer attaches; None when it is archived (or not a session)."""
+    try:
+        data = json.loads(answer.body)
+    except ValueError:
+        return None
+    if not isinstance(data, dict) or data.get("archived_at"):
+        return None
+    return [
+        r["memory_store_id"]
+        for r in data.get("resources") or []
+        if isinstance(r, dict)
+        and r.get("type") == "memory_store"
+        and isinstance(r.get("memory_store_id"), str)
+    ]
+
+
+def _written_states(sid: str, method: str, path: str, raw: bytes, answer: bytes) -> list[State]:
+    """What an accepted write changed, from its answer and the content its request carried."""
+    data = json.loads(answer)
+    if method == "DELETE":
+        return [Gone(data["id"])] if data.get("type") == "memory_deleted" else []
+    sent = json.loads(raw) if raw else {}
+    if path.endswith("/memory_batch"):
+        out: list[State] = []
+        for op, result in zip(sent.get("operations") or [], data.get("results") or [], strict=False):
+            out.extend(_one_state(sid, op, result))
+        return out
+    return _one_state(sid, sent, data)
+
+
+def _one_state(sid: str, sent: dict, result: dict) -> list[State]:
+    if result.get("type") == "memory_deleted":
+        return [Gone(result["id"])]
+    if result.get("type") != "memory":
+        return []
+    if result.get("content") is None and isinstance(sent.get("content"), str):
+        result = {**result, "content": sent["content"]}
+    return [to_record(sid, result)]
+
+
+async def _answer(answer: Answer, send) -> None:
+    headers = [*answer.headers, (b"content-length", str(len(answer.body)).encode())]
+    await send({"type": "http.response.start", "status": answer.status, "headers": headers})
+    await send({"type": "http.response.body", "body": answer.body})
+
+
+async def _answer_error(err: ApiError, scope, receive, send) -> None:
+    await error_response(err, next_request_id())(scope, receive, send)

@@ -1,0 +1,350 @@
+"""The relay's upstream poll: each store some client uses is downloaded once and kept current with
+one upstream poll per interval, however many mounts use it (SPEC §5.9, SEMANTICS.md#d-relay).
+
+It runs on trio in a thread of its own, with the mount's store client (memfs/client/: the per-prefix
+listing, the 429 hold and pacer) and version feed (memfs/sync/feed.py), while the HTTP side runs
+on uvicorn's loop. The two meet only here: the front calls `touch`, `download` and `hold`, which
+take plain values and never wait on trio (`run_sync_soon`); what a download ends with comes back
+through the callback the front gave.
+
+A store's poll reads its version feed since the last one (nothing new: one request) and fetches
+the memories with a version the cache does not hold (a write that went through the relay is in
+the cache already: its version is not fetched again). Where the feed is refused or too far
+behind, the store is listed (basic view) and only what differs is fetched. Every requests of all
+stores shares one budget and pacer: a 429 slows every poll of the relay.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import trio
+
+from memfs.client.api import StoreClient
+from memfs.client.budget import Pacer, RequestBudget
+from memfs.client.errors import ApiError, Unreachable
+from memfs.records import FeedPosition
+from memfs.relay.access import credential_hash
+from memfs.service.mirror import Gone, Mirror, State
+from memfs.service.storage import MemoryRecord, StoreRecord
+from memfs.sync.bounded import gather
+from memfs.sync.feed import VersionFeed, format_time, parse_time
+
+log = logging.getLogger("memfs.relay")
+
+DEFAULT_INTERVAL_S = 15.0
+IDLE_AFTER_S = 600.0  # a store no client asked anything of (a held watch counts) for this long is not polled
+WIDE_EVERY = 20  # one poll in this many reads the feed's wide window (sync/feed.py's safety net)
+LIST_INSTEAD = 400  # more new versions than this: the store is listed instead (sync/feed.py `most`)
+FULL_INSTEAD = 200  # more memories to fetch than this: a full-view listing instead of a GET each
+FETCHES_AT_ONCE = 16
+TICK_S = 0.25
+CLIENTS_KEPT = 256
+
+Done = Callable[[BaseException | None], None]
+
+
+@dataclass
+class Slot:
+    """One store the relay keeps current."""
+
+    credential: str | None = None  # the last one that proved access to it (memory only, never logged)
+    used_at: float = 0.0  # time.monotonic() of the last request a client made of it
+    polled_at: float = float("-inf")
+    position: FeedPosition | None = None  # None: not read since this relay started (listed first)
+    busy: bool = False
+    polls: int = 0
+    downloads: int = 0
+    failures: int = 0
+    last_error: str = ""
+
+
+def to_record(store_id: str, m: dict[str, Any]) -> MemoryRecord:
+    """A memory as the upstream answered it, its times in the service's fixed-width form (they
+    are compared as text)."""
+    return MemoryRecord(
+        id=m["id"],
+        memory_store_id=store_id,
+        path=m["path"],
+        content=m.get("content"),
+        content_sha256=m["content_sha256"],
+        content_size_bytes=int(m["content_size_bytes"]),
+        memory_version_id=m["memory_version_id"],
+        created_at=_time(m.get("created_at")),
+        updated_at=_time(m.get("updated_at")),
+    )
+
+
+def _time(value: str | None) -> str:
+    try:
+        return format_time(parse_time(value)) if value else format_time(parse_time("1970-01-01T00:00:00Z"))
+    except ValueError:
+        return value or ""
+
+
+class Poller:
+    def __init__(
+        self,
+        upstream_url: str,
+        mirror: Mirror,
+        *,
+        interval: float = DEFAULT_INTERVAL_S,
+        idle_after: float = IDLE_AFTER_S,
+        operator_key: str | None = None,
+    ):
+        self.url = upstream_url.rstrip("/")
+        self.mirror = mirror
+        self.interval = interval
+        self.idle_after = idle_after
+        self.operator_key = operator_key  # polls with this when given, else with a client's credential
+        self.stores: dict[str, Slot] = {}
+        self.cached: set[str] = set()  # stores whose download ended (served from the cache)
+        self.budget = RequestBudget()  # every upstream request of the poll, by kind; the hold after a 429
+        self.pacer = Pacer()
+        self._clients: dict[str, StoreClient] = {}
+        self._refused: dict[str, float] = {}  # the version feed refused, per store (sync/feed.py)
+        self._waiters: dict[str, list[Done]] = {}
+        self._token: trio.lowlevel.TrioToken | None = None
+        self._nursery: trio.Nursery | None = None
+        self._thread: threading.Thread | None = None
+        self._started = threading.Event()
+
+    # -- from the HTTP side's thread ------------------------------------------------------------
+
+    def start(self, cached: list[str]) -> None:
+        """`cached`: the stores the cache already holds (a restart reuses them; each is read again
+        at its first use: the poll's position is not kept)."""
+        self.cached.update(cached)
+        self._thread = threading.Thread(
+            target=trio.run, args=(self._main,), name="memfs-relay-poll", daemon=True
+        )
+        self._thread.start()
+        self._started.wait(10)
+
+    def stop(self) -> None:
+        if self._token is not None and self._nursery is not None:
+            try:
+                self._token.run_sync_soon(self._nursery.cancel_scope.cancel)
+            except trio.RunFinishedError:
+                pass
+        if self._thread is not None:
+            self._thread.join(10)
+
+    def touch(self, store_id: str, credential: str | None) -> None:
+        """A client used the store (its credential confirmed). Plain assignments: safe from any thread."""
+        slot = self.stores.get(store_id)
+        if slot is None:
+            slot = self.stores[store_id] = Slot()
+        now = time.monotonic()
+        if now - slot.used_at > self.idle_after:
+            slot.polled_at = float("-inf")  # unused for a while, not polled since: poll it now
+        slot.used_at = now
+        if credential is not None:
+            slot.credential = credential
+
+    def download(self, store_id: str, credential: str, done: Done) -> None:
+        """Download the store into the cache (once, however many ask); `done(None)` once it is
+        served from the cache, `done(exc)` if it could not be (called on the poll's thread)."""
+        self.touch(store_id, credential)
+        assert self._token is not None
+        self._token.run_sync_soon(self._download_wanted, store_id, done)
+
+    def hold(self, seconds: float) -> None:
+        """A write met the upstream's 429: every poll waits as long too."""
+        self.budget.hold(seconds)
+
+    def status(self) -> dict[str, Any]:
+        now = time.monotonic()
+        return {
+            "requests": self.budget.snapshot(),
+            "paced": self.pacer.decreases,
+            "stores": [
+                {
+                    "memory_store_id": sid,
+                    "cached": sid in self.cached,
+                    "polls": s.polls,
+                    "downloads": s.downloads,
+                    "failures": s.failures,
+                    "used_s_ago": round(now - s.used_at, 1) if s.used_at else None,
+                    "polled_s_ago": round(now - s.polled_at, 1) if s.polled_at > 0 else None,
+                    "last_error": s.last_error,
+                }
+                for sid, s in sorted(self.stores.items())
+            ],
+        }
+
+    # -- on the poll's thread ---------------------------------------------------------------------
+
+    async def _main(self) -> None:
+        self._token = trio.lowlevel.current_trio_token()
+        try:
+            async with trio.open_nursery() as nursery:
+                self._nursery = nursery
+                self._started.set()
+                nursery.start_soon(self._ticker)
+        finally:
+            for client in self._clients.values():
+                with trio.move_on_after(2):
+                    await client.aclose()
+
+    def _download_wanted(self, store_id: str, done: Done) -> None:
+        if store_id in self.cached:
+            done(None)
+            return
+        self._waiters.setdefault(store_id, []).append(done)
+        slot = self.stores[store_id]
+        if not slot.busy:
+            slot.busy = True
+            assert self._nursery is not None
+            self._nursery.start_soon(self._sync, store_id)
+
+    async def _ticker(self) -> None:
+        while True:
+            now = time.monotonic()
+            for sid, slot in list(self.stores.items()):
+                if slot.busy or sid not in self.cached or now - slot.used_at > self.idle_after:
+                    continue
+                if (slot.credential or self.operator_key) and now - slot.polled_at >= self.interval:
+                    slot.busy = True
+                    assert self._nursery is not None
+                    self._nursery.start_soon(self._sync, sid)
+            await trio.sleep(TICK_S)
+
+    def _client(self, slot: Slot) -> StoreClient:
+        credential = self.operator_key or slot.credential
+        assert credential is not None
+        key = credential_hash(credential)
+        client = self._clients.get(key)
+        if client is None:
+            if len(self._clients) >= CLIENTS_KEPT:  # the oldest goes (its pools close with it)
+                oldest = next(iter(self._clients))
+                assert self._nursery is not None
+                self._nursery.start_soon(self._clients.pop(oldest).aclose)
+            client = self._clients[key] = StoreClient(self.url, credential, timeout=30.0)
+            client.budget, client.pacer = self.budget, self.pacer  # one hold, one pace for the relay
+        return client
+
+    async def _sync(self, store_id: str) -> None:
+        slot = self.stores[store_id]
+        error: BaseException | None = None
+        try:
+            if store_id not in self.cached:
+                await self._download(store_id, slot)
+            elif await trio.to_thread.run_sync(
+                self.mirror.claim_poll, store_id, int(time.time() * 1000), int(self.interval * 800)
+            ):
+                if slot.position is None:
+                    await self._relist(store_id, slot)
+                else:
+                    await self._poll(store_id, slot)
+                slot.polls += 1
+            slot.failures, slot.last_error = 0, ""
+        except (ApiError, Unreachable) as exc:
+            error = exc
+            if isinstance(exc, ApiError) and exc.status in (401, 403, 404) and not self.operator_key:
+                slot.credential = None  # it proved nothing any more: polled again once a client's is confirmed
+            slot.failures += 1
+            slot.last_error = str(exc)
+            log.warning(
+                "relay: %s of %s failed: %s", "poll" if store_id in self.cached else "download", store_id, exc
+            )
+        finally:
+            slot.polled_at = time.monotonic()
+            slot.busy = False
+            for done in self._waiters.pop(store_id, []):
+                done(error if store_id not in self.cached else None)
+
+    def _feed(self, client: StoreClient) -> VersionFeed:
+        return VersionFeed(client, refused_until=self._refused)
+
+    async def _download(self, store_id: str, slot: Slot) -> None:
+        """The store's first download: the feed's position, then every memory with its content."""
+        client = self._client(slot)
+        probe = await self._feed(client).probe(store_id)
+        at = format_time(parse_time("1970-01-01T00:00:00Z"))
+        record = StoreRecord(
+            store_id, store_id, "", {}, at, at, None
+        )  # its fields are the upstream's to serve
+        await trio.to_thread.run_sync(self.mirror.put_store, record)
+        listed_from = await trio.to_thread.run_sync(self.mirror.counter, store_id)
+        listing = await client.list_memories(store_id, view="full")
+        memories = [to_record(store_id, m) for m in listing.items]
+        changed = await trio.to_thread.run_sync(
+            lambda: self.mirror.replace(store_id, memories, listed_from=listed_from)
+        )
+        slot.position = probe.position
+        slot.downloads += 1
+        self.cached.add(store_id)
+        log.info(
+            "relay: downloaded %s (%d memories, %d written to the cache)", store_id, len(memories), changed
+        )
+
+    async def _relist(self, store_id: str, slot: Slot, position: FeedPosition | None = None) -> None:
+        """The store listed (basic view) and compared with the cache; what differs fetched."""
+        client = self._client(slot)
+        if position is None:
+            position = (await self._feed(client).probe(store_id)).position
+        listed_from = await trio.to_thread.run_sync(self.mirror.counter, store_id)
+        listing = await client.list_memories(store_id, view="basic")
+        have = await trio.to_thread.run_sync(self.mirror.live_versions, store_id)
+        want = [m["id"] for m in listing.items if have.get(m["id"]) != m.get("memory_version_id")]
+        if len(want) > FULL_INSTEAD:
+            full = await client.list_memories(store_id, view="full")
+            memories: list[MemoryRecord] = [to_record(store_id, m) for m in full.items]
+            listed = {m.id for m in memories}
+        else:
+            states = await self._fetch(client, store_id, want)
+            memories = [s for s in states if isinstance(s, MemoryRecord)]
+            listed = {m["id"] for m in listing.items} - {s.memory_id for s in states if isinstance(s, Gone)}
+        await trio.to_thread.run_sync(
+            lambda: self.mirror.replace(store_id, memories, listed_from=listed_from, listed_ids=listed)
+        )
+        slot.position = position
+
+    async def _poll(self, store_id: str, slot: Slot) -> None:
+        client = self._client(slot)
+        assert slot.position is not None
+        wide = 3600.0 if slot.polls % WIDE_EVERY == WIDE_EVERY - 1 else None
+        read = await self._feed(client).read(store_id, slot.position, most=LIST_INSTEAD, wide=wide)
+        if read.versions is None:  # refused, too old, or more than a listing costs
+            await self._relist(store_id, slot, read.position)
+            return
+        newest = read.newest_by_memory()
+        held = await trio.to_thread.run_sync(self.mirror.states, store_id, list(newest))
+        gone: list[State] = [Gone(mid) for mid, v in newest.items() if v.get("operation") == "deleted"]
+        want = [
+            mid
+            for mid, v in newest.items()
+            if v.get("operation") != "deleted" and not _holds(held.get(mid), v.get("id"))
+        ]
+        states = gone + await self._fetch(client, store_id, want)
+        if states:
+            await trio.to_thread.run_sync(self.mirror.apply, store_id, states)
+        if read.position is not None:
+            slot.position = read.position
+
+    async def _fetch(self, client: StoreClient, store_id: str, memory_ids: list[str]) -> list[State]:
+        """The memories' current states, a GET each, several at once (404: gone)."""
+        out: list[State] = []
+
+        async def one(memory_id: str) -> None:
+            try:
+                out.append(to_record(store_id, await client.get_memory(store_id, memory_id)))
+            except ApiError as exc:
+                if exc.status != 404:
+                    raise
+                out.append(Gone(memory_id))
+
+        await gather(memory_ids, one, FETCHES_AT_ONCE)
+        return out
+
+
+def _holds(state: tuple[str, str, bool] | None, version_id: str | None) -> bool:
+    """The cache holds this version of the memory already, or the memory as deleted (ids are
+    never reused: a later version of a deleted memory cannot come)."""
+    return state is not None and (state[2] or state[0] == version_id)

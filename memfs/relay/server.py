@@ -1,0 +1,105 @@
+"""`memfs serve --upstream URL`: the relay put together and run (SPEC §5.9, docs/OPERATIONS.md#relay).
+
+The cache is the service's own storage (SQLite, or PostgreSQL shared by several relays), served by
+the service's own app as the relay's admin; the front (front.py) decides what reaches it; the
+poll (poller.py) runs in a thread of its own. uvicorn serves the front like `memfs serve`.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+
+from memfs.logging_setup import setup_logging
+from memfs.relay.access import DEFAULT_TTL_S, AccessBook
+from memfs.relay.front import RelayFront
+from memfs.relay.poller import DEFAULT_INTERVAL_S, Poller
+from memfs.relay.upstream import Upstream
+from memfs.service import access_log, asgi_server
+from memfs.service.app import create_app
+from memfs.service.backend import DatabaseError
+from memfs.service.connections import ConnectionLimits
+from memfs.service.database import DatabaseUrlError, open_storage
+from memfs.service.mirror import Mirror
+from memfs.service.retention import DEFAULT_INTERVAL_S as RETENTION_EVERY_S
+from memfs.service.retention import Retention
+from memfs.service.server import admin_key_problem, check_tls, resolve_admin_key
+
+log = logging.getLogger("memfs.relay")
+
+# The cache keeps a day of its own versions: they serve only the changes feed of mounts that were
+# away (longer: a mount lists the store instead), never the history, which is the upstream's.
+CACHE_RETENTION_DAYS = 1.0
+
+
+def upstream_problem(url: str) -> str | None:
+    if not url.startswith(("http://", "https://")) or len(url.split("://", 1)[1].strip("/")) == 0:
+        return f"--upstream must be an http:// or https:// URL (got {url!r})"
+    return None
+
+
+def run(
+    upstream_url: str,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 8470,
+    db_path: str | os.PathLike = "./memfs-data/relay.db",
+    admin_key: str | None = None,
+    interval: float = DEFAULT_INTERVAL_S,
+    confirm_every: float = DEFAULT_TTL_S,
+    operator_key: str | None = None,
+    certfile: str | None = None,
+    keyfile: str | None = None,
+    limits: ConnectionLimits | None = None,
+) -> int:
+    formatter = setup_logging()
+    access_log.install("memfs.service.access", sys.stderr, formatter)
+    for problem in (upstream_problem(upstream_url), check_tls(certfile, keyfile)):
+        if problem:
+            print(f"memfs serve: {problem}", file=sys.stderr)
+            return 2
+    key, generated = resolve_admin_key(admin_key)
+    key_problem = admin_key_problem(key)
+    if key_problem:
+        print(f"memfs serve: {key_problem}", file=sys.stderr)
+        return 2
+    try:
+        storage = open_storage(db_path)
+    except (DatabaseUrlError, DatabaseError) as e:
+        print(f"memfs serve: {e}", file=sys.stderr)
+        return 2
+    if generated:
+        print(
+            f"memfs: generated admin key (set MEMFS_ADMIN_KEY to choose one): {key}",
+            file=sys.stderr,
+            flush=True,
+        )
+    backend = storage.backend  # type: ignore[attr-defined]
+    mirror = Mirror(backend)
+    poller = Poller(upstream_url, mirror, interval=interval, operator_key=operator_key)
+    upstream = Upstream(upstream_url)
+    local = create_app(storage, key)
+    front = RelayFront(local, key, upstream, poller, mirror, AccessBook(ttl=confirm_every))
+    log.info(
+        "relay to %s: a poll per store every %gs while it is used, access confirmed every %gs",
+        upstream_url,
+        interval,
+        confirm_every,
+    )
+    poller.start(mirror.store_ids())
+    try:
+        asgi_server.run(
+            front,
+            host,
+            port,
+            Retention(backend, CACHE_RETENTION_DAYS),
+            RETENTION_EVERY_S,
+            certfile=certfile,
+            keyfile=keyfile,
+            limits=limits or ConnectionLimits(),
+        )
+    finally:
+        poller.stop()
+        storage.close()
+    return 0

@@ -1,0 +1,91 @@
+"""The relay's requests to the upstream from its event loop: what passes through, the writes, and
+the access checks, sent with the caller's own credential (the poller, poller.py, has its own
+client). httpx builds its own transport, so the environment's proxy and CA settings apply.
+Counted by kind for `/v1/relay_status` and the bench."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+
+import httpx
+
+# Hop-by-hop headers (RFC 9110 §7.6.1) and those httpx sets itself are not copied either way.
+_HOP = frozenset(
+    {
+        b"connection",
+        b"keep-alive",
+        b"proxy-authenticate",
+        b"proxy-authorization",
+        b"te",
+        b"trailer",
+        b"transfer-encoding",
+        b"upgrade",
+        b"host",
+        b"content-length",
+        b"accept-encoding",
+    }
+)
+_HOP_OUT = _HOP | {b"content-encoding", b"date", b"server"}
+
+TIMEOUT_S = 60.0  # a write's answer may take as long as the upstream lets a request run
+CONNECT_TIMEOUT_S = 5.0
+
+
+@dataclass
+class Answer:
+    status: int
+    headers: list[tuple[bytes, bytes]]
+    body: bytes
+
+    def header(self, name: str) -> str | None:
+        key = name.lower().encode()
+        for k, v in self.headers:
+            if k.lower() == key:
+                return v.decode("latin-1")
+        return None
+
+
+class UpstreamUnreachable(Exception):
+    pass
+
+
+class Upstream:
+    def __init__(self, base_url: str, *, timeout: float = TIMEOUT_S):
+        self.base_url = base_url.rstrip("/")
+        self.sent: Counter[str] = Counter()  # kind -> requests sent
+        self.limited = 0  # 429s the upstream answered
+        self._http = httpx.AsyncClient(
+            base_url=self.base_url,
+            timeout=httpx.Timeout(timeout, connect=CONNECT_TIMEOUT_S),
+            limits=httpx.Limits(max_connections=64, max_keepalive_connections=32),
+            follow_redirects=False,
+        )
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    async def send(
+        self,
+        kind: str,
+        method: str,
+        path: str,
+        query: bytes,
+        headers: list[tuple[bytes, bytes]],
+        body: bytes = b"",
+    ) -> Answer:
+        """One request as the caller made it (hop-by-hop headers dropped); the answer whole."""
+        url = httpx.URL(self.base_url + path, query=query)
+        out = [(k, v) for k, v in headers if k.lower() not in _HOP]
+        self.sent[kind] += 1
+        try:
+            resp = await self._http.request(method, url, headers=out, content=body or None)
+        except httpx.HTTPError as exc:
+            raise UpstreamUnreachable(f"{method} {path}: {type(exc).__name__}: {exc}") from exc
+        if resp.status_code == 429:
+            self.limited += 1
+        return Answer(
+            resp.status_code,
+            [(k, v) for k, v in resp.headers.raw if k.lower() not in _HOP_OUT],
+            resp.content,
+        )

@@ -1,0 +1,235 @@
+"""A cache's writes: memories copied from an upstream store service into this service's storage.
+
+`memfs serve --upstream` (the relay, memfs/relay/) keeps its cache in the service's own storage,
+so the counter, the changes feed, the snapshot, the watches and the list fast path serve the cache
+unchanged. What differs is where a write comes from: not a caller with rules to check, but the
+upstream's answer, which is the truth. These are the rules of such a write, above every backend
+like rules.py's:
+
+- A memory keeps the upstream's id, path, content, sha, size, version id and timestamps.
+- A state older than the cached one (`updated_at` earlier: an answer that was on its way while a
+  newer write was applied) is skipped; so is any state of a memory the cache holds as deleted
+  (the upstream never reuses an id), so a fetch that raced a delete cannot bring a memory back.
+- The upstream holds no two memories at overlapping paths at any one time, but the cache learns
+  of a rename or a delete and of the create that took its place in whichever order the answers
+  come: a memory applied at a path tombstones whatever the cache still holds at that path, above
+  it or below it (the newest information wins; a state skipped as stale is fetched again at the
+  next poll).
+- Every change bumps the store's counter and appends a version (the cache's own id: the changes
+  feed reads them for a rename's previous path) in one transaction, so watches wake and mounts pull
+  exactly what moved. Applying what the cache already holds changes nothing and moves nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from dataclasses import replace as with_fields
+
+from memfs.service.backend import Backend, Tx
+from memfs.service.listing import upper_bound
+from memfs.service.rules import new_id, now, sha256_hex
+from memfs.service.storage import MemoryRecord, StoreRecord, VersionRecord
+
+POLLED_AT_KEY = "relay_polled_at_ms"  # store_kv: when some relay replica last claimed this store's poll
+
+
+@dataclass(frozen=True)
+class Gone:
+    """A memory the upstream no longer holds (deleted, or absent from a whole listing)."""
+
+    memory_id: str
+
+
+State = MemoryRecord | Gone
+
+
+class Mirror:
+    """The cache's writes over a backend (see the module's docstring)."""
+
+    def __init__(self, backend: Backend):
+        self.backend = backend
+
+    def has_store(self, store_id: str) -> bool:
+        with self.backend.read() as tx:
+            return tx.store(store_id) is not None
+
+    def put_store(self, store: StoreRecord) -> None:
+        """The store's row, as the upstream has it (created when new; name and description kept current)."""
+        with self.backend.write(store.id) as tx:
+            if tx.store(store.id) is None:
+                tx.insert_store(store)
+            else:
+                tx.update_store(
+                    store.id,
+                    name=store.name,
+                    description=store.description,
+                    metadata=store.metadata,
+                    at=store.updated_at,
+                )
+
+    def counter(self, store_id: str) -> int:
+        with self.backend.read() as tx:
+            return tx.counter(store_id)
+
+    def apply(self, store_id: str, states: Iterable[State]) -> int:
+        """Apply upstream states in one transaction; returns how many changed the cache."""
+        states = list(states)
+        if not states:
+            return 0
+        with self.backend.write(store_id) as tx:
+            if tx.store(store_id) is None:
+                return 0  # not cached (any more): nothing to keep current
+            return sum(_apply_one(tx, store_id, s) for s in _newest_per_memory(states))
+
+    def replace(
+        self,
+        store_id: str,
+        memories: Sequence[MemoryRecord],
+        *,
+        listed_from: int,
+        listed_ids: set[str] | None = None,
+    ) -> int:
+        """The store's whole content, as a listing read it: each of `memories` applied, and every
+        cached memory the listing did not hold (`listed_ids`, default the memories' ids) made
+        gone, except those the cache changed after `listed_from` (its counter when the listing
+        began: a write applied meanwhile is newer than the listing, which may not hold it).
+        Returns how many changed the cache."""
+        with self.backend.write(store_id) as tx:
+            if tx.store(store_id) is None:
+                return 0
+            listed = {m.id for m in memories} if listed_ids is None else listed_ids
+            changed = sum(_apply_one(tx, store_id, m) for m in _newest_per_memory(memories))
+            recent = {m.id for m, _gone in tx.changed_since(store_id, listed_from)}
+            for memory_id in tx.memory_states(store_id, None).keys() - listed - recent:
+                changed += _apply_one(tx, store_id, Gone(memory_id))
+            return changed
+
+    def store_ids(self) -> list[str]:
+        with self.backend.read() as tx:
+            return tx.store_ids()
+
+    def states(self, store_id: str, memory_ids: Sequence[str]) -> dict[str, tuple[str, str, bool]]:
+        """id -> (version id, updated_at, deleted) of those the cache holds, tombstones included."""
+        with self.backend.read() as tx:
+            return tx.memory_states(store_id, memory_ids)
+
+    def live_versions(self, store_id: str) -> dict[str, str]:
+        """id -> version id of every cached live memory (a listing is compared with it)."""
+        with self.backend.read() as tx:
+            return {mid: vid for mid, (vid, _at, _gone) in tx.memory_states(store_id, None).items()}
+
+    def claim_poll(self, store_id: str, now_ms: int, every_ms: int) -> bool:
+        """Whether this replica polls the store now: True (and recorded) when no replica sharing this
+        database has claimed its poll within `every_ms`. Several relays on one PostgreSQL then
+        poll a store once per interval between them, not once each."""
+        with self.backend.write(store_id) as tx:
+            if now_ms - tx.kv(store_id, POLLED_AT_KEY) < every_ms:
+                return False
+            tx.set_kv(store_id, POLLED_AT_KEY, now_ms)
+            return True
+
+
+def _newest_per_memory(states: Iterable[State]) -> list[State]:
+    """One state per memory: a listing read while a memory was renamed can hold it twice; the one
+    updated last is its state (a Gone, given by the caller for a delete it saw, wins)."""
+    out: dict[str, State] = {}
+    for s in states:
+        mid = s.memory_id if isinstance(s, Gone) else s.id
+        held = out.get(mid)
+        if held is None or isinstance(s, Gone):
+            out[mid] = s
+        elif isinstance(held, MemoryRecord) and s.updated_at > held.updated_at:
+            out[mid] = s
+    return list(out.values())
+
+
+def _apply_one(tx: Tx, store_id: str, state: State) -> int:
+    if isinstance(state, Gone):
+        cur = tx.memory_states(store_id, [state.memory_id]).get(state.memory_id)
+        if cur is None or cur[2]:
+            return 0
+        _tombstone(tx, store_id, state.memory_id)
+        return 1
+    m = state
+    cur = tx.memory_states(store_id, [m.id]).get(m.id)
+    if cur is not None:
+        version_id, updated_at, deleted = cur
+        if deleted or version_id == m.memory_version_id or m.updated_at < updated_at:
+            return 0
+    content = m.content
+    if content is None and cur is not None:  # a rename's answer: the content stays the cached one
+        held = tx.live_memory(store_id, m.id, content=True)
+        content = held.content if held is not None else None
+    if content is None or sha256_hex(content) != m.content_sha256:
+        return 0  # not known whole here: the next poll fetches it
+    m = with_fields(m, content=content)
+    _clear_path(tx, store_id, m.path, m.id)
+    counter = tx.bump(store_id)
+    operation = "created" if cur is None else "modified"
+    tx.insert_version(
+        VersionRecord(
+            new_id("memver_"),
+            m.id,
+            store_id,
+            operation,
+            m.path,
+            m.content,
+            m.content_sha256,
+            m.content_size_bytes,
+            m.updated_at,
+            None,
+            None,
+            None,
+        ),
+        counter,
+    )
+    record = MemoryRecord(
+        m.id,
+        store_id,
+        m.path,
+        m.content,
+        m.content_sha256,
+        m.content_size_bytes,
+        m.memory_version_id,
+        m.created_at,
+        m.updated_at,
+    )
+    if cur is None:
+        tx.insert_memory(record, counter)
+    else:
+        tx.update_memory(
+            m.id,
+            path=m.path,
+            content=content,
+            sha=m.content_sha256,
+            size=m.content_size_bytes,
+            version_id=m.memory_version_id,
+            counter=counter,
+            at=m.updated_at,
+        )
+    return 1
+
+
+def _clear_path(tx: Tx, store_id: str, path: str, keep_id: str) -> None:
+    """Tombstone every other live memory at `path`, above it or below it (see the module's docstring)."""
+    segs = path[1:].split("/")
+    above = ["/" + "/".join(segs[:i]) for i in range(1, len(segs) + 1)]
+    for mid, _at in tx.live_at(store_id, above):
+        if mid != keep_id:
+            _tombstone(tx, store_id, mid)
+    while (below := tx.first_live_in(store_id, path + "/", upper_bound(path + "/"), keep_id)) is not None:
+        _tombstone(tx, store_id, below[0])
+
+
+def _tombstone(tx: Tx, store_id: str, memory_id: str) -> None:
+    mem = tx.live_memory(store_id, memory_id, content=False)
+    if mem is None:
+        return
+    counter, at = tx.bump(store_id), now()
+    vid = new_id("memver_")
+    tx.insert_version(
+        VersionRecord(vid, memory_id, store_id, "deleted", mem.path, None, None, None, at, None, None, None),
+        counter,
+    )
+    tx.tombstone_memory(memory_id, version_id=vid, counter=counter, at=at)
