@@ -27,6 +27,7 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
         "memfs.service",
         "memfs.worker",
         "memfs.client",
+        "memfs.relay",
         "memfs.cli",
         "memfs.limits",
         "memfs.logging_setup",
@@ -38,16 +39,42 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
         "memfs.session",
         "memfs.service",
         "memfs.worker",
+        "memfs.relay",
         "memfs.cli",
     ),
     "memfs.client.egress": ("memfs.",),  # the standard library's reading of the environment, nothing else
     "memfs.client.errors": ("memfs.",),  # raised by the early download too, before anything is imported
     "memfs.client.work_secret": ("memfs.",),
-    "memfs.sync": ("memfs.mount", "memfs.session", "memfs.service", "memfs.worker", "memfs.client"),
-    "memfs.mount": ("memfs.sync", "memfs.session", "memfs.service", "memfs.worker", "memfs.client"),
-    "memfs.service": ("memfs.mount", "memfs.sync", "memfs.session", "memfs.worker", "memfs.client"),
+    "memfs.sync": (
+        "memfs.mount",
+        "memfs.session",
+        "memfs.service",
+        "memfs.worker",
+        "memfs.client",
+        "memfs.relay",
+    ),
+    "memfs.mount": (
+        "memfs.sync",
+        "memfs.session",
+        "memfs.service",
+        "memfs.worker",
+        "memfs.client",
+        "memfs.relay",
+    ),
+    "memfs.service": (
+        "memfs.mount",
+        "memfs.sync",
+        "memfs.session",
+        "memfs.worker",
+        "memfs.client",
+        "memfs.relay",
+    ),
     # the command line imports the session's commands, never the other way (no cli -> session -> cli)
-    "memfs.session": ("memfs.service", "memfs.worker", "memfs.cli"),
+    "memfs.session": ("memfs.service", "memfs.worker", "memfs.relay", "memfs.cli"),
+    "memfs.worker": ("memfs.relay",),
+    # the relay puts the service (its cache) and the store client (its poll) together: no filesystem,
+    # no session; of the sync only the version feed's reading and the bounded fan-out
+    "memfs.relay": ("memfs.mount", "memfs.session", "memfs.worker", "memfs.cli", "memfs.sync"),
 }
 # The exceptions to the rules above: what a layer may import of a package it must not import.
 # The engine takes the store client through its `Store` port (memfs/sync/ports.py), never the
@@ -55,9 +82,10 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
 # nothing of its transport.
 ALLOWED: dict[str, tuple[str, ...]] = {
     "memfs.sync": ("memfs.client.records", "memfs.client.errors", "memfs.client.snapshot_stream"),
+    "memfs.relay": ("memfs.sync.feed", "memfs.sync.bounded"),
 }
 # The filesystem's core knows no kernel: only the adapter and the runner speak pyfuse3.
-KERNEL_FREE = ("memfs.mount", "memfs.records", "memfs.sync", "memfs.session.offline")
+KERNEL_FREE = ("memfs.mount", "memfs.records", "memfs.sync", "memfs.session.offline", "memfs.relay")
 KERNEL_SPEAKERS = ("memfs.mount.fuse_ops", "memfs.mount.runner", "memfs.mount.devmount")  # the exceptions
 
 

@@ -1,4 +1,4 @@
-"""Which credential may read which store from the relay's cache (SPEC §5.9).
+"""Which credential may read which store from the relay's cache (SEMANTICS.md#d-relay).
 
 The cache serves a credential only the stores the upstream has confirmed it may read, and asks
 the upstream again once a confirmation is older than `ttl` (a minute by default), so a revoked

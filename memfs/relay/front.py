@@ -226,7 +226,7 @@ class RelayFront:
         fut: asyncio.Future[BaseException | None] = loop.create_future()
 
         def done(exc: BaseException | None) -> None:
-            loop.call_soon_threadsafe(lambda: fut.done() or fut.set_result(exc))
+            loop.call_soon_threadsafe(_settle, fut, exc)
 
         self.poller.download(sid, credential, done)
         exc = await fut
@@ -293,6 +293,11 @@ class RelayFront:
             }
         )
         await send({"type": "http.response.body", "body": payload})
+
+
+def _settle(fut: asyncio.Future[BaseException | None], exc: BaseException | None) -> None:
+    if not fut.done():  # the caller may have gone (its request cancelled)
+        fut.set_result(exc)
 
 
 def _auth_header(scope) -> tuple[bytes, bytes] | None:

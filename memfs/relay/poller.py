@@ -1,5 +1,5 @@
 """The relay's upstream poll: each store some client uses is downloaded once and kept current with
-one upstream poll per interval, however many mounts use it (SPEC §5.9, SEMANTICS.md#d-relay).
+one upstream poll per interval, however many mounts use it (SEMANTICS.md#d-relay).
 
 It runs on trio in a thread of its own, with the mount's store client (memfs/client/: the per-prefix
 listing, the 429 hold and pacer) and version feed (memfs/sync/feed.py), while the HTTP side runs
@@ -247,7 +247,9 @@ class Poller:
         except (ApiError, Unreachable) as exc:
             error = exc
             if isinstance(exc, ApiError) and exc.status in (401, 403, 404) and not self.operator_key:
-                slot.credential = None  # it proved nothing any more: polled again once a client's is confirmed
+                slot.credential = (
+                    None  # it proved nothing any more: polled again once a client's is confirmed
+                )
             slot.failures += 1
             slot.last_error = str(exc)
             log.warning(

@@ -1,4 +1,4 @@
-"""`memfs serve --upstream URL`: the relay put together and run (SPEC §5.9, docs/OPERATIONS.md#relay).
+"""`memfs serve --upstream URL`: the relay put together and run (docs/OPERATIONS.md#relay).
 
 The cache is the service's own storage (SQLite, or PostgreSQL shared by several relays), served by
 the service's own app as the relay's admin; the front (front.py) decides what reaches it; the
@@ -75,7 +75,7 @@ def run(
             file=sys.stderr,
             flush=True,
         )
-    backend = storage.backend  # type: ignore[attr-defined]
+    backend = storage.backend
     mirror = Mirror(backend)
     poller = Poller(upstream_url, mirror, interval=interval, operator_key=operator_key)
     upstream = Upstream(upstream_url)

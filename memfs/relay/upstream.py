@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import httpx
 
-# Hop-by-hop headers (RFC 9110 §7.6.1) and those httpx sets itself are not copied either way.
+# Hop-by-hop headers (RFC 9110, section 7.6.1) and those httpx sets itself are not copied either way.
 _HOP = frozenset(
     {
         b"connection",

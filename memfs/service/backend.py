@@ -138,6 +138,11 @@ class Tx(Protocol):
     def contents(self, store_id: str, memory_ids: Sequence[str]) -> dict[str, str | None]:
         """memory id -> content of those of `memory_ids` that are live in the store."""
 
+    def memory_states(
+        self, store_id: str, memory_ids: Sequence[str] | None
+    ) -> dict[str, tuple[str, str, bool]]:
+        """id -> (version id, updated_at, deleted), tombstones included; None: every live memory."""
+
     def insert_memory(self, m: MemoryRecord, counter: int) -> None:
         """Raises PathTaken when a live memory holds m.path."""
 
@@ -188,9 +193,6 @@ class Tx(Protocol):
 
 class ReadTx(Tx, Protocol):
     """A read transaction held open by its caller (a snapshot), closed with `close()`."""
-
-    def memory_states(self, store_id: str, memory_ids: Sequence[str] | None) -> dict[str, tuple[str, str, bool]]:
-        """id -> (version id, updated_at, deleted), tombstones included; None: every live memory."""
 
     def live_batches(self, store_id: str, n: int) -> Iterator[list[MemoryRecord]]:
         """Every live memory of the store with content, in path order, `n` at a time."""

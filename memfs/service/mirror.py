@@ -177,7 +177,7 @@ def _apply_one(tx: Tx, store_id: str, state: State) -> int:
             m.content,
             m.content_sha256,
             m.content_size_bytes,
-            m.updated_at,
+            now(),  # the cache's own history: when it learned of the change (retention counts from it)
             None,
             None,
             None,

@@ -454,7 +454,9 @@ class SqlTx:
         ).fetchone()
         return (row["operation"], row["path"]) if row else None
 
-    def memory_states(self, store_id: str, memory_ids: Sequence[str] | None) -> dict[str, tuple[str, str, bool]]:
+    def memory_states(
+        self, store_id: str, memory_ids: Sequence[str] | None
+    ) -> dict[str, tuple[str, str, bool]]:
         """id -> (version id, updated_at, deleted) of the named memories, tombstones included
         (None: every live memory of the store): what a cache compares an upstream state with."""
         if memory_ids is None:

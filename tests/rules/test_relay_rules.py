@@ -1,0 +1,96 @@
+"""The relay's pure parts: which request goes where (memfs/relay/routes.py), and which credential may
+read which store from the cache, for how long (memfs/relay/access.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from memfs.relay.access import AccessBook, credential_hash
+from memfs.relay.routes import route
+
+S = "/v1/memory_stores/memstore_1"
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "query", "kind", "ids"),
+    [
+        ("GET", S + "/memories", "limit=100", "cached", ("memstore_1",)),
+        ("GET", S + "/memories/mem_1", "", "cached", ("memstore_1",)),
+        ("GET", S + "/counter", "", "cached", ("memstore_1",)),
+        ("GET", S + "/changes", "since=3", "cached", ("memstore_1",)),
+        ("GET", S + "/snapshot", "", "cached", ("memstore_1",)),
+        (
+            "GET",
+            "/v1/memory_store_counters",
+            "ids=memstore_1,memstore_2,memstore_1",
+            "cached",
+            ("memstore_1", "memstore_2"),
+        ),
+        (
+            "GET",
+            "/v1/memory_store_watch",
+            "known=memstore_1:4,memstore_2:0&wait=30",
+            "cached",
+            ("memstore_1", "memstore_2"),
+        ),
+        ("GET", "/v1/memory_store_counters", "", "pass", ()),
+        ("POST", S + "/memories", "", "write", ("memstore_1",)),
+        ("POST", S + "/memories/mem_1", "", "write", ("memstore_1",)),
+        ("DELETE", S + "/memories/mem_1", "", "write", ("memstore_1",)),
+        ("POST", S + "/memory_batch", "", "write", ("memstore_1",)),
+        # what the cache does not hold goes upstream as it is
+        ("GET", S, "", "pass", ()),
+        ("POST", S + "/archive", "", "pass", ()),
+        ("GET", S + "/memory_versions", "limit=100", "pass", ()),
+        ("POST", S + "/memory_versions/memver_1/redact", "", "pass", ()),
+        ("GET", "/v1/memory_stores", "", "pass", ()),
+        ("GET", "/v1/sessions/sesn_1", "", "pass", ()),
+        ("POST", "/v1/environments/env_1/work/poll", "", "pass", ()),
+        ("GET", "/healthz", "", "local", ()),
+        ("GET", "/v1/relay_status", "", "local", ()),
+    ],
+)
+def test_route(method, path, query, kind, ids):
+    got = route(method, path, query)
+    assert (got.kind, got.store_ids) == (kind, ids)
+
+
+def test_a_watch_is_marked():
+    assert route("GET", "/v1/memory_store_watch", "known=memstore_1:4").watch
+    assert not route("GET", S + "/counter", "").watch
+
+
+def test_a_confirmation_lasts_the_ttl():
+    book = AccessBook(ttl=60.0)
+    c = credential_hash("tok")
+    assert not book.fresh(c, "memstore_1", 0.0)
+    book.confirm(c, ["memstore_1"], 100.0)
+    assert book.fresh(c, "memstore_1", 159.0)
+    assert not book.fresh(c, "memstore_1", 160.0)
+    assert book.ever(c, "memstore_1")  # what an unreachable upstream leaves to go on
+    assert not book.fresh(credential_hash("other"), "memstore_1", 101.0)
+
+
+def test_a_session_read_names_exactly_the_stores_its_token_may_read():
+    book = AccessBook()
+    c = credential_hash("tok")
+    book.confirm(c, ["memstore_old"], 0.0)
+    book.learn_session(c, "sesn_1", ["memstore_1", "memstore_2"], 1.0)
+    assert book.session_of(c) == "sesn_1"
+    assert book.fresh(c, "memstore_1", 2.0) and book.fresh(c, "memstore_2", 2.0)
+    assert not book.ever(c, "memstore_old")  # detached since
+
+
+def test_revoking_a_credential_forgets_its_session():
+    book = AccessBook()
+    c = credential_hash("tok")
+    book.learn_session(c, "sesn_1", ["memstore_1"], 0.0)
+    book.revoke(c, "memstore_1")
+    assert not book.ever(c, "memstore_1") and book.session_of(c) == "sesn_1"
+    book.learn_session(c, "sesn_1", ["memstore_1"], 0.0)
+    book.revoke(c)
+    assert not book.ever(c, "memstore_1") and book.session_of(c) is None
+
+
+def test_credentials_are_kept_as_hashes():
+    assert credential_hash("tok") != "tok" and len(credential_hash("tok")) == 64

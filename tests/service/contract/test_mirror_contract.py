@@ -1,0 +1,130 @@
+"""The relay's cache writes (memfs/service/mirror.py) on every backend: what an upstream state does to
+the cache, read back through the service's own rules (the counter, the changes feed, a listing)."""
+
+from __future__ import annotations
+
+import hashlib
+
+import pytest
+
+from memfs.service.mirror import Gone, Mirror
+from memfs.service.storage import MemoryRecord, StoreRecord
+
+SID = "memstore_upstream0000000000001"
+AT = "2026-12-01T00:00:00.000000Z"
+
+
+def mem(mid: str, path: str, content: str, version: str, updated: str = AT) -> MemoryRecord:
+    data = content.encode()
+    return MemoryRecord(
+        mid, SID, path, content, hashlib.sha256(data).hexdigest(), len(data), version, AT, updated
+    )
+
+
+@pytest.fixture
+def mirror(storage, backend) -> Mirror:
+    m = Mirror(backend)
+    m.put_store(StoreRecord(SID, SID, "", {}, AT, AT, None))
+    return m
+
+
+def paths(storage) -> dict[str, str]:
+    page = storage.list_memories(SID, path_prefix="/", depth=0, limit=100, after=None, with_content=True)
+    return {m.path: m.content for m in page.items}
+
+
+def test_a_memory_keeps_the_upstreams_ids_and_moves_the_counter(storage, mirror):
+    assert mirror.apply(SID, [mem("mem_a", "/a.md", "one\n", "memver_1")]) == 1
+    got = storage.get_memory(SID, "mem_a")
+    assert (got.memory_version_id, got.content, got.updated_at) == ("memver_1", "one\n", AT)
+    assert storage.get_counters([SID]) == {SID: 1}
+    changes = storage.changes_since(SID, 0)
+    assert [(c.memory_id, c.operation, c.path) for c in changes.changes] == [("mem_a", "upserted", "/a.md")]
+
+
+def test_applying_what_the_cache_holds_moves_nothing(storage, mirror):
+    mirror.apply(SID, [mem("mem_a", "/a.md", "one\n", "memver_1")])
+    assert mirror.apply(SID, [mem("mem_a", "/a.md", "one\n", "memver_1")]) == 0
+    assert storage.get_counters([SID]) == {SID: 1}
+
+
+def test_an_older_state_does_not_take_a_newer_one_back(storage, mirror):
+    mirror.apply(SID, [mem("mem_a", "/a.md", "new\n", "memver_2", "2026-12-01T00:00:02.000000Z")])
+    assert mirror.apply(SID, [mem("mem_a", "/a.md", "old\n", "memver_1", "2026-12-01T00:00:01.000000Z")]) == 0
+    assert paths(storage) == {"/a.md": "new\n"}
+
+
+def test_a_deleted_memory_is_not_brought_back_by_a_late_fetch(storage, mirror):
+    mirror.apply(SID, [mem("mem_a", "/a.md", "one\n", "memver_1")])
+    assert mirror.apply(SID, [Gone("mem_a")]) == 1
+    later = mem("mem_a", "/a.md", "one\n", "memver_1", "2026-12-01T00:00:05.000000Z")
+    assert mirror.apply(SID, [later]) == 0
+    assert paths(storage) == {}
+    assert [c.operation for c in storage.changes_since(SID, 1).changes] == ["deleted"]
+
+
+def test_a_rename_is_one_change_with_its_previous_path(storage, mirror):
+    mirror.apply(SID, [mem("mem_a", "/a.md", "one\n", "memver_1")])
+    renamed = mem("mem_a", "/b/a.md", "one\n", "memver_2", "2026-12-01T00:00:01.000000Z")
+    assert mirror.apply(SID, [renamed]) == 1
+    (change,) = storage.changes_since(SID, 1).changes
+    assert (change.path, change.previous_path) == ("/b/a.md", "/a.md")
+
+
+def test_a_rename_answer_without_content_keeps_the_cached_content(storage, mirror):
+    mirror.apply(SID, [mem("mem_a", "/a.md", "one\n", "memver_1")])
+    m = mem("mem_a", "/c.md", "one\n", "memver_2", "2026-12-01T00:00:01.000000Z")
+    m.content = None
+    assert mirror.apply(SID, [m]) == 1
+    assert paths(storage) == {"/c.md": "one\n"}
+
+
+def test_a_state_whose_content_does_not_match_its_sha_is_not_applied(storage, mirror):
+    m = mem("mem_a", "/a.md", "one\n", "memver_1")
+    m.content = "something else\n"
+    assert mirror.apply(SID, [m]) == 0
+    assert paths(storage) == {}
+
+
+def test_the_newest_state_clears_what_the_cache_holds_at_its_path_above_or_below(storage, mirror):
+    mirror.apply(
+        SID,
+        [mem("mem_a", "/x.md", "a\n", "memver_1"), mem("mem_b", "/d/e.md", "b\n", "memver_2")],
+    )
+    # upstream: /x.md was deleted and /x.md created again as another memory; /d/e.md moved and /d became a memory
+    mirror.apply(SID, [mem("mem_c", "/x.md", "c\n", "memver_3"), mem("mem_d", "/d", "d\n", "memver_4")])
+    assert paths(storage) == {"/x.md": "c\n", "/d": "d\n"}
+
+
+def test_replace_drops_what_the_listing_did_not_hold_unless_written_after_it_began(storage, mirror):
+    mirror.apply(SID, [mem("mem_a", "/a.md", "a\n", "memver_1"), mem("mem_b", "/b.md", "b\n", "memver_2")])
+    listed_from = mirror.counter(SID)
+    mirror.apply(SID, [mem("mem_w", "/w.md", "written meanwhile\n", "memver_9")])  # a write-through
+    changed = mirror.replace(SID, [mem("mem_a", "/a.md", "a\n", "memver_1")], listed_from=listed_from)
+    assert changed == 1  # mem_b gone; mem_a unchanged; mem_w kept
+    assert paths(storage) == {"/a.md": "a\n", "/w.md": "written meanwhile\n"}
+
+
+def test_replace_with_listed_ids_keeps_unfetched_memories(storage, mirror):
+    mirror.apply(SID, [mem("mem_a", "/a.md", "a\n", "memver_1"), mem("mem_b", "/b.md", "b\n", "memver_2")])
+    c = mirror.counter(SID)
+    mirror.replace(SID, [], listed_from=c, listed_ids={"mem_a"})
+    assert paths(storage) == {"/a.md": "a\n"}
+
+
+def test_a_listing_that_holds_a_memory_twice_keeps_its_newest_state(storage, mirror):
+    old = mem("mem_a", "/a.md", "a\n", "memver_1", "2026-12-01T00:00:01.000000Z")
+    new = mem("mem_a", "/z.md", "a\n", "memver_2", "2026-12-01T00:00:02.000000Z")
+    mirror.replace(SID, [new, old], listed_from=0)
+    assert paths(storage) == {"/z.md": "a\n"}
+
+
+def test_a_store_not_cached_takes_nothing(storage, backend):
+    m = Mirror(backend)
+    assert m.apply("memstore_absent", [mem("mem_a", "/a.md", "a\n", "memver_1")]) == 0
+
+
+def test_one_poll_claim_per_interval_between_replicas(mirror):
+    assert mirror.claim_poll(SID, 10_000, 1_000)
+    assert not mirror.claim_poll(SID, 10_500, 1_000)  # another replica, within the interval
+    assert mirror.claim_poll(SID, 11_000, 1_000)
