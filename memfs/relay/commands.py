@@ -13,6 +13,8 @@ import os
 import sys
 from collections.abc import Callable
 
+SERVICE_DEFAULT_DB = os.environ.get("MEMFS_DB") or "./memfs-data/store.db"  # service/commands.py's default
+
 # Flags of `memfs serve` that make no sense on a relay (it serves the upstream's stores, its rules).
 _NOT_WITH_UPSTREAM = ("hosted_api", "console", "test_late_versions", "org_limits", "rate_limit")
 
@@ -92,7 +94,12 @@ def _serve_relay(args: argparse.Namespace) -> int:
         return 2
     from memfs.relay.server import run
 
-    db = args.db
+    # Not the service's default database: a relay's cache is its own (`Mirror.claim_database`).
+    db = (
+        args.db
+        if args.db != SERVICE_DEFAULT_DB
+        else os.environ.get("MEMFS_RELAY_DB") or "./memfs-data/relay.db"
+    )
     return run(
         args.upstream,
         host=args.host,

@@ -69,6 +69,12 @@ def run(
     except (DatabaseUrlError, DatabaseError) as e:
         print(f"memfs serve: {e}", file=sys.stderr)
         return 2
+    mirror = Mirror(storage.backend)
+    not_a_cache = mirror.claim_database()
+    if not_a_cache:
+        storage.close()
+        print(f"memfs serve: {db_path}: {not_a_cache}", file=sys.stderr)
+        return 2
     if generated:
         print(
             f"memfs: generated admin key (set MEMFS_ADMIN_KEY to choose one): {key}",
@@ -76,7 +82,6 @@ def run(
             flush=True,
         )
     backend = storage.backend
-    mirror = Mirror(backend)
     poller = Poller(upstream_url, mirror, interval=interval, operator_key=operator_key)
     upstream = Upstream(upstream_url)
     local = create_app(storage, key)

@@ -32,6 +32,13 @@ from memfs.service.rules import new_id, now, sha256_hex
 from memfs.service.storage import MemoryRecord, StoreRecord, VersionRecord
 
 POLLED_AT_KEY = "relay_polled_at_ms"  # store_kv: when some relay replica last claimed this store's poll
+# store_kv, under no store: this database is a relay's cache (neither kind of server takes the other's)
+CACHE_MARK = ("", "relay_cache")
+
+
+def is_relay_cache(backend: Backend) -> bool:
+    with backend.read() as tx:
+        return bool(tx.kv(*CACHE_MARK))
 
 
 @dataclass(frozen=True)
@@ -49,6 +56,17 @@ class Mirror:
 
     def __init__(self, backend: Backend):
         self.backend = backend
+
+    def claim_database(self) -> str | None:
+        """Make this database a relay's cache: None when it is one (or was empty), else why it
+        cannot be (a store service's stores are not a cache to overwrite from an upstream)."""
+        with self.backend.write() as tx:
+            if tx.kv(*CACHE_MARK):
+                return None
+            if tx.store_ids():
+                return "this database holds a store service's stores, not a relay's cache: give the relay its own --db"
+            tx.set_kv(*CACHE_MARK, 1)
+            return None
 
     def has_store(self, store_id: str) -> bool:
         with self.backend.read() as tx:

@@ -18,6 +18,7 @@ from memfs.service.backend import DatabaseError
 from memfs.service.connections import ConnectionLimits
 from memfs.service.database import DatabaseUrlError, open_storage
 from memfs.service.hosted import HostedOptions
+from memfs.service.mirror import is_relay_cache
 from memfs.service.orglimit import DEFAULT_BURST_S, OrgLimits
 from memfs.service.ratelimit import RateLimiter
 from memfs.service.retention import DEFAULT_INTERVAL_S, DEFAULT_RETENTION_DAYS, Retention
@@ -120,6 +121,13 @@ def run(
         storage = open_storage(db_path)
     except (DatabaseUrlError, DatabaseError) as e:
         print(f"memfs serve: {e}", file=sys.stderr)
+        return 2
+    if is_relay_cache(storage.backend):
+        storage.close()
+        print(
+            f"memfs serve: {db_path} is a relay's cache (memfs serve --upstream): it is served only by a relay",
+            file=sys.stderr,
+        )
         return 2
     if generated:
         # Printed once, by design: there is no other way to learn a generated key.

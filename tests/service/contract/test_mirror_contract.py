@@ -128,3 +128,17 @@ def test_one_poll_claim_per_interval_between_replicas(mirror):
     assert mirror.claim_poll(SID, 10_000, 1_000)
     assert not mirror.claim_poll(SID, 10_500, 1_000)  # another replica, within the interval
     assert mirror.claim_poll(SID, 11_000, 1_000)
+
+
+def test_a_database_with_a_services_stores_is_not_made_a_cache(storage, backend):
+    storage.create_store("a real store", "", {})
+    assert "not a relay's cache" in (Mirror(backend).claim_database() or "")
+
+
+def test_an_empty_database_becomes_a_cache_and_stays_one(storage, backend):
+    from memfs.service.mirror import is_relay_cache
+
+    assert not is_relay_cache(backend)
+    assert Mirror(backend).claim_database() is None
+    Mirror(backend).put_store(StoreRecord(SID, SID, "", {}, AT, AT, None))
+    assert Mirror(backend).claim_database() is None and is_relay_cache(backend)
