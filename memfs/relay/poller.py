@@ -233,6 +233,12 @@ class Poller:
         slot = self.stores[store_id]
         error: BaseException | None = None
         try:
+            if store_id not in self.cached and await trio.to_thread.run_sync(
+                self._downloaded_elsewhere, store_id
+            ):
+                # another relay sharing the cache downloaded it: read it again as after a restart
+                self.cached.add(store_id)
+                slot.position = None
             if store_id not in self.cached:
                 await self._download(store_id, slot)
             elif await trio.to_thread.run_sync(
@@ -261,6 +267,9 @@ class Poller:
             for done in self._waiters.pop(store_id, []):
                 done(error if store_id not in self.cached else None)
 
+    def _downloaded_elsewhere(self, store_id: str) -> bool:
+        return bool(self.mirror.downloaded([store_id]))
+
     def _feed(self, client: StoreClient) -> VersionFeed:
         return VersionFeed(client, refused_until=self._refused)
 
@@ -277,7 +286,7 @@ class Poller:
         listing = await client.list_memories(store_id, view="full")
         memories = [to_record(store_id, m) for m in listing.items]
         changed = await trio.to_thread.run_sync(
-            lambda: self.mirror.replace(store_id, memories, listed_from=listed_from)
+            lambda: self.mirror.replace(store_id, memories, listed_from=listed_from, download=True)
         )
         slot.position = probe.position
         slot.downloads += 1

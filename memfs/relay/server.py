@@ -92,7 +92,7 @@ def run(
         interval,
         confirm_every,
     )
-    poller.start(mirror.store_ids())
+    poller.start(mirror.downloaded())
     try:
         asgi_server.run(
             front,

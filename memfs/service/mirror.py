@@ -34,6 +34,7 @@ from memfs.service.storage import MemoryRecord, StoreRecord, VersionRecord
 POLLED_AT_KEY = "relay_polled_at_ms"  # store_kv: when some relay replica last claimed this store's poll
 # store_kv, under no store: this database is a relay's cache (neither kind of server takes the other's)
 CACHE_MARK = ("", "relay_cache")
+DOWNLOADED_KEY = "relay_downloaded"  # store_kv: the store's first download ended (it may be served)
 
 
 def is_relay_cache(backend: Backend) -> bool:
@@ -107,12 +108,14 @@ class Mirror:
         *,
         listed_from: int,
         listed_ids: set[str] | None = None,
+        download: bool = False,
     ) -> int:
         """The store's whole content, as a listing read it: each of `memories` applied, and every
         cached memory the listing did not hold (`listed_ids`, default the memories' ids) made
         gone, except those the cache changed after `listed_from` (its counter when the listing
         began: a write applied meanwhile is newer than the listing, which may not hold it).
-        Returns how many changed the cache."""
+        Returns how many changed the cache. `download`: this is the store's first download,
+        after which it may be served (`downloaded`)."""
         with self.backend.write(store_id) as tx:
             if tx.store(store_id) is None:
                 return 0
@@ -121,11 +124,16 @@ class Mirror:
             recent = {m.id for m, _gone in tx.changed_since(store_id, listed_from)}
             for memory_id in tx.memory_states(store_id, None).keys() - listed - recent:
                 changed += _apply_one(tx, store_id, Gone(memory_id))
+            if download:  # in the same transaction: a store is served whole or not at all
+                tx.set_kv(store_id, DOWNLOADED_KEY, 1)
             return changed
 
-    def store_ids(self) -> list[str]:
+    def downloaded(self, store_ids: Sequence[str] | None = None) -> list[str]:
+        """The stores (of those named; None: all) whose first download ended: a relay killed in
+        the middle of one left a store that must not be served."""
         with self.backend.read() as tx:
-            return tx.store_ids()
+            ids = tx.store_ids() if store_ids is None else store_ids
+            return [sid for sid in ids if tx.kv(sid, DOWNLOADED_KEY)]
 
     def states(self, store_id: str, memory_ids: Sequence[str]) -> dict[str, tuple[str, str, bool]]:
         """id -> (version id, updated_at, deleted) of those the cache holds, tombstones included."""
