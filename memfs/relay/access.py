@@ -5,7 +5,9 @@ the upstream again once a confirmation is older than `ttl` (a minute by default)
 token (an archived session) stops reading within that. A confirmation comes from the upstream's
 own answers to that credential: a session read (`GET /v1/sessions/{id}`, which names every store
 the session attaches), a write to the store (accepted, or refused as read_only: either proves it
-is attached), or a one-memory listing the relay asks for. Credentials are kept as their SHA-256
+is attached), or a one-memory listing the relay asks for. With the operator's key, a session's
+token is confirmed again by the list of the store's sessions (`store_sessions`): one request a
+minute per store, whatever the number of tokens. Credentials are kept as their SHA-256
 only; pure, with the clock passed in.
 """
 
@@ -53,6 +55,16 @@ class AccessBook:
         for key in [k for k in self._confirmed if k[0] == cred and k[1] not in store_ids]:
             del self._confirmed[key]
         self.confirm(cred, store_ids, now)
+
+    def store_sessions(self, store_id: str, active: set[str], now: float) -> None:
+        """The upstream listed the sessions attaching the store that are not archived (with the
+        operator's key): every credential known as the token of one of them is confirmed for the
+        store, every other session's token refused it. One request for all of a store's tokens."""
+        for cred, session_id in self._sessions.items():
+            if session_id in active:
+                self._confirmed[(cred, store_id)] = now
+            else:
+                self._confirmed.pop((cred, store_id), None)
 
     def session_of(self, cred: str) -> str | None:
         return self._sessions.get(cred)

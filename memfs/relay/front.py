@@ -22,6 +22,7 @@ import json
 import logging
 import time
 from typing import Any
+from urllib.parse import urlencode
 
 import anyio.to_thread
 
@@ -41,6 +42,7 @@ log = logging.getLogger("memfs.relay")
 access_line = RequestLine("memfs.service.access")
 
 _AUTH = (b"authorization", b"x-api-key")
+MAX_SESSION_PAGES = 10  # a store's sessions listed at most this many pages of 100 to confirm its tokens
 
 
 class Refused(Exception):
@@ -56,6 +58,7 @@ class RelayFront:
         poller: Poller,
         mirror: Mirror,
         book: AccessBook,
+        operator_key: str | None = None,
     ):
         self.local = local
         self.watch_hub = local.watch_hub  # asgi_server closes it at SIGTERM
@@ -65,6 +68,7 @@ class RelayFront:
         self.poller = poller
         self.mirror = mirror
         self.book = book
+        self.operator_key = operator_key  # lists a store's sessions: one confirmation for all its tokens
         self._confirming: dict[tuple[str, str], asyncio.Future[bool | None]] = {}
 
     async def __call__(self, scope, receive, send) -> None:
@@ -188,6 +192,10 @@ class RelayFront:
     async def _ask(self, cred: str, auth: tuple[bytes, bytes], sid: str) -> bool | None:
         session = self.book.session_of(cred)
         now = time.monotonic()
+        if session is not None and self.operator_key is not None:
+            listed = await self._store_sessions(sid)
+            if listed is not None:
+                return self.book.fresh(cred, sid, time.monotonic())
         if session is not None:
             answer = await self.upstream.send(
                 "confirm",
@@ -220,6 +228,52 @@ class RelayFront:
         if answer.status == 429:
             self.poller.hold(_retry_after(answer))
         return None
+
+    async def _store_sessions(self, sid: str) -> bool | None:
+        """The store's sessions listed with the operator's key (every page), and every known token
+        confirmed or refused by it; one listing in flight per store. None: it could not be listed."""
+        key = ("", sid)
+        pending = self._confirming.get(key)
+        if pending is not None:
+            return await asyncio.shield(pending)
+        fut: asyncio.Future[bool | None] = asyncio.get_running_loop().create_future()
+        self._confirming[key] = fut
+        result: bool | None = None
+        try:
+            result = await self._list_store_sessions(sid)
+        except UpstreamUnreachable:
+            result = None
+        finally:
+            del self._confirming[key]
+            fut.set_result(result)
+        return result
+
+    async def _list_store_sessions(self, sid: str) -> bool | None:
+        assert self.operator_key is not None
+        headers = [(b"x-api-key", self.operator_key.encode()), (b"anthropic-beta", SESSIONS_BETA.encode())]
+        active: set[str] = set()
+        page: str | None = None
+        started = time.monotonic()
+        for _ in range(MAX_SESSION_PAGES):
+            query = urlencode({"memory_store_id": sid, "limit": 100, **({"page": page} if page else {})})
+            answer = await self.upstream.send("confirm", "GET", "/v1/sessions", query.encode(), headers)
+            if answer.status != 200:
+                if answer.status == 429:
+                    self.poller.hold(_retry_after(answer))
+                else:
+                    log.warning(
+                        "relay: the operator's key cannot list the sessions of %s (%d)", sid, answer.status
+                    )
+                return None
+            data = json.loads(answer.body)
+            active.update(
+                s["id"] for s in data.get("data") or [] if isinstance(s, dict) and not s.get("archived_at")
+            )
+            page = data.get("next_page")
+            if not page:
+                self.book.store_sessions(sid, active, started)
+                return True
+        return None  # more sessions than pages asked: each token is confirmed by itself
 
     async def _download(self, sid: str, credential: str) -> None:
         loop = asyncio.get_running_loop()

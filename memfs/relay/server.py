@@ -85,7 +85,7 @@ def run(
     poller = Poller(upstream_url, mirror, interval=interval, operator_key=operator_key)
     upstream = Upstream(upstream_url)
     local = create_app(storage, key)
-    front = RelayFront(local, key, upstream, poller, mirror, AccessBook(ttl=confirm_every))
+    front = RelayFront(local, key, upstream, poller, mirror, AccessBook(ttl=confirm_every), operator_key)
     log.info(
         "relay to %s: a poll per store every %gs while it is used, access confirmed every %gs",
         upstream_url,

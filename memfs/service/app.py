@@ -70,6 +70,7 @@ def _routes(ctx: RouteContext) -> list[BaseRoute]:
         (v, "GET", versions.get_version),
         (v + "/redact", "POST", versions.redact_version),
         (SESSIONS_PATH, "POST", sessions.create_session),
+        (SESSIONS_PATH, "GET", sessions.list_sessions),
         (SESSIONS_PATH + "/{session_id}", "GET", sessions.get_session),
         (SESSIONS_PATH + "/{session_id}/archive", "POST", sessions.archive_session),
         ("/metrics", "GET", ops.get_metrics),

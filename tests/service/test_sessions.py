@@ -126,3 +126,39 @@ def test_session_limits_and_refusals(service):
             ).status_code
             == 401
         )
+
+
+def test_the_sessions_of_a_store_are_listed_for_the_admin_only(service):
+    store = service.create_store("shared")["id"]
+    other = service.create_store("other")["id"]
+    made = [service.create_session([(store, "read_only" if i % 2 else "read_write")]) for i in range(5)]
+    service.create_session([(other, "read_write")])
+    with service.admin_client(SESSIONS["anthropic-beta"]) as admin:
+        assert admin.post(f"/v1/sessions/{made[0]['id']}/archive").status_code == 200
+        seen, page = [], None
+        while True:
+            r = admin.get(
+                "/v1/sessions",
+                params={"memory_store_id": store, "limit": 2, **({"page": page} if page else {})},
+            )
+            assert r.status_code == 200, r.text
+            seen += r.json()["data"]
+            page = r.json()["next_page"]
+            if not page:
+                break
+        assert [s["id"] for s in seen] == [s["id"] for s in reversed(made[1:])]  # newest first, no archived
+        assert all(s["resources"][0]["memory_store_id"] == store for s in seen)
+        every = admin.get(
+            "/v1/sessions", params={"memory_store_id": store, "include_archived": "true", "limit": 100}
+        )
+        assert len(every.json()["data"]) == 5
+        assert admin.get("/v1/sessions").status_code == 400  # memfs serve lists them by store
+        bad = admin.get("/v1/sessions", params={"memory_store_id": other, "page": "not-a-cursor"})
+        assert bad.status_code == 400
+    token = decode_secret(made[1]["work_secret"])["sessions_token"]
+    r = httpx.get(
+        service.base_url + "/v1/sessions",
+        params={"memory_store_id": store},
+        headers={**SESSIONS, "authorization": f"Bearer {token}"},
+    )
+    assert r.status_code == 403, r.text

@@ -1,4 +1,5 @@
-"""The session routes (the agents API's sessions with memory-store resources): create, get, archive."""
+"""The session routes (the agents API's sessions with memory-store resources): create, get, archive,
+and the list of the sessions that attach a store (what a relay confirms its tokens' access with)."""
 
 from __future__ import annotations
 
@@ -88,3 +89,25 @@ class SessionRoutes:
         sid = request.path_params["session_id"]
         self._own_session(await self.ctx.principal(request, sessions_api=True), sid)
         return _json(wire.session(await self.ctx.call(self.ctx.storage.archive_session, sid)))
+
+    async def list_sessions(self, request: Request) -> Response:
+        """`GET /v1/sessions?memory_store_id=ID`: the sessions attaching a store, newest first
+        (archived ones only with include_archived). The hosted API lists every session too, with
+        more filters; memfs serve lists them by store only (docs/API.md)."""
+        p = await self.ctx.principal(request, sessions_api=True)
+        p.require_admin("listing sessions")
+        store_id = params.q_str(request, "memory_store_id")
+        if not store_id:
+            raise invalid("memory_store_id: memfs serve lists the sessions of one memory store at a time")
+        limit = params.q_int(request, "limit", 20, 1, 100)
+        include_archived = params.q_bool(request, "include_archived", False)
+        listing = ("sessions", store_id, include_archived)
+        start = self.ctx.after(request, listing)
+        offset = start if isinstance(start, int) else 0
+        sessions = await self.ctx.call(self.ctx.storage.sessions_for_store, store_id)
+        if not include_archived:
+            sessions = [s for s in sessions if s.archived_at is None]
+        page = sessions[offset : offset + limit]
+        more = offset + limit < len(sessions)
+        next_page = self.ctx.cursors.encode(listing, offset + limit) if more else None
+        return _json({"data": [wire.session(x) for x in page], "next_page": next_page, "prev_page": None})
