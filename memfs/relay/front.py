@@ -163,7 +163,7 @@ class RelayFront:
         for sid in routed.store_ids:
             if sid not in self.poller.cached:
                 await self._download(sid, credential)
-            self.poller.touch(sid, credential)
+            self.poller.touch(sid, credential, watch=routed.watch)
         headers = [(k, v) for k, v in scope["headers"] if k.lower() not in _AUTH]
         headers.append((b"x-api-key", self.admin_key.encode()))
         await self.local({**scope, "headers": headers}, body.replaying(raw, receive), send)

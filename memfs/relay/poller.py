@@ -38,7 +38,14 @@ from memfs.sync.feed import VersionFeed, format_time, parse_time
 log = logging.getLogger("memfs.relay")
 
 DEFAULT_INTERVAL_S = 15.0
-IDLE_AFTER_S = 600.0  # a store no client asked anything of (a held watch counts) for this long is not polled
+# A store is polled every interval while a client uses it: a request other than a held watch (a
+# read, a write, the counters a live mount reads once an interval while its agent works:
+# memfs/sync/live.py) within ACTIVE_FOR_S (at least two intervals). Watched only (mounts whose
+# agents are idle): every IDLE_EVERY_S, as an idle mount polls the hosted API itself. Nothing at
+# all for IDLE_AFTER_S: not polled (the next request polls it at once).
+ACTIVE_FOR_S = 60.0
+IDLE_EVERY_S = 300.0
+IDLE_AFTER_S = 600.0
 WIDE_EVERY = 20  # one poll in this many reads the feed's wide window (sync/feed.py's safety net)
 LIST_INSTEAD = 400  # more new versions than this: the store is listed instead (sync/feed.py `most`)
 FULL_INSTEAD = 200  # more memories to fetch than this: a full-view listing instead of a GET each
@@ -54,7 +61,8 @@ class Slot:
     """One store the relay keeps current."""
 
     credential: str | None = None  # the last one that proved access to it (memory only, never logged)
-    used_at: float = 0.0  # time.monotonic() of the last request a client made of it
+    used_at: float = float("-inf")  # time.monotonic() of the last request a client made of it, a watch aside
+    watched_at: float = float("-inf")  # of the last watch that named it
     polled_at: float = float("-inf")
     position: FeedPosition | None = None  # None: not read since this relay started (listed first)
     busy: bool = False
@@ -101,6 +109,7 @@ class Poller:
         self.mirror = mirror
         self.interval = interval
         self.idle_after = idle_after
+        self.active_for = max(ACTIVE_FOR_S, 2 * interval)
         self.operator_key = operator_key  # polls with this when given, else with a client's credential
         self.stores: dict[str, Slot] = {}
         self.cached: set[str] = set()  # stores whose download ended (served from the cache)
@@ -135,17 +144,31 @@ class Poller:
         if self._thread is not None:
             self._thread.join(10)
 
-    def touch(self, store_id: str, credential: str | None) -> None:
-        """A client used the store (its credential confirmed). Plain assignments: safe from any thread."""
+    def touch(self, store_id: str, credential: str | None, *, watch: bool = False) -> None:
+        """A client used the store (its credential confirmed); `watch`: only held a watch on it.
+        Plain assignments: safe from any thread."""
         slot = self.stores.get(store_id)
         if slot is None:
             slot = self.stores[store_id] = Slot()
         now = time.monotonic()
-        if now - slot.used_at > self.idle_after:
-            slot.polled_at = float("-inf")  # unused for a while, not polled since: poll it now
-        slot.used_at = now
+        if watch:
+            if now - max(slot.used_at, slot.watched_at) > self.idle_after:
+                slot.polled_at = float("-inf")  # not polled for a while: poll it now
+            slot.watched_at = now
+        else:
+            if now - slot.used_at > self.active_for:
+                slot.polled_at = float("-inf")  # idle until now: poll it at once
+            slot.used_at = now
         if credential is not None:
             slot.credential = credential
+
+    def period(self, slot: Slot, now: float) -> float | None:
+        """Seconds between the store's polls now; None: not polled (nobody asked anything of it)."""
+        if now - slot.used_at <= self.active_for:
+            return self.interval
+        if now - max(slot.used_at, slot.watched_at) <= self.idle_after:
+            return max(self.interval, IDLE_EVERY_S)
+        return None
 
     def download(self, store_id: str, credential: str, done: Done) -> None:
         """Download the store into the cache (once, however many ask); `done(None)` once it is
@@ -170,7 +193,9 @@ class Poller:
                     "polls": s.polls,
                     "downloads": s.downloads,
                     "failures": s.failures,
-                    "used_s_ago": round(now - s.used_at, 1) if s.used_at else None,
+                    "used_s_ago": round(now - s.used_at, 1) if s.used_at > 0 else None,
+                    "watched_s_ago": round(now - s.watched_at, 1) if s.watched_at > 0 else None,
+                    "period_s": self.period(s, now),
                     "polled_s_ago": round(now - s.polled_at, 1) if s.polled_at > 0 else None,
                     "last_error": s.last_error,
                 }
@@ -207,9 +232,10 @@ class Poller:
         while True:
             now = time.monotonic()
             for sid, slot in list(self.stores.items()):
-                if slot.busy or sid not in self.cached or now - slot.used_at > self.idle_after:
+                period = self.period(slot, now)
+                if slot.busy or sid not in self.cached or period is None:
                     continue
-                if (slot.credential or self.operator_key) and now - slot.polled_at >= self.interval:
+                if (slot.credential or self.operator_key) and now - slot.polled_at >= period:
                     slot.busy = True
                     assert self._nursery is not None
                     self._nursery.start_soon(self._sync, sid)

@@ -32,6 +32,7 @@ from memfs.records import BaseEntry, StoreInfo
 from memfs.sync import plan as P
 from memfs.sync.apply import apply_plan, maybe_staged, plan_pull
 from memfs.sync.bounded import gather
+from memfs.sync.live import LiveMode
 from memfs.sync.not_on_store import NotOnStore, not_on_store
 from memfs.sync.ports import Journal, Store, View
 from memfs.sync.push import Pusher
@@ -46,7 +47,6 @@ QUIET_SECONDS = 1.0
 TIMER_STEP = 0.1  # seconds between the timer's looks (a watch's answer wakes it at once)
 PUSH_DEBOUNCE = 0.3  # live mode: a change is pushed once nothing changed for this long (SEMANTICS.md#d-when)
 RETRY_AFTER_CAP = 600.0  # seconds: the longest retry-after a failed tick honours (a broken header must not stop sync for a day)
-WATCH_WAIT = 55.0  # seconds a watch is held by the service: renewed about once a minute (≤ 60)
 # Without a counter (the hosted API, SEMANTICS.md#d-no-counter): a mount nobody used since its last
 # poll polls at most every IDLE_POLL_INTERVAL (any use brings back the interval), and lists one
 # store's version feed over a wide window, round robin, at most every SAFETY_NET_INTERVAL while in use,
@@ -62,7 +62,7 @@ def _now_iso() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
 
-class SyncEngine:
+class SyncEngine(LiveMode):
     def __init__(
         self,
         client: Store,
@@ -206,6 +206,9 @@ class SyncEngine:
                     continue
                 quiet = time.monotonic() - self.fs.last_activity >= QUIET_SECONDS
                 try:
+                    if self.use_signal_due():
+                        self._signalled_at = time.monotonic()
+                        nursery.start_soon(self.signal_use)
                     live = self._live_stores(quiet=quiet, debounce=True)
                     if live:
                         async with self.tick_lock:
@@ -381,65 +384,6 @@ class SyncEngine:
             log.debug("live retry in %.1fs: still behind %s", QUIET_SECONDS, self._seen)
         if report.ok and polled:
             self._watch_again.set()
-
-    # -- the watch (live mode) ----------------------------------------------------------------
-    async def _watch_loop(self) -> None:
-        """One held watch for all the stores, renewed as it answers. `known` is the newest
-        counter seen (not the one applied): a move the mount has not pulled yet (busy) must not
-        make the next watch answer at once. A failed watch counts as an attempt (SEMANTICS.md#d-unreachable):
-        the mount polls until a tick succeeds, then watches again."""
-        while True:
-            known = {}
-            for s in self.stores:
-                applied = self.state.store_counter(s.store_id)
-                known[s.store_id] = max(applied if applied is not None else 0, self._seen.get(s.store_id, 0))
-            self.watch_requests += 1
-            # The first watch (and the first after a failure) answers at once: it tells whether
-            # the service has a watch, so live mode is known (and shown) from the start.
-            try:
-                result = await self.client.watch(known, wait=WATCH_WAIT if self.watching else 0)
-            except (ApiError, Unreachable) as exc:
-                self._watch_failed(str(exc))
-                self._watch_again = trio.Event()
-                await self._watch_again.wait()
-                continue
-            if result is None:
-                self.watching = False
-                self.mode_reason = f"the service has no watch: polling every {self.interval:g}s"
-                log.info("the service has no watch; polling every %gs", self.interval)
-                return
-            _changed, counters = result
-            log.debug(
-                "watch answered: %s (applied %s)",
-                counters,
-                {sid: self.state.store_counter(sid) for sid in counters},
-            )
-            if not self.watching:
-                self.watching = True
-                self._live_retry_at = -math.inf
-                self.mode_reason = (
-                    f"watching {len(self.stores)} store(s): one held request, renewed every {WATCH_WAIT:g}s"
-                )
-                log.info("live: %s", self.mode_reason)
-            self._seen.update(counters)
-            for sid, counter in counters.items():
-                if counter != self.state.store_counter(sid):
-                    self._moved.add(sid)
-            if self._moved:
-                self._wake.set()
-
-    def _watch_failed(self, error: str) -> None:
-        self.watching = False
-        self.last_attempt = (
-            trio.current_time()
-        )  # SEMANTICS.md#d-unreachable: the next poll comes an interval later
-        self.mode_reason = (
-            f"the watch failed ({error}); polling every {self.interval:g}s, watching again "
-            "after the next good tick"
-        )
-        log.warning("watch failed: %s; polling every %gs until a tick succeeds", error, self.interval)
-        # What the watch had seen moving is pulled by the polls now.
-        self._moved.clear()
 
     # -- the tick ---------------------------------------------------------------------------
     async def initial(

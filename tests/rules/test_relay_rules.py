@@ -94,3 +94,17 @@ def test_revoking_a_credential_forgets_its_session():
 
 def test_credentials_are_kept_as_hashes():
     assert credential_hash("tok") != "tok" and len(credential_hash("tok")) == 64
+
+
+def test_a_store_is_polled_every_interval_while_used_every_five_minutes_while_only_watched():
+    from memfs.relay.poller import IDLE_EVERY_S, Poller, Slot
+
+    p = Poller("http://upstream.invalid", mirror=None, interval=15.0)  # type: ignore[arg-type]
+    now = 10_000.0
+    assert p.period(Slot(used_at=now - 10), now) == 15.0  # a read, a write, a live mount's use signal
+    assert p.period(Slot(used_at=now - 59), now) == 15.0
+    assert p.period(Slot(used_at=now - 61, watched_at=now - 5), now) == IDLE_EVERY_S  # idle mounts watching
+    assert p.period(Slot(used_at=now - 700, watched_at=now - 601), now) is None  # nobody: not polled
+    assert p.period(Slot(), now) is None
+    slow = Poller("http://upstream.invalid", mirror=None, interval=45.0)  # type: ignore[arg-type]
+    assert slow.period(Slot(used_at=now - 80), now) == 45.0  # "used" spans at least two intervals

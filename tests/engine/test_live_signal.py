@@ -1,0 +1,40 @@
+"""Live mode's use signal (memfs/sync/live.py): a mount that holds its watch and is used reads its
+stores' counters once an interval, so a relay keeps polling those stores upstream; an idle one
+sends nothing but its watch."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+pytestmark = [pytest.mark.trio, pytest.mark.timeout(20)]
+
+
+async def test_a_live_mount_in_use_reads_its_counters_once_an_interval(world):
+    m = await world.setup({"/a.md": "x"}, {"/rules.md": "be kind"})
+    e = m.engine
+    e.watching, e.interval = True, 15.0
+    e._signalled_at = time.monotonic() - 20.0  # the last signal, an interval ago
+    e._used_at = e.fs.last_activity = e._signalled_at - 1.0  # used only before it
+    assert not e.use_signal_due()  # nobody used the mount since: its watch is enough
+    e._used_at = time.monotonic()  # a `memfs sync`
+    assert e.use_signal_due()
+    m.transport.clear()
+    await e.signal_use()
+    assert m.transport.requests == [("GET", "/v1/memory_store_counters")]
+    assert not e.use_signal_due()  # once an interval, however much it is used
+    e._used_at = time.monotonic()
+    assert not e.use_signal_due()
+    e.watching = False
+    e._signalled_at -= 20.0
+    assert not e.use_signal_due()  # polling: its ticks are its signal
+
+
+async def test_the_signal_takes_a_move_as_the_watch_would(world):
+    m = await world.setup({"/a.md": "x"})
+    e = m.engine
+    e.watching, e.interval = True, 15.0
+    await world.svc.create(world.notes, "/b.md", "from elsewhere")
+    await e.signal_use()
+    assert world.notes in e._moved and e._wake.is_set()
