@@ -96,9 +96,13 @@ class RelayFront:
                     ApiError(500, "api_error", "internal server error"), scope, receive, sending
                 )
         finally:
-            access_line(
-                scope["method"], scope["path"], status[0] if status else 499, time.perf_counter() - started
-            )
+            if not scope.get("state", {}).get("request_id"):  # the cache's app logged what it answered
+                access_line(
+                    scope["method"],
+                    scope["path"],
+                    status[0] if status else 499,
+                    time.perf_counter() - started,
+                )
 
     async def _handle(self, routed: Routed, scope, receive, send) -> None:
         try:
@@ -166,7 +170,8 @@ class RelayFront:
             self.poller.touch(sid, credential, watch=routed.watch)
         headers = [(k, v) for k, v in scope["headers"] if k.lower() not in _AUTH]
         headers.append((b"x-api-key", self.admin_key.encode()))
-        await self.local({**scope, "headers": headers}, body.replaying(raw, receive), send)
+        scope["state"] = state = scope.get("state") or {}
+        await self.local({**scope, "headers": headers, "state": state}, body.replaying(raw, receive), send)
 
     async def _confirm(self, cred: str, auth: tuple[bytes, bytes], sid: str) -> bool | None:
         """Whether the upstream lets this credential read the store (None: it did not say). One
