@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import secrets
 import time
 from typing import Any
 from urllib.parse import urlencode
@@ -152,7 +153,7 @@ class RelayFront:
     async def _serve_cached(
         self, routed: Routed, auth: tuple[bytes, bytes], scope, raw: bytes, receive, send
     ):
-        credential = auth[1].decode("latin-1").removeprefix("Bearer ").strip()
+        credential = _credential(auth)
         cred = credential_hash(credential)
         for sid in routed.store_ids:
             if self.book.fresh(cred, sid, time.monotonic()):
@@ -182,16 +183,14 @@ class RelayFront:
             return await asyncio.shield(pending)
         fut: asyncio.Future[bool | None] = asyncio.get_running_loop().create_future()
         self._confirming[key] = fut
+        result: bool | None = None
         try:
             result = await self._ask(cred, auth, sid)
         except UpstreamUnreachable:
             result = None
-        except BaseException as exc:
-            fut.set_exception(exc)
-            raise
-        finally:
+        finally:  # whoever waits on it hears "not said" if this one failed or was cancelled
             del self._confirming[key]
-        fut.set_result(result)
+            fut.set_result(result)
         return result
 
     async def _ask(self, cred: str, auth: tuple[bytes, bytes], sid: str) -> bool | None:
@@ -299,7 +298,7 @@ class RelayFront:
     # -- writes and what passes through ---------------------------------------------------------
 
     async def _written(self, sid: str, auth: tuple[bytes, bytes], scope, raw: bytes, answer: Answer) -> None:
-        cred = credential_hash(auth[1].decode("latin-1").removeprefix("Bearer ").strip())
+        cred = credential_hash(_credential(auth))
         if answer.status == 403:  # refused as read_only: attached all the same
             self.book.confirm(cred, [sid], time.monotonic())
             return
@@ -321,13 +320,13 @@ class RelayFront:
         if scope["method"] != "GET" or len(parts) != 4 or parts[1:3] != ["v1", "sessions"]:
             return
         stores = _session_stores(answer)
-        cred = credential_hash(auth[1].decode("latin-1").removeprefix("Bearer ").strip())
+        cred = credential_hash(_credential(auth))
         if stores is not None:
             self.book.learn_session(cred, parts[3], stores, time.monotonic())
 
     async def _status(self, scope, receive, send) -> None:
         auth = _auth_header(scope)
-        if auth is None or auth[1].decode("latin-1").removeprefix("Bearer ").strip() != self.admin_key:
+        if auth is None or not secrets.compare_digest(_credential(auth).encode(), self.admin_key.encode()):
             await _answer_error(
                 ApiError(401, "authentication_error", "the relay's admin key is needed"), scope, receive, send
             )
@@ -364,6 +363,12 @@ def _auth_header(scope) -> tuple[bytes, bytes] | None:
         if k.lower() in _AUTH and v.strip():
             return (k.lower(), v)
     return None
+
+
+def _credential(auth: tuple[bytes, bytes]) -> str:
+    """The credential of an `authorization: Bearer …` or `x-api-key: …` header."""
+    value = auth[1].decode("latin-1").strip()
+    return value[7:].strip() if auth[0] == b"authorization" and value[:7].lower() == "bearer " else value
 
 
 def _retry_after(answer: Answer) -> float:

@@ -279,14 +279,18 @@ class Poller:
         except (ApiError, Unreachable) as exc:
             error = exc
             if isinstance(exc, ApiError) and exc.status in (401, 403, 404) and not self.operator_key:
-                slot.credential = (
-                    None  # it proved nothing any more: polled again once a client's is confirmed
-                )
+                # it proves nothing any more: polled again once a client's credential is confirmed
+                slot.credential = None
             slot.failures += 1
             slot.last_error = str(exc)
             log.warning(
                 "relay: %s of %s failed: %s", "poll" if store_id in self.cached else "download", store_id, exc
             )
+        except Exception as exc:  # a bug in one store's poll must not stop the others'
+            error = exc
+            slot.failures += 1
+            slot.last_error = f"{type(exc).__name__}: {exc}"
+            log.exception("relay: the poll of %s crashed", store_id)
         finally:
             slot.polled_at = time.monotonic()
             slot.busy = False
@@ -303,11 +307,12 @@ class Poller:
         """The store's first download: the feed's position, then every memory with its content."""
         client = self._client(slot)
         probe = await self._feed(client).probe(store_id)
+        # The store object is the upstream's to serve (its route passes through): the cache's row
+        # only holds the memories.
         at = format_time(parse_time("1970-01-01T00:00:00Z"))
-        record = StoreRecord(
-            store_id, store_id, "", {}, at, at, None
-        )  # its fields are the upstream's to serve
-        await trio.to_thread.run_sync(self.mirror.put_store, record)
+        await trio.to_thread.run_sync(
+            self.mirror.put_store, StoreRecord(store_id, store_id, "", {}, at, at, None)
+        )
         listed_from = await trio.to_thread.run_sync(self.mirror.counter, store_id)
         listing = await client.list_memories(store_id, view="full")
         memories = [to_record(store_id, m) for m in listing.items]
