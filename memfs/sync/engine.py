@@ -396,6 +396,7 @@ class SyncEngine(LiveMode):
         state dir, which a first download takes instead of asking for one (one that failed is
         asked anew)."""
         self.reader.prefetched = dict(prefetched or {})
+        self._signalled_at = time.monotonic()  # the download's own requests say the stores are used (live.py)
         try:
             report, _pushes = await self._pull_all(initial=True, counters=counters)
         finally:
