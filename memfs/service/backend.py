@@ -82,6 +82,9 @@ class Tx(Protocol):
         """A store's integer under `key` in its key-value area (0 when it never had it)."""
 
     def set_kv(self, store_id: str, key: str, value: int) -> None: ...
+    def start_counter(self, store_id: str, base: int) -> None:
+        """A new store's counter and history floor both at `base`."""
+
     def bump(self, store_id: str) -> int:
         """The store's counter + 1, stored in this transaction (a store never written reads 0)."""
 

@@ -22,6 +22,7 @@ like rules.py's:
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from dataclasses import replace as with_fields
@@ -35,6 +36,17 @@ POLLED_AT_KEY = "relay_polled_at_ms"  # store_kv: when some relay replica last c
 # store_kv, under no store: this database is a relay's cache (neither kind of server takes the other's)
 CACHE_MARK = ("", "relay_cache")
 DOWNLOADED_KEY = "relay_downloaded"  # store_kv: the store's first download ended (it may be served)
+
+
+def counter_base() -> int:
+    """Where a store's counter starts in a new cache: the time in milliseconds, with the history
+    floor there too. A mount keeps the counter it applied; a cache that lost its database (a new
+    volume, another relay behind the same URL) would count from 0 again and could land on that
+    very number with other content, and the mount would never pull. Started from the clock, a new
+    cache's counters are above any an older cache of the same stores served (unless that one
+    counted more than a thousand changes a second over its whole life), and a mount's counter is
+    then below the floor: "too old", so it reads the store again."""
+    return int(time.time() * 1000)
 
 
 def is_relay_cache(backend: Backend) -> bool:
@@ -78,6 +90,7 @@ class Mirror:
         with self.backend.write(store.id) as tx:
             if tx.store(store.id) is None:
                 tx.insert_store(store)
+                tx.start_counter(store.id, counter_base())
             else:
                 tx.update_store(
                     store.id,

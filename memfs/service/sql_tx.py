@@ -302,6 +302,11 @@ class SqlTx:
             (store_id, key, value),
         )
 
+    def start_counter(self, store_id: str, base: int) -> None:
+        """A new store's counter and history floor both at `base` (a cache's: see mirror.py)."""
+        self.set_kv(store_id, COUNTER_KEY, base)
+        self.raise_history_floor(store_id, base)
+
     def bump(self, store_id: str) -> int:
         row = self._x(
             "INSERT INTO store_kv (store_id, key, value) VALUES (?, ?, 1) "

@@ -34,18 +34,20 @@ def paths(storage) -> dict[str, str]:
 
 
 def test_a_memory_keeps_the_upstreams_ids_and_moves_the_counter(storage, mirror):
+    base = mirror.counter(SID)
     assert mirror.apply(SID, [mem("mem_a", "/a.md", "one\n", "memver_1")]) == 1
     got = storage.get_memory(SID, "mem_a")
     assert (got.memory_version_id, got.content, got.updated_at) == ("memver_1", "one\n", AT)
-    assert storage.get_counters([SID]) == {SID: 1}
-    changes = storage.changes_since(SID, 0)
+    assert storage.get_counters([SID]) == {SID: base + 1}
+    changes = storage.changes_since(SID, base)
     assert [(c.memory_id, c.operation, c.path) for c in changes.changes] == [("mem_a", "upserted", "/a.md")]
 
 
 def test_applying_what_the_cache_holds_moves_nothing(storage, mirror):
     mirror.apply(SID, [mem("mem_a", "/a.md", "one\n", "memver_1")])
+    after = mirror.counter(SID)
     assert mirror.apply(SID, [mem("mem_a", "/a.md", "one\n", "memver_1")]) == 0
-    assert storage.get_counters([SID]) == {SID: 1}
+    assert storage.get_counters([SID]) == {SID: after}
 
 
 def test_an_older_state_does_not_take_a_newer_one_back(storage, mirror):
@@ -60,14 +62,14 @@ def test_a_deleted_memory_is_not_brought_back_by_a_late_fetch(storage, mirror):
     later = mem("mem_a", "/a.md", "one\n", "memver_1", "2026-12-01T00:00:05.000000Z")
     assert mirror.apply(SID, [later]) == 0
     assert paths(storage) == {}
-    assert [c.operation for c in storage.changes_since(SID, 1).changes] == ["deleted"]
+    assert [c.operation for c in storage.changes_since(SID, mirror.counter(SID) - 1).changes] == ["deleted"]
 
 
 def test_a_rename_is_one_change_with_its_previous_path(storage, mirror):
     mirror.apply(SID, [mem("mem_a", "/a.md", "one\n", "memver_1")])
     renamed = mem("mem_a", "/b/a.md", "one\n", "memver_2", "2026-12-01T00:00:01.000000Z")
     assert mirror.apply(SID, [renamed]) == 1
-    (change,) = storage.changes_since(SID, 1).changes
+    (change,) = storage.changes_since(SID, mirror.counter(SID) - 1).changes
     assert (change.path, change.previous_path) == ("/b/a.md", "/a.md")
 
 
@@ -117,6 +119,16 @@ def test_a_listing_that_holds_a_memory_twice_keeps_its_newest_state(storage, mir
     new = mem("mem_a", "/z.md", "a\n", "memver_2", "2026-12-01T00:00:02.000000Z")
     mirror.replace(SID, [new, old], listed_from=0)
     assert paths(storage) == {"/z.md": "a\n"}
+
+
+def test_a_new_caches_counters_start_above_what_an_older_cache_served(storage, mirror):
+    # a mount that applied an older cache's counter (numbered from its own start, lower) is "too
+    # old" for this one, and reads the store again instead of taking nothing for no change
+    base = mirror.counter(SID)
+    assert base > 1_700_000_000_000  # the time in milliseconds when the store entered the cache
+    mirror.apply(SID, [mem("mem_a", "/a.md", "one\n", "memver_1")])
+    assert storage.changes_since(SID, base - 5).too_old
+    assert not storage.changes_since(SID, base).too_old
 
 
 def test_a_store_not_cached_takes_nothing(storage, backend):
