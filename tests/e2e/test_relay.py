@@ -292,7 +292,7 @@ def burst_text(i: int) -> str:
 def test_the_relay_killed_in_a_burst_of_writes_loses_nothing(tmp_path):
     with relayed(tmp_path) as w:
         store = w.api.create_store("Burst")
-        w.api.create(store, "/seed.md", "seed\n")
+        seed = w.api.create(store, "/seed.md", "seed\n")["id"]
         session = w.api.create_session([(store, "read_write")])
         box = w.sandbox("burst", session)
         box.mount()
@@ -314,15 +314,25 @@ def test_the_relay_killed_in_a_burst_of_writes_loses_nothing(tmp_path):
             assert landed, w.api.contents(store)
             w.relay.kill()  # SIGKILL: no answer to what was in flight, nothing flushed
             on_kill = sum(p.startswith("/f") for p in w.api.contents(store))
+            # Another writer edits the upstream while the relay is away: the restarted relay's
+            # cache must find it (its poll's position was not kept: it lists the store first).
+            w.api.update(store, seed, content="seed, edited while the relay was down\n")
             assert writer.wait(60) == 0
         finally:
             if writer.poll() is None:
                 writer.kill()
                 writer.wait()
         w.relay.start()  # the same port, the same cache db
+        token = w.as_token(session)
+        # The restarted relay reads the store again before it trusts its cache (within a few polls;
+        # long before the poll's wide safety net, one poll in 20, could find the edit).
+        assert wait_for(
+            lambda: listing(token, store)["/seed.md"] == "seed, edited while the relay was down\n", 10
+        ), listing(token, store)
 
-        expected = {"/seed.md": "seed\n", **{f"/f{i:02d}.md": burst_text(i) for i in range(1, BURST + 1)}}
-        assert texts(top) == expected  # the mount never lost a write
+        burst = {f"/f{i:02d}.md": burst_text(i) for i in range(1, BURST + 1)}
+        assert texts(top) == {"/seed.md": "seed\n", **burst}  # the mount never lost a write
+        expected = {"/seed.md": "seed, edited while the relay was down\n", **burst}
 
         def pushed() -> bool:
             answer = box.sync()
@@ -332,14 +342,15 @@ def test_the_relay_killed_in_a_burst_of_writes_loses_nothing(tmp_path):
         assert wait_for(pushed, 60, 0.5), (box.status(), box.sync())
         assert on_kill < BURST, "the relay was killed after the burst had landed: not midway"
         assert w.api.contents(store) == expected  # none lost, none partial, nothing else
-        # The relay's cache, reused after the kill, catches up with the upstream too.
-        token = w.as_token(session)
 
+        # The relay's cache, reused after the kill, holds what the upstream holds.
         def relay_view() -> dict[str, str]:
             return listing(token, store)
 
         assert wait_for(lambda: relay_view() == expected, 20), diff(relay_view(), expected)
-        assert texts(top) == expected
+        assert wait_for(lambda: box.sync().get("ok") and texts(top) == expected, 20), diff(
+            texts(top), expected
+        )
 
 
 # -- 5. the upstream down for a while ------------------------------------------------------------
@@ -437,6 +448,11 @@ def test_two_mounts_through_one_relay_read_each_others_writes_and_upstream_edits
         assert w.api.contents(store)["/shared.md"] == "edited in B\n"
         assert wait_for(lambda n=counter(): landed(a, n), 20), mount_status(a, "shared")
         assert (ta / "shared.md").read_text() == "edited in B\n"
+        # Each write was in the relay's cache before its mount heard of it: no poll fetched the
+        # memory (at most one, where a poll read the feed between the upstream's answer and the
+        # relay's own apply).
+        fetched = w.relay_status()["requests"]["last_hour"].get("get", 0)
+        assert fetched <= 1, w.relay_status()
 
         # An edit made on the upstream directly: the relay's poll (every 1 s) finds it, its watch
         # wakes both mounts.
@@ -449,5 +465,6 @@ def test_two_mounts_through_one_relay_read_each_others_writes_and_upstream_edits
             mount_status(b, "shared"),
         )
         assert (ta / "shared.md").read_text() == (tb / "shared.md").read_text() == "edited upstream\n"
+        assert w.relay_status()["requests"]["last_hour"].get("get", 0) > fetched  # the poll fetched it
         polls = {s["memory_store_id"]: s for s in w.relay_status()["stores"]}[store]
         assert polls["downloads"] == 1, polls  # one download for both mounts
