@@ -204,6 +204,18 @@ def test_a_token_reads_nothing_of_a_store_its_session_does_not_attach(tmp_path):
         both = foreign.get("/v1/memory_store_counters", params={"ids": f"{mine},{secret}"})
         assert both.status_code == 404, both.text
         assert "plans" not in foreign.get(f"/v1/memory_stores/{secret}/memories").text
+        # A write it tries is the upstream's to refuse (404: not its store), and proves nothing:
+        # the cache serves it no more after than before.
+        s = f"/v1/memory_stores/{secret}"
+        tried = {
+            "create": foreign.post(f"{s}/memories", json={"path": "/x.md", "content": "x\n"}).status_code,
+            "update": foreign.post(f"{s}/memories/{hidden}", json={"content": "y\n"}).status_code,
+            "delete": foreign.delete(f"{s}/memories/{hidden}").status_code,
+        }
+        assert all_status(tried, 404), tried
+        after_writes = store_reads(foreign, secret, hidden)
+        assert all_status(after_writes, 404), after_writes
+        assert w.api.contents(secret) == {"/plans.md": "the plans\n"}
 
 
 # -- 2. an archived session's token stops reading within --confirm-every --------------------------
@@ -385,6 +397,7 @@ def test_upstream_down_reads_served_writes_staged_then_pushed(tmp_path):
         assert listing(token, store) == seed
         box.sync(check=False)
         st = mount_status(box, "notes")
+        assert "503" in st["last_error"] and "cannot reach its upstream" in st["last_error"], st
         assert st["staged"] == 2, st
         assert sorted(st["paths"]["staged"]) == ["/a.md", "/c.md"], st
         assert sh("cat a.md c.md d/b.md", top).stdout == "alpha again\ngamma\nbravo\n"
