@@ -1,5 +1,5 @@
-"""The relay (SPEC §5.9, issue 29 "A relay for fleets"): `memfs serve --upstream URL` between real
-mounts and a real upstream `memfs serve`.
+"""The relay ("a relay for fleets"): `memfs serve --upstream URL` between real mounts and a real
+upstream `memfs serve` (plain, or `--hosted-api` where the test says so).
 
 Each test starts its own upstream and relay (both start in well under a second) with
 `--poll-interval 1` and a short `--confirm-every`, creates its stores and sessions on the upstream,

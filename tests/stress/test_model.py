@@ -385,8 +385,8 @@ class MountModel(RuleBasedStateMachine):
 def model_mount(tmp_path_factory, request):
     """The mount against memfs serve, against the hosted API (`--hosted-api`: no counter, the
     version feed tells the mount what changed, SEMANTICS.md#d-no-counter), and through a relay in
-    front of the hosted API (`memfs serve --upstream`, SPEC §5.9: the relay's counter, changes and
-    watch; writes through to the upstream, whose store the checks read)."""
+    front of the hosted API (`memfs serve --upstream`: the relay's counter, changes and watch;
+    writes go through to the upstream, whose store the checks read)."""
     tmp = tmp_path_factory.mktemp("model")
     service = ServiceProcess(tmp / "service", hosted_api=request.param != "counter")
     relay = None
