@@ -349,7 +349,11 @@ def test_the_relay_killed_in_a_burst_of_writes_loses_nothing(tmp_path):
         def pushed() -> bool:
             answer = box.sync()
             st = mount_status(box, "burst")
-            return bool(answer.get("ok")) and st["staged"] == 0 and st["last_error"] is None
+            return (
+                bool(answer.get("ok"))
+                and st["staged"] == st["not_on_store"] == 0
+                and st["last_error"] is None
+            )
 
         assert wait_for(pushed, 60, 0.5), (box.status(), box.sync())
         assert on_kill < BURST, "the relay was killed after the burst had landed: not midway"
@@ -410,7 +414,11 @@ def test_upstream_down_reads_served_writes_staged_then_pushed(tmp_path):
         def pushed() -> bool:
             answer = box.sync()
             st = mount_status(box, "notes")
-            return bool(answer.get("ok")) and st["staged"] == 0 and st["last_error"] is None
+            return (
+                bool(answer.get("ok"))
+                and st["staged"] == st["not_on_store"] == 0
+                and st["last_error"] is None
+            )
 
         assert wait_for(pushed, 60, 0.5), box.status()
         assert w.api.contents(store) == want
