@@ -26,6 +26,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import httpx
 import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
@@ -380,24 +381,35 @@ class MountModel(RuleBasedStateMachine):
             shutil.rmtree(self.model, ignore_errors=True)
 
 
-@pytest.fixture(scope="module", params=["counter", "hosted-api"])
+@pytest.fixture(scope="module", params=["counter", "hosted-api", "relay"])
 def model_mount(tmp_path_factory, request):
-    """The mount against memfs serve, and against the hosted API (`--hosted-api`: no counter, the
-    version feed tells the mount what changed, SEMANTICS.md#d-no-counter)."""
+    """The mount against memfs serve, against the hosted API (`--hosted-api`: no counter, the
+    version feed tells the mount what changed, SEMANTICS.md#d-no-counter), and through a relay in
+    front of the hosted API (`memfs serve --upstream`: the relay's counter, changes and watch;
+    writes go through to the upstream, whose store the checks read)."""
     tmp = tmp_path_factory.mktemp("model")
-    service = ServiceProcess(tmp / "service", hosted_api=request.param == "hosted-api")
-    rig = Rig(tmp, service=service)
+    service = ServiceProcess(tmp / "service", hosted_api=request.param != "counter")
+    relay = None
+    rig = None
     try:
-        box = rig.sandbox("m")
+        if request.param == "relay":
+            relay = ServiceProcess(
+                tmp / "relay", extra_args=("--upstream", service.base_url, "--poll-interval", "1")
+            )
+        rig = Rig(tmp, service=service)
+        box = rig.sandbox("m", base_url=relay.base_url if relay else None)
         box.mount()
-        yield rig, box
+        yield rig, box, relay
     finally:
-        rig.close()
+        if rig is not None:
+            rig.close()
+        if relay is not None:
+            relay.stop()
         service.stop()
 
 
 def test_mount_matches_a_plain_directory(model_mount, stats, tmp_path):
-    rig, box = model_mount
+    rig, box, relay = model_mount
     Ctx.rig, Ctx.box, Ctx.model_top, Ctx.stats = rig, box, tmp_path / "model", stats
     try:
         run_state_machine_as_test(
@@ -415,3 +427,11 @@ def test_mount_matches_a_plain_directory(model_mount, stats, tmp_path):
         raise
     # Every example ended with a sync and a store check; the mount is still healthy.
     assert box.status()["stores"][0]["last_error"] is None
+    if relay is not None:  # and it goes through the relay (the short profile may write nothing)
+        (box.root / RW / "through-the-relay.md").write_text("written through the relay\n")
+        assert box.sync().get("ok")
+        assert rig.api.contents(rig.rw)["/through-the-relay.md"] == "written through the relay\n"
+        with httpx.Client(base_url=relay.base_url, headers={"x-api-key": relay.admin_key}) as c:
+            status = c.get("/v1/relay_status").json()
+        assert status["front_requests"].get("write", 0) > 0, status
+        assert [s["cached"] for s in status["stores"]] == [True], status
