@@ -4,8 +4,8 @@ The cache serves a credential only the stores the upstream has confirmed it may 
 the upstream again once a confirmation is older than `ttl` (a minute by default), so a revoked
 token (an archived session) stops reading within that. A confirmation comes from the upstream's
 own answers to that credential: a session read (`GET /v1/sessions/{id}`, which names every store
-the session attaches), a write to the store (accepted, or refused as read_only: either proves it
-is attached), or a one-memory listing the relay asks for. With the operator's key, a session's
+the session attaches), a write to the store the upstream accepted, or a one-memory listing the
+relay asks for. With the operator's key, a session's
 token is confirmed again by the list of the store's sessions (`store_sessions`): one request a
 minute per store, whatever the number of tokens. Credentials are kept as their SHA-256
 only; pure, with the clock passed in.
