@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import zlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, nullcontext
 from operator import itemgetter
 from typing import Any
 
@@ -81,7 +81,8 @@ class StoreClient:
                 refused = str(exc)
             if self.proxy is not None:
                 self._via = f" (through the proxy {redact(self.proxy)})"
-            transport = self._pools = Pools(concurrency, verify=verify, proxy=self.proxy, refused=refused)
+            # one connection more than the slots: the held watch's, which takes no slot (`_sending`)
+            transport = self._pools = Pools(concurrency + 1, verify=verify, proxy=self.proxy, refused=refused)
         self._http = httpx.AsyncClient(
             base_url=self.base_url,
             headers={"authorization": f"Bearer {token}", "anthropic-beta": MEMORY_BETA},
@@ -124,7 +125,10 @@ class StoreClient:
     async def _sending(self, kind: str) -> AsyncIterator[float]:
         """A slot; in it, the client-wide hold waited out (or failed on: memfs/client/budget.py) and the
         pacer's turn taken, then counted. Yields the time it was sent (for `_retry_wait`)."""
-        async with self.slots:
+        # A held watch takes no slot: it waits up to a minute for nothing but a commit, and once a
+        # 429 has narrowed the slots to one, every push would wait behind it (a push wave of 40
+        # creates refused once with retry-after 1 took 74 s, 54 of them behind the watch).
+        async with self.slots if kind != "watch" else nullcontext():
             wait = self.budget.wait_for(self.retry_within)
             if wait:
                 await trio.sleep(wait)

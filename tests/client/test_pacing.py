@@ -44,3 +44,33 @@ def test_a_request_waiting_its_paced_turn_waits_out_a_hold_set_meanwhile():
     hold_ends = trio.run(main)
     assert len(sent) == 1
     assert sent[0] >= hold_ends - 0.01, "sent when its paced turn came, inside the hold"
+
+
+def test_a_held_watch_takes_no_slot_so_requests_go_while_it_waits():
+    """After a 429 the client's slots narrow to one (one request at a time, widening per answer); a
+    watch held meanwhile must not be that one, or every push waits for its minute to end."""
+    watch_held = trio.Event()
+    release = trio.Event()
+
+    async def answer(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/v1/memory_store_watch":
+            watch_held.set()
+            await release.wait()
+            return httpx.Response(200, json={"status": "unchanged", "data": []})
+        return httpx.Response(200, json={"id": "sesn_1"})
+
+    class Held(httpx.AsyncBaseTransport):
+        async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+            return await answer(request)
+
+    async def main() -> None:
+        async with StoreClient("http://svc.test", "t", transport=Held()) as c:
+            c.slots.total_tokens = 1  # what a 429 leaves (api.py `_retry_wait`)
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(c.watch, {"memstore_1": 3}, 30.0)
+                await watch_held.wait()
+                with trio.fail_after(5):  # not behind the watch
+                    assert (await c.get_session("sesn_1"))["id"] == "sesn_1"
+                release.set()
+
+    trio.run(main)
