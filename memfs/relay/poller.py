@@ -46,6 +46,9 @@ DEFAULT_INTERVAL_S = 15.0
 ACTIVE_FOR_S = 60.0
 IDLE_EVERY_S = 300.0
 IDLE_AFTER_S = 600.0
+DROP_AFTER_S = (
+    86400.0  # a store nobody asked anything of for a day leaves the cache (downloaded again on use)
+)
 WIDE_EVERY = 20  # one poll in this many reads the feed's wide window (sync/feed.py's safety net)
 LIST_INSTEAD = 400  # more new versions than this: the store is listed instead (sync/feed.py `most`)
 FULL_INSTEAD = 200  # more memories to fetch than this: a full-view listing instead of a GET each
@@ -103,12 +106,14 @@ class Poller:
         *,
         interval: float = DEFAULT_INTERVAL_S,
         idle_after: float = IDLE_AFTER_S,
+        drop_after: float = DROP_AFTER_S,
         operator_key: str | None = None,
     ):
         self.url = upstream_url.rstrip("/")
         self.mirror = mirror
         self.interval = interval
         self.idle_after = idle_after
+        self.drop_after = drop_after
         self.active_for = max(ACTIVE_FOR_S, 2 * interval)
         self.operator_key = operator_key  # polls with this when given, else with a client's credential
         self.stores: dict[str, Slot] = {}
@@ -129,6 +134,9 @@ class Poller:
         """`cached`: the stores the cache already holds (a restart reuses them; each is read again
         at its first use: the poll's position is not kept)."""
         self.cached.update(cached)
+        now = time.monotonic()
+        for sid in cached:  # unused since the start counts from the start (then dropped, if never used)
+            self.stores.setdefault(sid, Slot(watched_at=now))
         self._thread = threading.Thread(
             target=trio.run, args=(self._main,), name="memfs-relay-poll", daemon=True
         )
@@ -161,6 +169,10 @@ class Poller:
             slot.used_at = now
         if credential is not None:
             slot.credential = credential
+
+    def stale(self, slot: Slot, now: float) -> bool:
+        """Nobody asked anything of the store for `drop_after`: its memories leave the cache."""
+        return now - max(slot.used_at, slot.watched_at) > self.drop_after
 
     def period(self, slot: Slot, now: float) -> float | None:
         """Seconds between the store's polls now; None: not polled (nobody asked anything of it)."""
@@ -232,6 +244,11 @@ class Poller:
         while True:
             now = time.monotonic()
             for sid, slot in list(self.stores.items()):
+                if not slot.busy and sid in self.cached and self.stale(slot, now):
+                    slot.busy = True
+                    assert self._nursery is not None
+                    self._nursery.start_soon(self._drop, sid)
+                    continue
                 period = self.period(slot, now)
                 if slot.busy or sid not in self.cached or period is None:
                     continue
@@ -296,6 +313,23 @@ class Poller:
             slot.busy = False
             for done in self._waiters.pop(store_id, []):
                 done(error if store_id not in self.cached else None)
+
+    async def _drop(self, store_id: str) -> None:
+        try:
+            self.cached.discard(store_id)  # first: no request is served from it meanwhile
+            await trio.to_thread.run_sync(self.mirror.drop, store_id)
+            log.info("relay: dropped %s from the cache (unused for %.0fs)", store_id, self.drop_after)
+        except Exception:
+            log.exception("relay: dropping %s from the cache failed", store_id)
+        finally:
+            slot = self.stores[store_id]
+            slot.busy, slot.position = False, None
+            if self._waiters.get(store_id):  # asked for meanwhile: downloaded again
+                slot.busy = True
+                assert self._nursery is not None
+                self._nursery.start_soon(self._sync, store_id)
+            elif self.stale(slot, time.monotonic()):
+                del self.stores[store_id]
 
     def _downloaded_elsewhere(self, store_id: str) -> bool:
         return bool(self.mirror.downloaded([store_id]))

@@ -63,6 +63,9 @@ class Tx(Protocol):
     def delete_store(self, store_id: str) -> None:
         """The store, its memories, versions and counters."""
 
+    def clear_store(self, store_id: str) -> None:
+        """The store's memories and versions, not its row nor its counters."""
+
     def list_stores(
         self,
         *,

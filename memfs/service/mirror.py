@@ -158,6 +158,17 @@ class Mirror:
         with self.backend.read() as tx:
             return {mid: vid for mid, (vid, _at, _gone) in tx.memory_states(store_id, None).items()}
 
+    def drop(self, store_id: str) -> None:
+        """The store's memories leave the cache (nobody used it for long); its counter stays and
+        moves on, its history floor with it, so a mount that comes back with an older counter
+        reads the store again, whatever changed upstream meanwhile. Served again after a new download."""
+        with self.backend.write(store_id) as tx:
+            if tx.store(store_id) is None:
+                return
+            tx.clear_store(store_id)
+            tx.set_kv(store_id, DOWNLOADED_KEY, 0)
+            tx.raise_history_floor(store_id, tx.bump(store_id))
+
     def claim_poll(self, store_id: str, now_ms: int, every_ms: int) -> bool:
         """Whether this replica polls the store now: True (and recorded) when no replica sharing this
         database has claimed its poll within `every_ms`. Several relays on one PostgreSQL then

@@ -231,6 +231,11 @@ class SqlTx:
         ):
             self._x(f"DELETE FROM {table} WHERE {col} = ?", (store_id,))
 
+    def clear_store(self, store_id: str) -> None:
+        """The store's memories and versions, not its row nor its counters (a cache's drop)."""
+        for table in ("versions", "memories"):
+            self._x(f"DELETE FROM {table} WHERE store_id = ?", (store_id,))
+
     def list_stores(
         self,
         *,

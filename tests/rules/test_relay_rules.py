@@ -108,3 +108,15 @@ def test_a_store_is_polled_every_interval_while_used_every_five_minutes_while_on
     assert p.period(Slot(), now) is None
     slow = Poller("http://upstream.invalid", mirror=None, interval=45.0)  # type: ignore[arg-type]
     assert slow.period(Slot(used_at=now - 80), now) == 45.0  # "used" spans at least two intervals
+
+
+def test_a_store_nobody_asked_anything_of_for_a_day_leaves_the_cache():
+    from memfs.relay.poller import DROP_AFTER_S, Poller, Slot
+
+    p = Poller("http://upstream.invalid", mirror=None)  # type: ignore[arg-type]
+    now = 1_000_000.0
+    assert not p.stale(Slot(used_at=now - 10), now)
+    assert not p.stale(
+        Slot(used_at=now - 2 * DROP_AFTER_S, watched_at=now - 60), now
+    )  # a mount still watches it
+    assert p.stale(Slot(used_at=now - DROP_AFTER_S - 1, watched_at=now - DROP_AFTER_S - 1), now)

@@ -154,3 +154,21 @@ def test_an_empty_database_becomes_a_cache_and_stays_one(storage, backend):
     assert Mirror(backend).claim_database() is None
     Mirror(backend).put_store(StoreRecord(SID, SID, "", {}, AT, AT, None))
     assert Mirror(backend).claim_database() is None and is_relay_cache(backend)
+
+
+def test_a_dropped_store_keeps_its_counter_moving_and_a_mount_behind_it_reads_it_again(storage, mirror):
+    mirror.apply(
+        SID,
+        [mem("mem_a", "/a.md", "a\n", "memver_1")],
+    )
+    mirror.replace(SID, [mem("mem_a", "/a.md", "a\n", "memver_1")], listed_from=0, download=True)
+    held = mirror.counter(SID)  # what a mount applied
+    assert mirror.downloaded([SID]) == [SID]
+    mirror.drop(SID)
+    assert mirror.downloaded([SID]) == [] and paths(storage) == {}
+    assert mirror.counter(SID) > held  # never back
+    mirror.replace(
+        SID, [mem("mem_b", "/b.md", "b\n", "memver_2")], listed_from=mirror.counter(SID), download=True
+    )
+    assert paths(storage) == {"/b.md": "b\n"}
+    assert storage.changes_since(SID, held).too_old  # /a.md's deletion is in no feed: read it again
