@@ -64,29 +64,21 @@ def _serve_relay(args: argparse.Namespace) -> int:
         if not (math.isfinite(value) and value >= 0.5):
             print(f"memfs serve: --{name.replace('_', '-')} must be at least 0.5 seconds", file=sys.stderr)
             return 2
-    operator_key = os.environ.get("MEMFS_UPSTREAM_KEY") or None
-    if args.upstream_key_file:
-        try:
-            with open(args.upstream_key_file) as f:
-                operator_key = f.read().strip() or None
-        except OSError as e:
-            print(
-                f"memfs serve: cannot read --upstream-key-file {args.upstream_key_file}: {e.strerror}",
-                file=sys.stderr,
-            )
-            return 2
-    admin_key = args.admin_key
-    if args.admin_key_file:
-        try:
-            with open(args.admin_key_file) as f:
-                admin_key = f.read().strip()
-        except OSError as e:
-            print(
-                f"memfs serve: cannot read --admin-key-file {args.admin_key_file}: {e.strerror}",
-                file=sys.stderr,
-            )
-            return 2
+    from memfs import secret_env
     from memfs.service import connections
+    from memfs.service.commands import read_key_file
+
+    # taken out of the environment once read, as every credential handed over there
+    operator_key = secret_env.take(("MEMFS_UPSTREAM_KEY",)).get("MEMFS_UPSTREAM_KEY")
+    admin_key = args.admin_key
+    try:
+        if args.upstream_key_file:
+            operator_key = read_key_file(args.upstream_key_file, "--upstream-key-file")
+        if args.admin_key_file:
+            admin_key = read_key_file(args.admin_key_file, "--admin-key-file")
+    except ValueError as e:
+        print(f"memfs serve: {e}", file=sys.stderr)
+        return 2
 
     limits = connections.from_args(args)
     if isinstance(limits, str):
@@ -102,6 +94,7 @@ def _serve_relay(args: argparse.Namespace) -> int:
     )
     return run(
         args.upstream,
+        key_on_command_line=not args.admin_key_file,
         host=args.host,
         port=args.port,
         db_path=db,

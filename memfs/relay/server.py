@@ -18,13 +18,11 @@ from memfs.relay.poller import DEFAULT_INTERVAL_S, Poller
 from memfs.relay.upstream import Upstream
 from memfs.service import access_log, asgi_server
 from memfs.service.app import create_app
-from memfs.service.backend import DatabaseError
 from memfs.service.connections import ConnectionLimits
-from memfs.service.database import DatabaseUrlError, open_storage
 from memfs.service.mirror import Mirror
 from memfs.service.retention import DEFAULT_INTERVAL_S as RETENTION_EVERY_S
 from memfs.service.retention import Retention
-from memfs.service.server import admin_key_problem, check_tls, resolve_admin_key
+from memfs.service.server import check_tls, guard_admin_key, key_and_storage
 
 log = logging.getLogger("memfs.relay")
 
@@ -52,6 +50,7 @@ def run(
     certfile: str | None = None,
     keyfile: str | None = None,
     limits: ConnectionLimits | None = None,
+    key_on_command_line: bool = True,  # False: the admin key came from --admin-key-file
 ) -> int:
     formatter = setup_logging()
     access_log.install("memfs.service.access", sys.stderr, formatter)
@@ -59,29 +58,15 @@ def run(
         if problem:
             print(f"memfs serve: {problem}", file=sys.stderr)
             return 2
-    key, generated = resolve_admin_key(admin_key)
-    key_problem = admin_key_problem(key)
-    if key_problem:
-        print(f"memfs serve: {key_problem}", file=sys.stderr)
+    # the relay holds its admin key, the operator's key and, in memory, its clients' tokens
+    guard_admin_key(admin_key if key_on_command_line else None)
+    opened = key_and_storage(admin_key, db_path, relay_cache=True)
+    if isinstance(opened, str):
+        print(f"memfs serve: {opened}", file=sys.stderr)
         return 2
-    try:
-        storage = open_storage(db_path)
-    except (DatabaseUrlError, DatabaseError) as e:
-        print(f"memfs serve: {e}", file=sys.stderr)
-        return 2
-    mirror = Mirror(storage.backend)
-    not_a_cache = mirror.claim_database()
-    if not_a_cache:
-        storage.close()
-        print(f"memfs serve: {db_path}: {not_a_cache}", file=sys.stderr)
-        return 2
-    if generated:
-        print(
-            f"memfs: generated admin key (set MEMFS_ADMIN_KEY to choose one): {key}",
-            file=sys.stderr,
-            flush=True,
-        )
+    key, storage = opened
     backend = storage.backend
+    mirror = Mirror(backend)
     poller = Poller(upstream_url, mirror, interval=interval, operator_key=operator_key)
     upstream = Upstream(upstream_url)
     local = create_app(storage, key)

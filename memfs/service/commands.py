@@ -192,16 +192,9 @@ def _serve(args: argparse.Namespace) -> int:
     key_from_file = None
     if args.admin_key_file:
         try:
-            with open(args.admin_key_file) as f:
-                key_from_file = f.read().strip()
-        except OSError as e:
-            print(
-                f"memfs serve: cannot read --admin-key-file {args.admin_key_file}: {e.strerror}",
-                file=sys.stderr,
-            )
-            return 2
-        if not key_from_file:
-            print(f"memfs serve: --admin-key-file {args.admin_key_file} is empty", file=sys.stderr)
+            key_from_file = read_key_file(args.admin_key_file, "--admin-key-file")
+        except ValueError as e:
+            print(f"memfs serve: {e}", file=sys.stderr)
             return 2
     try:
         org_limits = _org_limits(args)
@@ -217,6 +210,18 @@ def _serve(args: argparse.Namespace) -> int:
                              late_versions=args.test_late_versions),
         org_limits=org_limits, org_burst_s=args.org_burst or DEFAULT_BURST_S,
     )  # fmt: skip
+
+
+def read_key_file(path: str, flag: str) -> str:
+    """A key from a file (not shown by ps), stripped; ValueError saying why it cannot be had."""
+    try:
+        with open(path) as f:
+            key = f.read().strip()
+    except OSError as e:
+        raise ValueError(f"cannot read {flag} {path}: {e.strerror}") from None
+    if not key:
+        raise ValueError(f"{flag} {path} is empty")
+    return key
 
 
 def _org_limits(args: argparse.Namespace) -> tuple[int, int] | None:

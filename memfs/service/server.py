@@ -18,10 +18,11 @@ from memfs.service.backend import DatabaseError
 from memfs.service.connections import ConnectionLimits
 from memfs.service.database import DatabaseUrlError, open_storage
 from memfs.service.hosted import HostedOptions
-from memfs.service.mirror import is_relay_cache
+from memfs.service.mirror import Mirror, is_relay_cache
 from memfs.service.orglimit import DEFAULT_BURST_S, OrgLimits
 from memfs.service.ratelimit import RateLimiter
 from memfs.service.retention import DEFAULT_INTERVAL_S, DEFAULT_RETENTION_DAYS, Retention
+from memfs.service.rules import StoreService
 
 log = logging.getLogger("memfs.service")
 
@@ -47,7 +48,7 @@ def admin_key_problem(key: str) -> str | None:
     return None
 
 
-def _guard_admin_key(admin_key: str | None) -> None:
+def guard_admin_key(admin_key: str | None) -> None:
     """The admin key given as a flag is in /proc/<pid>/cmdline, which `ps` shows every local user:
     hidden there now (and said so), and the process made non-dumpable, as every memfs process
     that holds a credential is (memfs/secret_env.py)."""
@@ -58,6 +59,37 @@ def _guard_admin_key(admin_key: str | None) -> None:
             "--admin-key is readable by every local user (ps) until the service starts: "
             "prefer MEMFS_ADMIN_KEY or --admin-key-file"
         )
+
+
+def key_and_storage(
+    admin_key: str | None, db_path: str | os.PathLike, *, relay_cache: bool
+) -> tuple[str, StoreService] | str:
+    """The admin key (given, or generated and printed once: there is no other way to learn it) and
+    the database opened, or why not in one line. `relay_cache`: the database is (or becomes) a
+    relay's cache, else it must not be one (memfs/service/mirror.py `claim_database`)."""
+    key, generated = resolve_admin_key(admin_key)
+    key_problem = admin_key_problem(key)
+    if key_problem:
+        return key_problem
+    try:
+        storage = open_storage(db_path)
+    except (DatabaseUrlError, DatabaseError) as e:
+        return str(e)
+    if relay_cache:
+        problem = Mirror(storage.backend).claim_database()
+        if problem:
+            storage.close()
+            return f"{db_path}: {problem}"
+    elif is_relay_cache(storage.backend):
+        storage.close()
+        return f"{db_path} is a relay's cache (memfs serve --upstream): it is served only by a relay"
+    if generated:
+        print(
+            f"memfs: generated admin key (set MEMFS_ADMIN_KEY to choose one): {key}",
+            file=sys.stderr,
+            flush=True,
+        )
+    return key, storage
 
 
 def check_tls(certfile: str | None, keyfile: str | None) -> str | None:
@@ -111,31 +143,12 @@ def run(
         print(f"memfs serve: {tls_problem}", file=sys.stderr)
         return 2
     limiter = RateLimiter(rate_limit, rate_burst) if rate_limit > 0 else None
-    _guard_admin_key(admin_key if key_on_command_line else None)
-    key, generated = resolve_admin_key(admin_key)
-    key_problem = admin_key_problem(key)
-    if key_problem:
-        print(f"memfs serve: {key_problem}", file=sys.stderr)
+    guard_admin_key(admin_key if key_on_command_line else None)
+    opened = key_and_storage(admin_key, db_path, relay_cache=False)
+    if isinstance(opened, str):
+        print(f"memfs serve: {opened}", file=sys.stderr)
         return 2
-    try:
-        storage = open_storage(db_path)
-    except (DatabaseUrlError, DatabaseError) as e:
-        print(f"memfs serve: {e}", file=sys.stderr)
-        return 2
-    if is_relay_cache(storage.backend):
-        storage.close()
-        print(
-            f"memfs serve: {db_path} is a relay's cache (memfs serve --upstream): it is served only by a relay",
-            file=sys.stderr,
-        )
-        return 2
-    if generated:
-        # Printed once, by design: there is no other way to learn a generated key.
-        print(
-            f"memfs: generated admin key (set MEMFS_ADMIN_KEY to choose one): {key}",
-            file=sys.stderr,
-            flush=True,
-        )
+    key, storage = opened
     limits = limits or ConnectionLimits()
     app = create_app(
         storage,
