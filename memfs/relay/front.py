@@ -83,8 +83,9 @@ class RelayFront:
                 status.append(message["status"])
             await send(message)
 
+        answered_locally = False  # the cache's app writes its own access line
         try:
-            await self._handle(routed, scope, receive, sending)
+            answered_locally = await self._handle(routed, scope, receive, sending)
         except Exception:
             log.exception("relay: unhandled error in %s %s", scope["method"], scope["path"])
             if not status:
@@ -92,30 +93,35 @@ class RelayFront:
                     ApiError(500, "api_error", "internal server error"), scope, receive, sending
                 )
         finally:
-            access_line(
-                scope["method"], scope["path"], status[0] if status else 499, time.perf_counter() - started
-            )
+            if not answered_locally:
+                access_line(
+                    scope["method"],
+                    scope["path"],
+                    status[0] if status else 499,
+                    time.perf_counter() - started,
+                )
 
-    async def _handle(self, routed: Routed, scope, receive, send) -> None:
+    async def _handle(self, routed: Routed, scope, receive, send) -> bool:
+        """Answer the request; True when the cache's app answered it (and logged it)."""
         try:
             raw = await body.read_whole(scope, receive)
         except body.ClientGone:
-            return
+            return False
         except body.BodyTooLarge as e:
             await _answer_error(ApiError(413, "request_too_large", str(e)), scope, receive, send)
-            return
+            return False
         except body.BadLength as e:
             await _answer_error(invalid(str(e)), scope, receive, send)
-            return
+            return False
         if scope["path"] == STATUS_PATH:
             await self._status(scope, receive, send)
-            return
+            return False
         auth = _auth_header(scope)
         try:
             if routed.kind == "cached" and auth is not None:
                 try:
                     await self._serve_cached(routed, auth, scope, raw, receive, send)
-                    return
+                    return True
                 except Refused:
                     pass  # the upstream's own answer, below
             kind = "write" if routed.kind == "write" else "pass"
@@ -138,6 +144,7 @@ class RelayFront:
             await _answer_error(err, scope, receive, send)
         except ApiError as err:
             await _answer_error(err, scope, receive, send)
+        return False
 
     # -- cached reads -------------------------------------------------------------------------------
 
