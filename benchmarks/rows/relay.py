@@ -23,6 +23,7 @@ file is read in every sandbox.
 from __future__ import annotations
 
 import contextlib
+import os
 import re
 import threading
 import time
@@ -218,6 +219,53 @@ class Editors:
             t.join(60)
 
 
+# -- where the CPU went ------------------------------------------------------------------------------
+
+_HZ = os.sysconf("SC_CLK_TCK")
+
+
+def _proc_cpu(pid: int | None) -> tuple[float, float]:
+    """(CPU seconds of every thread, seconds the main thread waited runnable for a CPU); zeros
+    when gone."""
+    if not pid:
+        return 0.0, 0.0
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        with open(f"/proc/{pid}/task/{pid}/schedstat") as f:
+            waited = int(f.read().split()[1]) / 1e9
+    except (OSError, ValueError, IndexError):
+        return 0.0, 0.0
+    return (int(fields[11]) + int(fields[12])) / _HZ, waited
+
+
+def cpu_sample(relay: ServiceProcess | None, emu: Emulator, sandboxes: list[Sandbox]) -> dict[str, Any]:
+    """CPU seconds so far: the relay, the emulator, the mount daemons (summed), the machine (busy,
+    every process: the other work on these shared cores included), the load average."""
+    with open("/proc/stat") as f:
+        ticks = [int(x) for x in f.readline().split()[1:]]
+    daemons = [_proc_cpu(sb.daemon_pid()) for sb in sandboxes]
+    return {
+        "relay": _proc_cpu(relay.proc.pid if relay and relay.proc else None),
+        "emulator": _proc_cpu(emu.svc.proc.pid if emu.svc.proc else None),
+        "daemons": (sum(d[0] for d in daemons), sum(d[1] for d in daemons)),
+        "machine_busy": (sum(ticks[:7]) - ticks[3] - ticks[4]) / _HZ,
+        "loadavg": os.getloadavg()[0],
+    }
+
+
+def cpu_delta(before: dict, after: dict, seconds: float) -> dict[str, float]:
+    """Cores used on average over the window (CPU seconds / wall seconds), and the seconds the
+    relay's and the daemons' main threads waited for a CPU while runnable."""
+    out = {}
+    for k in ("relay", "emulator", "daemons"):
+        out[f"{k}_cores"] = round((after[k][0] - before[k][0]) / seconds, 3)
+        out[f"{k}_runqueue_wait_s"] = round(after[k][1] - before[k][1], 1)
+    out["machine_busy_cores"] = round((after["machine_busy"] - before["machine_busy"]) / seconds, 3)
+    out["loadavg_1min"] = [before["loadavg"], after["loadavg"]]
+    return out
+
+
 # -- one fleet, with or without the relay ---------------------------------------------------------
 
 
@@ -290,12 +338,13 @@ def run_fleet(
         )
         up = [sb for sb, m in zip(sandboxes, mounts, strict=True) if m["mounted"]]
         vis = Visibility(up, Fetches((relay or emu.svc).stderr_path))
-        c0 = counter.read()
+        c0, cpu0 = counter.read(), cpu_sample(relay, emu, up)
         agents = Agents(b, up)
         editors = Editors(emu, up, targets, vis)
         time.sleep(s.window_s)
         editors.close()
         window = {"seconds": s.window_s, **counter.delta(c0, counter.read())}
+        window["cpu"] = cpu_delta(cpu0, cpu_sample(relay, emu, up), s.window_s)
         # sandbox edits need up to two intervals without a relay (a push at a tick, a pull at one)
         within = (1 if relay else 2) * INTERVAL_S + 15
         while not vis.settled(within):  # the agents stay active while the last edits are checked
@@ -343,7 +392,7 @@ def _log_fleet(name: str, s: Shape, out: dict) -> None:
         f"{w['limited']} 429s; sandbox edits seen {se['seen']}/{se['pairs']} p50 {se['p50_s']:.2f} s p99 "
         f"{se['p99_s']:.2f} s; upstream edits seen {ue['seen']}/{ue['pairs']} max {ue['max_s']:.2f} s; "
         f"{out['calls']} agent calls ({out['failed_calls']} failed); read back at the end "
-        f"{out['verified']['readable']}/{out['verified']['pairs']}"
+        f"{out['verified']['readable']}/{out['verified']['pairs']}; CPU {w['cpu']}"
     )
 
 
