@@ -189,7 +189,7 @@ def main(argv: list[str] | None = None) -> int:
         if b.rtt is not None
         else "loopback, no delay proxy"
     )
-    if "hosted" in wanted and b.rtt is None:
-        where += " (the hosted rows: 40 ms, their default)"
+    if wanted & {"hosted", "relay"} and b.rtt is None:
+        where += " (the hosted and relay rows: 40 ms, their default)"
     print(f"\n{len(b.results)} rows in {elapsed:.0f} s, {where}; JSON: {out}")
     return 0

@@ -101,6 +101,12 @@ def _hosted(b: Bench, r: Run) -> None:
     run_hosted(b, r)
 
 
+def _relay(b: Bench, r: Run) -> None:
+    from benchmarks.rows.relay import run_relay
+
+    run_relay(b, r)
+
+
 GROUPS: list[Group] = [
     Group("mount", "mount-ready", _mount),
     Group("reads", "grep / stat over a mounted full store", _reads),
@@ -122,6 +128,12 @@ GROUPS: list[Group] = [
         "hosted",
         "the hosted rows: memfs serve --hosted-api with its org limits, requests counted, the official worker beside",
         _hosted,
+    ),
+    Group(
+        "relay",
+        "the relay row: a fleet through one memfs serve --upstream in front of the hosted API emulator, "
+        "and the same fleet direct",
+        _relay,
     ),
 ]
 BY_NAME = {g.name: g for g in GROUPS}

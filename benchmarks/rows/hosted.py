@@ -89,14 +89,14 @@ class Emulator:
         return self.admin.org_requests()
 
     def session(self, ids: list[str]) -> dict:
-        return _retrying(lambda: self.admin.session(ids))
+        return retrying(lambda: self.admin.session(ids))
 
     def stop(self) -> None:
         self.admin.close()
         self.svc.stop()
 
 
-def _retrying(fn):
+def retrying(fn):
     """The bench's own admin calls meet the limits too: wait out a 429 (they are setup, not measured)."""
     for _ in range(60):
         try:
@@ -177,7 +177,7 @@ def run_hosted(b: Bench, r: Run) -> None:
 
 def _target(admin: Admin, ids: list[str], sess: dict) -> dict:
     k = min(3, len(ids) - 1)
-    listing = _retrying(lambda: admin.list_basic(ids[k]))
+    listing = retrying(lambda: admin.list_basic(ids[k]))
     path = sorted(listing)[len(listing) // 2]
     return {"store_id": ids[k], "memory_id": listing[path]["id"], "path": path, "slug": sess["slugs"][k]}
 
@@ -239,7 +239,7 @@ def _memfs_edits(b: Bench, sb: Sandbox, mem: Emulator, sess: dict, target: dict)
     out = []
     for i in range(b.cfg.runs):
         new = f"memfs hosted edit {i} {time.time()}\n" + "x" * 2000
-        _retrying(lambda new=new: mem.admin.update(target["store_id"], target["memory_id"], new))
+        retrying(lambda new=new: mem.admin.update(target["store_id"], target["memory_id"], new))
         c0 = mem.counts()
         t = time.perf_counter()
         ans = b.control_sync(sb, force=True)
@@ -292,12 +292,13 @@ def _report_eight(b: Bench, p: Plan, n: int, mine: dict, theirs: dict) -> None:
             f"({x['limited']} 429s), {ratio}")  # fmt: skip
 
 
-def fleet_seed(path: Path) -> dict[str, str]:
-    """Two stores of 200 small memories (a team's shared notes), seeded before the emulators start."""
+def fleet_seed(path: Path, memories: int = FLEET_MEMORIES) -> dict[str, str]:
+    """Two stores of `memories` small memories (~2 KB each: a team's shared notes), seeded before
+    the emulators start."""
     rng = random.Random(25)
     corpus = make_corpus(rng, 2**20)
     stores = {
-        name: store_contents(rng, corpus, name, store_layout(rng, FLEET_MEMORIES, FLEET_MEMORIES * 2000))
+        name: store_contents(rng, corpus, name, store_layout(rng, memories, memories * 2000))
         for name in ("fleet-a", "fleet-b")
     }
     return seed_database(path, stores, age_s=86_400.0)  # a day old, as benchmarks.main seeds

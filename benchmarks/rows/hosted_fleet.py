@@ -117,7 +117,7 @@ def row_fleet(b: Bench, p: Plan) -> None:
     try:
         sess_m = [mem.session(ids) for _ in range(p.fleet)]
         sess_o = [off.session(ids) for _ in range(p.fleet)]
-        targets = _targets(mem, ids, sess_m[0])
+        targets = edit_targets(mem, ids, sess_m[0])
         root = b.work / "official-fleet"
         root.mkdir()
         child = OfficialChild({
@@ -162,7 +162,7 @@ def row_fleet(b: Bench, p: Plan) -> None:
     _report(b, p, mine, theirs)
 
 
-def _targets(emu: Emulator, ids: list[str], sess: dict) -> list[dict]:
+def edit_targets(emu: Emulator, ids: list[str], sess: dict) -> list[dict]:
     out = []
     for sid, slug in zip(ids, sess["slugs"], strict=True):
         for path, m in sorted(emu.admin.list_basic(sid).items()):
