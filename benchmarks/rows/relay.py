@@ -1,5 +1,5 @@
 """The relay row (`scripts/bench --only relay`): a fleet of sandboxes sharing stores through ONE
-`memfs serve --upstream` (SPEC §5.9), against `memfs serve --hosted-api` with its default
+`memfs serve --upstream` (SEMANTICS.md#d-relay), against `memfs serve --hosted-api` with its default
 per-organisation limits (1,200 reads, 300 writes a minute), the relay 40 ms from it (`--rtt`;
 the sandboxes sit next to the relay), and the same fleet without the relay right after, on a
 fresh emulator of the same data.
@@ -418,11 +418,19 @@ def run_relay(b: Bench, r: Run) -> None:
         sessions = [emu.session(ids) for _ in range(s.sandboxes)]
         targets = retrying(lambda: edit_targets(emu, ids, sessions[0]))
         (b.work / "relay" / "data").mkdir(parents=True)
+        # The documented deployment: the operator's key (the emulator's admin key here) polls and
+        # confirms the tokens of a store with one listing of its sessions a minute (OPERATIONS.md#relay).
+        key_file = b.work / "relay" / "upstream-key"
+        key_file.write_text(ADMIN_KEY + "\n")
+        key_file.chmod(0o600)
         relay = ServiceProcess(
             b.work / "relay",
             admin_key=ADMIN_KEY,
-            extra_args=("--upstream", emu.proxy.url, "--poll-interval", f"{INTERVAL_S:g}"),
-        )
+            extra_args=(
+                "--upstream", emu.proxy.url, "--poll-interval", f"{INTERVAL_S:g}",
+                "--upstream-key-file", str(key_file),
+            ),
+        )  # fmt: skip
         mine = run_fleet(b, s, emu, sessions, targets, relay)
     finally:
         if relay is not None:

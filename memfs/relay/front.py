@@ -70,6 +70,7 @@ class RelayFront:
         self.mirror = mirror
         self.book = book
         self.operator_key = operator_key  # lists a store's sessions: one confirmation for all its tokens
+        self.no_batch: Answer | None = None  # the upstream's 404 for the batch route, once it gave one
         self._confirming: dict[tuple[str, str], asyncio.Future[bool | None]] = {}
 
     async def __call__(self, scope, receive, send) -> None:
@@ -127,12 +128,17 @@ class RelayFront:
                     return
                 except Refused:
                     pass  # the upstream's own answer, below
+            if self.no_batch is not None and scope["path"].endswith("/memory_batch"):
+                await _answer(self.no_batch, send)  # the upstream has none: said once, not asked again
+                return
             kind = "write" if routed.kind == "write" else "pass"
             answer = await self.upstream.send(
                 kind, scope["method"], scope["path"], scope["query_string"], scope["headers"], raw
             )
             if answer.status == 429:
                 self.poller.hold(_retry_after(answer))
+            if scope["path"].endswith("/memory_batch") and _no_such_route(answer):
+                self.no_batch = answer  # every mount tries it once: one upstream request for all
             if routed.kind == "write" and auth is not None:
                 await self._written(routed.store_ids[0], auth, scope, raw, answer)
             elif auth is not None and answer.status == 200:
@@ -368,6 +374,18 @@ def _credential(auth: tuple[bytes, bytes]) -> str:
     """The credential of an `authorization: Bearer …` or `x-api-key: …` header."""
     value = auth[1].decode("latin-1").strip()
     return value[7:].strip() if auth[0] == b"authorization" and value[:7].lower() == "bearer " else value
+
+
+def _no_such_route(answer: Answer) -> bool:
+    """A 404 that names no memory store: the route is not there (the hosted API has no batch
+    writes), as the store client reads it (memfs/client/api.py `write_batch`)."""
+    if answer.status != 404:
+        return False
+    try:
+        message = json.loads(answer.body)["error"]["message"]
+    except (ValueError, KeyError, TypeError):
+        return False
+    return isinstance(message, str) and "memory store" not in message
 
 
 def _retry_after(answer: Answer) -> float:

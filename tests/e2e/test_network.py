@@ -292,7 +292,9 @@ def test_the_client_spreads_its_requests_over_small_pools_and_keeps_the_bound(sm
         trio.run(main)
         pools = client._http._transport
         assert answers == [5] * (4 * CONCURRENCY) and len(fetched) == 4 * CONCURRENCY
-        assert len(pools._pools) == -(-(CONCURRENCY + 1) // POOL_SHARD) > 1  # + 1: the held watch's connection
+        assert (
+            len(pools._pools) == -(-(CONCURRENCY + 1) // POOL_SHARD) > 1
+        )  # + 1: the held watch's connection
         assert pools._busy == [0] * len(pools._pools), "a finished request still counts as in flight"
         assert proxy.counts.max_in_flight <= CONCURRENCY, proxy.counts
         assert pools._plain.connections_opened <= CONCURRENCY

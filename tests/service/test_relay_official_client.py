@@ -90,3 +90,22 @@ def test_the_official_client_through_a_relay(pair):
     with up.admin_client() as c:  # the upstream holds what went through the relay, and only that
         listed = c.get(f"/v1/memory_stores/{sid}/memories", params={"limit": 100}).json()["data"]
     assert len(listed) == 45 and "/new.md" not in {m["path"] for m in listed}
+
+
+def test_the_upstreams_missing_batch_route_is_asked_once_for_every_mount(pair):
+    import httpx
+
+    up, relay = pair
+    sid = up.create_store("handbook")["id"]
+    headers = {"anthropic-beta": "agent-memory-2026-07-22"}
+    ops = {"operations": [{"type": "create", "path": "/a.md", "content": "a\n"}]}
+    for _ in range(3):  # three mounts trying the batch route once each
+        token = token_of(up.create_session([(sid, "read_write")]))
+        r = httpx.post(
+            f"{relay.base_url}/v1/memory_stores/{sid}/memory_batch",
+            json=ops,
+            headers={**headers, "authorization": f"Bearer {token}"},
+        )
+        assert r.status_code == 404 and "no such endpoint" in r.json()["error"]["message"], r.text
+    status = httpx.get(relay.base_url + "/v1/relay_status", headers={"x-api-key": relay.admin_key}).json()
+    assert status["front_requests"].get("write") == 1
