@@ -21,21 +21,12 @@ import pytest
 from tests.support.api import MEMORY_BETA, SESSION_BETA, Api, sessions_token
 from tests.support.sandbox import Sandbox
 from tests.support.service import ServiceProcess
+from tests.support.waits import wait_for
 
 pytestmark = pytest.mark.timeout(120)
 
 CONFIRM_EVERY = 2.0  # --confirm-every (the default is 60)
 LONG = "300"  # --sync-interval: a mount's own tick explains nothing within these tests
-
-
-def wait_for(pred, timeout: float = 20.0, interval: float = 0.1):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = pred()
-        if value:
-            return value
-        time.sleep(interval)
-    return pred()
 
 
 class Relayed:
@@ -343,7 +334,11 @@ def test_the_relay_killed_in_a_burst_of_writes_loses_nothing(tmp_path):
         ), listing(token, store)
 
         burst = {f"/f{i:02d}.md": burst_text(i) for i in range(1, BURST + 1)}
-        assert texts(top) == {"/seed.md": "seed\n", **burst}  # the mount never lost a write
+        # the mount never lost a write (its seed may be either: once the relay has the upstream's
+        # edit, a quiet live mount pulls it at any moment)
+        seen = texts(top)
+        assert seen.pop("/seed.md") in ("seed\n", "seed, edited while the relay was down\n")
+        assert seen == burst
         expected = {"/seed.md": "seed, edited while the relay was down\n", **burst}
 
         def pushed() -> bool:
