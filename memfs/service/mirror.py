@@ -81,10 +81,6 @@ class Mirror:
             tx.set_kv(*CACHE_MARK, 1)
             return None
 
-    def has_store(self, store_id: str) -> bool:
-        with self.backend.read() as tx:
-            return tx.store(store_id) is not None
-
     def put_store(self, store: StoreRecord) -> None:
         """The store's row, as the upstream has it (created when new; name and description kept current)."""
         with self.backend.write(store.id) as tx:

@@ -19,22 +19,13 @@ from tests.support.api import MEMORY_BETA
 from tests.support.proxy import Proxy
 from tests.support.sandbox import Sandbox
 from tests.support.service import ServiceProcess
+from tests.support.waits import wait_for
 
 pytestmark = pytest.mark.timeout(150)
 
 RW = "work-notes"
 LONG = "300"  # --sync-interval: an interval tick can explain nothing within these tests
 WATCH = r"/memory_store_watch$"
-
-
-def wait_for(pred, timeout: float = 30.0, interval: float = 0.1):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = pred()
-        if value:
-            return value
-        time.sleep(interval)
-    return pred()
 
 
 def store_counter(api, store: str) -> int:
