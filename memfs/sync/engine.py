@@ -206,15 +206,16 @@ class SyncEngine(LiveMode):
                     continue
                 quiet = time.monotonic() - self.fs.last_activity >= QUIET_SECONDS
                 try:
-                    if self.use_signal_due():
-                        self._signalled_at = time.monotonic()
-                        nursery.start_soon(self.signal_use)
                     live = self._live_stores(quiet=quiet, debounce=True)
                     if live:
                         async with self.tick_lock:
                             await self._tick(live, counters=self._live_counters(quiet=quiet), wait=False)
                     elif self.due_in() == 0 and quiet and (not self.watching or self._unsettled):
                         await self.sync_now(force=False, used=False)
+                    # After the tick, not before: a tick is this interval's request (use_signal_due).
+                    if self.use_signal_due():
+                        self._signalled_at = time.monotonic()
+                        nursery.start_soon(self.signal_use)
                 except Exception:  # a bug in a tick must never take the mount down
                     log.exception("sync tick crashed; the next one runs in %.0fs", self.interval)
 

@@ -105,8 +105,13 @@ class LiveMode:
         self._moved.clear()
 
     def use_signal_due(self) -> bool:
-        """Live, used since the last signal, and an interval after it."""
+        """Live, used since the last signal, and an interval after it and after the last tick.
+        A tick is a request the relay sees as use too; and after a failed one (a hung service,
+        whose held watch has not failed yet) the next request waits out the interval
+        (SEMANTICS.md#d-unreachable), the signal's included."""
         if not self.watching or time.monotonic() - self._signalled_at < self.interval:
+            return False
+        if self.last_attempt is not None and trio.current_time() - self.last_attempt < self.interval:
             return False
         return max(self.fs.last_activity, self._used_at) > self._signalled_at
 
