@@ -8,13 +8,15 @@ themselves are plan.py's (pure).
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Iterable, Mapping
 from datetime import datetime
 
 from memfs.protocol import Deletions
-from memfs.records import BaseEntry, StoreInfo
+from memfs.records import BaseEntry, LocalFile, StoreInfo
 from memfs.sync import plan as P
+from memfs.sync.narrow import narrowed_inputs
 from memfs.sync.ports import Journal, View
 from memfs.sync.remote import Pulled
 
@@ -53,6 +55,41 @@ def plan_pull(
         max_bytes=max_bytes,
         remote_changed=remote_changed,
     )
+    return P.plan_store(inputs)
+
+
+def plan_narrowed(
+    fs: View,
+    state: Journal,
+    store: StoreInfo,
+    base: Mapping[str, BaseEntry],
+    base_remote: Mapping[str, P.RemoteEntry],
+    dirs: Mapping[str, int],
+    remote: dict[str, P.RemoteEntry],
+    *,
+    deletions: Deletions,
+    max_files: int,
+    max_bytes: int,
+) -> P.Plan | None:
+    """`plan_pull`'s plan for a store whose view equals its baseline (the caller knows: nothing
+    staged), made on the memories the remote changes name only (sync/narrow.py), or None where
+    the whole store must be planned."""
+    sid = store.store_id
+    if state.skipped(sid) or state.refused(sid) or state.deletes_held(sid):
+        return None
+    inputs = narrowed_inputs(
+        base,
+        base_remote,
+        dirs,
+        remote,
+        lambda path: fs.local_file(sid, path),
+        access=store.access,
+        deletions=deletions,
+        max_files=max_files,
+        max_bytes=max_bytes,
+    )
+    if inputs is None:
+        return None
     return P.plan_store(inputs)
 
 
@@ -146,11 +183,19 @@ class _ViewSteps:
 
     def __init__(self, fs: View, state: Journal, sid: str, pulled: Pulled):
         self.fs, self.state, self.sid, self.pulled = fs, state, sid, pulled
-        self.dirs = fs.dir_paths(sid)
-        self.files = fs.local_view(sid)
         self.kept: dict[str, str] = {}  # path -> where the agent's version was kept
         # A run of streamed content (a first download's whole store) is placed in one go.
         self.placing: list[tuple[str, str | None, str, int, int | None]] = []
+
+    # The view's directories and files, read when an action needs them (each is a walk of the
+    # store's view: a pull of one memory of 2,000 needs neither).
+    @functools.cached_property
+    def dirs(self) -> set[str]:
+        return self.fs.dir_paths(self.sid)
+
+    @functools.cached_property
+    def files(self) -> Mapping[str, LocalFile]:
+        return self.fs.local_view(self.sid)
 
     def run(self, actions: Iterable[P.ViewAction]) -> dict[str, str]:
         """Apply `actions`; returns the kept copies by path."""
@@ -199,7 +244,11 @@ class _ViewSteps:
     def _clear_empty_dir(self, path: str) -> None:
         # Directories are local only (the store has none): an empty one may stand where the
         # store now puts a file. One holding files is a clash the plan has already skipped.
-        if path in self.dirs and not any(p.startswith(path + "/") for p in self.files):
+        if (
+            self.fs.local_file(self.sid, path) is None
+            and path in self.dirs
+            and not any(p.startswith(path + "/") for p in self.files)
+        ):
             self.fs.remove_path(self.sid, path)
             self.dirs.discard(path)
 

@@ -30,13 +30,13 @@ from memfs.client.errors import ApiError, Unreachable
 from memfs.protocol import Deletions
 from memfs.records import BaseEntry, StoreInfo
 from memfs.sync import plan as P
-from memfs.sync.apply import apply_plan, maybe_staged, plan_pull
+from memfs.sync.apply import apply_plan, maybe_staged, plan_narrowed, plan_pull
 from memfs.sync.bounded import gather
 from memfs.sync.live import LiveMode
 from memfs.sync.not_on_store import NotOnStore, not_on_store
 from memfs.sync.ports import Journal, Store, View
 from memfs.sync.push import Pusher
-from memfs.sync.remote import Prefetched, Pulled, StoreReader, in_path_order, worth_a_snapshot
+from memfs.sync.remote import Baseline, Prefetched, Pulled, StoreReader, in_path_order, worth_a_snapshot
 from memfs.sync.report import StoreSync, TickFailed, TickReport
 
 log = logging.getLogger("memfs.sync")
@@ -524,14 +524,21 @@ class SyncEngine(LiveMode):
             # dict, read at this generation; copied, as the fetch below may change it).
             remote = dict(baseline.remote)
             order = in_path_order(remote)
+        # A clean store's pull plans the memories the store changed only (sync/narrow.py).
+        narrow = baseline if moved and self._is_clean(sid, generation, base) else None
         # No await between the plan made last and its apply (see `_plan_with_content`).
-        plan, new_counter = await self._plan_with_content(
-            store, base, remote, order, moved, pulled, new_counter
+        plan, new_counter, narrowed = await self._plan_with_content(
+            store, base, remote, order, moved, pulled, new_counter, narrow
         )
         with self.state.transaction():  # one commit per store and tick: all of the plan or none of it
             deferred = apply_plan(self.fs, self.state, store, plan, pulled)
         if deferred:
             return []
+        if narrowed and not plan.push_stages and _leaves_view_as_base(plan):
+            # The view was the baseline and the plan made both the store's: clean still, and the
+            # cached baseline moved as the journal's did (no read of the whole store next time).
+            self.reader.advance(sid, plan.bookkeeping)
+            self._clean[sid] = self.state.generation(sid)
         self._feed_read(sid, pulled)
         report.pulled += sum(
             1 for a in plan.view if isinstance(a, (P.Materialise, P.MoveLocal, P.RemoveLocal))
@@ -542,6 +549,15 @@ class SyncEngine(LiveMode):
             self._clean[sid] = generation
         return list(plan.push_stages) if store.access == "read_write" else []
 
+    def _is_clean(self, sid: str, generation: int, base: Mapping[str, BaseEntry]) -> bool:
+        """Nothing staged: the view is the baseline (found so at this generation, or now)."""
+        if self._clean.get(sid) == generation:
+            return True
+        if maybe_staged(self.fs, sid, base):
+            return False
+        self._clean[sid] = generation
+        return True
+
     async def _plan_with_content(
         self,
         store: StoreInfo,
@@ -551,9 +567,12 @@ class SyncEngine(LiveMode):
         moved: bool,
         pulled: Pulled,
         new_counter: int | None,
-    ) -> tuple[P.Plan, int | None]:
+        narrow: Baseline | None = None,
+    ) -> tuple[P.Plan, int | None, bool]:
         """`_pull_store`'s plan, with the content it needs at hand: (the plan, the counter to
-        record, which a snapshot replaces)."""
+        record, which a snapshot replaces, whether the plan is a narrowed one). `narrow`: the
+        baseline of a clean store, whose plan may be made on the memories the store changed
+        only (sync/narrow.py)."""
         sid = store.store_id
         # Fetch what the plan needs, then plan again on the view as it is *now*, and apply with no
         # await in between: an edit made while we fetched is never overwritten unseen. The plan is
@@ -563,20 +582,37 @@ class SyncEngine(LiveMode):
         # one-edit tick planned its 2,000-file store twice). Unflushed writes do not move the
         # generation: the plan does not depend on them, and apply_plan defers over a dirty path.
         plan: P.Plan | None = None
-        snapped = False
+        snapped = narrowed = False
         for _round in range(3):
-            plan = plan_pull(
-                self.fs,
-                self.state,
-                store,
-                base,
-                remote,
-                order,
-                remote_changed=moved,
-                deletions=self.deletions,
-                max_files=self.max_files,
-                max_bytes=self.max_bytes,
-            )
+            plan = None
+            # (still clean: a close while content was fetched moves the generation)
+            if narrow is not None and not snapped and self._clean.get(sid) == self.state.generation(sid):
+                plan = plan_narrowed(
+                    self.fs,
+                    self.state,
+                    store,
+                    base,
+                    narrow.remote,
+                    narrow.sizes,
+                    remote,
+                    deletions=self.deletions,
+                    max_files=self.max_files,
+                    max_bytes=self.max_bytes,
+                )
+            narrowed = plan is not None
+            if plan is None:
+                plan = plan_pull(
+                    self.fs,
+                    self.state,
+                    store,
+                    base,
+                    remote,
+                    order,
+                    remote_changed=moved,
+                    deletions=self.deletions,
+                    max_files=self.max_files,
+                    max_bytes=self.max_bytes,
+                )
             planned_at = self.state.generation(sid)
             missing = {
                 a.sha: a.memory_id
@@ -602,7 +638,7 @@ class SyncEngine(LiveMode):
                 )
             order = in_path_order(remote)
         assert plan is not None  # the loop ran at least once
-        return plan, new_counter
+        return plan, new_counter, narrowed
 
     def _feed_read(self, sid: str, pulled: Pulled) -> None:
         """Record where the store's version feed stands, once what it said is in the view."""
@@ -736,3 +772,11 @@ class SyncEngine(LiveMode):
             "requests": self.client.budget.snapshot(),
             "in_use": self.in_use(),
         }
+
+
+def _leaves_view_as_base(plan: P.Plan) -> bool:
+    """The plan places the store's memories in the view and the baseline alike (no kept copy,
+    no skipped memory, no other bookkeeping)."""
+    return all(not isinstance(a, P.KeepLocal) for a in plan.view) and all(
+        isinstance(a, (P.SetBase, P.DropBase)) for a in plan.bookkeeping
+    )

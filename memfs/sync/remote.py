@@ -11,7 +11,7 @@ consumes (apply.py). Nothing here changes the view or the baseline.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol
 
@@ -87,6 +87,13 @@ def remote_from_base(state: Journal, sid: str, base: Mapping[str, BaseEntry]) ->
         # as a sha no listing has, so that memory is looked at again
         remote.setdefault(mid, P.RemoteEntry(mid, sk.path, sk.sha or "", sk.size or 0))
     return remote, in_path_order(remote)
+
+
+def _unset(entries: dict[str, BaseEntry], remote: dict[str, P.RemoteEntry], memory_id: str) -> None:
+    """One memory out of a baseline held both ways (by path, by id)."""
+    old = remote.pop(memory_id, None)
+    if old is not None and (e := entries.get(old.path)) is not None and e.memory_id == memory_id:
+        del entries[old.path]
 
 
 def prefix_sizes(base: Mapping[str, Any]) -> dict[str, int]:
@@ -212,7 +219,7 @@ class StoreReader:
             if fed is not None:
                 return fed
         if has_counter and applied is not None:
-            changed = await self._from_changes(sid, applied, base, pulled)
+            changed = await self._from_changes(sid, applied, base, pulled, expect)
             if changed is not None:
                 return changed
         if has_counter and not base:
@@ -270,14 +277,21 @@ class StoreReader:
         return RemoteRead(remote, order, listing.counter)
 
     async def _from_changes(
-        self, sid: str, applied: int, base: Mapping[str, BaseEntry], pulled: Pulled
+        self,
+        sid: str,
+        applied: int,
+        base: Mapping[str, BaseEntry],
+        pulled: Pulled,
+        expect: dict[str, P.RemoteEntry] | None = None,
     ) -> RemoteRead | None:
         """The store as the baseline plus the counter's changes since `applied`, or None when the
-        service has no changes feed or `applied` is too old for it."""
+        service has no changes feed or `applied` is too old for it. Built on `expect` (the
+        baseline's store, `Baseline.remote`) when given: its unchanged entries stay the same
+        objects, which is how a narrowed plan (sync/narrow.py) finds the changed ones."""
         changes = await self.client.changes(sid, applied)
         if changes is None or changes.too_old:
             return None
-        remote, _ = remote_from_base(self.state, sid, base)
+        remote = dict(expect) if expect is not None else remote_from_base(self.state, sid, base)[0]
         for c in changes.changes:
             if c.operation == "deleted":
                 remote.pop(c.memory_id, None)
@@ -285,6 +299,31 @@ class StoreReader:
                 remote[c.memory_id] = P.RemoteEntry(c.memory_id, c.path, c.sha or "", c.size or 0)
                 pulled.note_mtime(c.memory_id, c.updated_at)
         return RemoteRead(remote, in_path_order(remote), changes.counter)
+
+    def advance(self, sid: str, book: Iterable[P.BookAction]) -> None:
+        """After a narrowed pull was applied (sync/narrow.py): the cached baseline moved by the
+        plan's SetBase and DropBase, as the journal's rows did, instead of read again (2,000
+        rows and entries: ~12 ms of a pull of one memory). Anything else: read again."""
+        got = self._baselines.get(sid)
+        if got is None:
+            return
+        entries, remote = dict(got.entries), dict(got.remote)
+        for a in book:
+            if isinstance(a, P.DropBase):
+                _unset(entries, remote, a.memory_id)
+            elif isinstance(a, P.SetBase):
+                b = a.entry
+                _unset(entries, remote, b.memory_id)
+                if (displaced := entries.get(b.path)) is not None:  # the journal replaces its row
+                    remote.pop(displaced.memory_id, None)
+                entries[b.path] = b
+                remote[b.memory_id] = P.RemoteEntry(b.memory_id, b.path, b.sha, b.size)
+            else:
+                del self._baselines[sid]
+                return
+        self._baselines[sid] = Baseline(
+            self.state.generation(sid), entries, prefix_sizes(entries), remote, in_path_order(remote)
+        )
 
     async def _from_feed(
         self,

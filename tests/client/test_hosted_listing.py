@@ -117,14 +117,22 @@ async def test_an_edit_made_while_the_remote_edit_was_fetched_is_planned_again_a
 
 
 def _count_plans(monkeypatch) -> list[str]:
+    """The store ids the engine made a plan for, whole (plan_pull) or narrowed to what the store
+    changed (plan_narrowed, memfs/sync/narrow.py: a narrowed attempt that gives way to the whole
+    plan counts once)."""
     plans: list[str] = []
-    real = engine_module.plan_pull
 
-    def counting(fs, state, store, *a, **kw):
-        plans.append(store.store_id)
-        return real(fs, state, store, *a, **kw)
+    def counting(real):
+        def count(fs, state, store, *a, **kw):
+            plan = real(fs, state, store, *a, **kw)
+            if plan is not None:
+                plans.append(store.store_id)
+            return plan
 
-    monkeypatch.setattr(engine_module, "plan_pull", counting)
+        return count
+
+    for name in ("plan_pull", "plan_narrowed"):
+        monkeypatch.setattr(engine_module, name, counting(getattr(engine_module, name)))
     return plans
 
 
