@@ -212,7 +212,7 @@ class SyncEngine(LiveMode):
                             await self._tick(live, counters=self._live_counters(quiet=quiet), wait=False)
                     elif self.due_in() == 0 and quiet and (not self.watching or self._unsettled):
                         await self.sync_now(force=False, used=False)
-                    # After the tick, not before: a tick is this interval's request (use_signal_due).
+                    # After the tick, not before: a polled or failed one holds it (use_signal_due).
                     if self.use_signal_due():
                         self._signalled_at = time.monotonic()
                         nursery.start_soon(self.signal_use)
@@ -309,6 +309,8 @@ class SyncEngine(LiveMode):
         self.last_attempt = (
             trio.current_time()
         )  # a failed tick counts as an attempt (SEMANTICS.md#d-unreachable)
+        if counters is None:
+            self._signalled_at = time.monotonic()  # it reads every counter: live.py's use signal
         self._net_sid, self._full_sid = self._net_store(stores)
         self._polled_at = time.monotonic()
         applied_before = {s.store_id: self.state.store_counter(s.store_id) for s in stores}

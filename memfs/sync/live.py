@@ -43,6 +43,7 @@ class LiveMode:
     _wake: trio.Event
     _watch_again: trio.Event
     _live_retry_at: float
+    _not_before: float
     _used_at: float
     _signalled_at: float = -math.inf  # time.monotonic() of the last `signal_use` request
 
@@ -105,13 +106,14 @@ class LiveMode:
         self._moved.clear()
 
     def use_signal_due(self) -> bool:
-        """Live, used since the last signal, and an interval after it and after the last tick.
-        A tick is a request the relay sees as use too; and after a failed one (a hung service,
-        whose held watch has not failed yet) the next request waits out the interval
-        (SEMANTICS.md#d-unreachable), the signal's included."""
+        """Live, used since the last signal, an interval after it (a polled tick, which reads
+        every store's counter, is one: `_tick`), and not while the mount waits after a failed
+        tick or a refusal: behind a hung service, whose held watch has not failed yet, the next
+        request waits out the interval (SEMANTICS.md#d-unreachable), the signal's included. A
+        live tick is not one: it reads only the stores that moved."""
         if not self.watching or time.monotonic() - self._signalled_at < self.interval:
             return False
-        if self.last_attempt is not None and trio.current_time() - self.last_attempt < self.interval:
+        if trio.current_time() < max(self._live_retry_at, self._not_before):
             return False
         return max(self.fs.last_activity, self._used_at) > self._signalled_at
 

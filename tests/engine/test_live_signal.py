@@ -4,6 +4,7 @@ sends nothing but its watch."""
 
 from __future__ import annotations
 
+import math
 import time
 
 import pytest
@@ -17,7 +18,6 @@ async def test_a_live_mount_in_use_reads_its_counters_once_an_interval(world):
     e = m.engine
     e.watching, e.interval = True, 15.0
     e._signalled_at = time.monotonic() - 20.0  # the last signal, an interval ago
-    e.last_attempt = trio.current_time() - 20.0  # and the last tick
     e._used_at = e.fs.last_activity = e._signalled_at - 1.0  # used only before it
     assert not e.use_signal_due()  # nobody used the mount since: its watch is enough
     e._used_at = time.monotonic()  # a `memfs sync`
@@ -30,9 +30,15 @@ async def test_a_live_mount_in_use_reads_its_counters_once_an_interval(world):
     assert not e.use_signal_due()
     e._signalled_at -= 20.0
     assert e.use_signal_due()
-    e.last_attempt = trio.current_time() - 1.0  # a tick (a failed one: a hung service) a second ago
-    assert not e.use_signal_due()  # it was this interval's request: the signal waits out the interval
-    e.last_attempt -= 20.0
+    e.last_attempt = trio.current_time() - 1.0  # a live tick a second ago: it read the moved stores only
+    assert e.use_signal_due()
+    e._live_retry_at = trio.current_time() + 14.0  # a tick failed a second ago (a hung service)
+    assert not e.use_signal_due()  # the next request waits out the interval, the signal's too
+    e._live_retry_at = -math.inf
+    assert (await m.sync())["ok"]  # a polled tick: it read every store's counter
+    e._used_at = time.monotonic()
+    assert not e.use_signal_due()
+    e._signalled_at -= 20.0
     e.watching = False
     assert not e.use_signal_due()  # polling: its ticks are its signal
 
