@@ -31,6 +31,7 @@ from memfs.client.errors import ApiError, Unreachable
 from memfs.records import FeedPosition
 from memfs.relay.access import credential_hash
 from memfs.service.mirror import Gone, Mirror, State
+from memfs.service.rules import sha256_hex
 from memfs.service.storage import MemoryRecord, StoreRecord
 from memfs.sync.bounded import gather
 from memfs.sync.feed import VersionFeed, format_time, parse_time
@@ -88,6 +89,30 @@ def to_record(store_id: str, m: dict[str, Any]) -> MemoryRecord:
         memory_version_id=m["memory_version_id"],
         created_at=_time(m.get("created_at")),
         updated_at=_time(m.get("updated_at")),
+    )
+
+
+def from_version(store_id: str, v: dict[str, Any], cached: bool) -> MemoryRecord | None:
+    """A memory as its newest version read with its content says (view=full), or None where
+    a GET must ask: no content (a basic page, a redacted version), or a memory the cache does
+    not hold that this version did not create (its creation time is not in it)."""
+    content, sha = v.get("content"), v.get("content_sha256")
+    if content is None or sha is None or v.get("path") is None or v.get("memory_id") is None:
+        return None
+    if sha256_hex(content) != sha:
+        return None
+    if not cached and v.get("operation") != "created":
+        return None
+    return MemoryRecord(
+        id=v["memory_id"],
+        memory_store_id=store_id,
+        path=v["path"],
+        content=content,
+        content_sha256=sha,
+        content_size_bytes=int(v.get("content_size_bytes") or len(content.encode("utf-8"))),
+        memory_version_id=v["id"],
+        created_at=_time(v.get("created_at")),  # the memory's, for a version that created it
+        updated_at=_time(v.get("created_at")),
     )
 
 
@@ -335,7 +360,8 @@ class Poller:
         return bool(self.mirror.downloaded([store_id]))
 
     def _feed(self, client: StoreClient) -> VersionFeed:
-        return VersionFeed(client, refused_until=self._refused)
+        # Content in the feed's read (sync/feed.py `full`): an upstream edit costs the poll only.
+        return VersionFeed(client, refused_until=self._refused, full=True)
 
     async def _download(self, store_id: str, slot: Slot) -> None:
         """The store's first download: the feed's position, then every memory with its content."""
@@ -398,7 +424,9 @@ class Poller:
             for mid, v in newest.items()
             if v.get("operation") != "deleted" and not _holds(held.get(mid), v.get("id"))
         ]
-        states = gone + await self._fetch(client, store_id, want)
+        read_whole = [r for mid in want if (r := from_version(store_id, newest[mid], mid in held))]
+        asked = [mid for mid in want if mid not in {r.id for r in read_whole}]
+        states = gone + read_whole + await self._fetch(client, store_id, asked)
         if states:
             await trio.to_thread.run_sync(self.mirror.apply, store_id, states)
         if read.position is not None:

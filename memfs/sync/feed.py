@@ -42,6 +42,7 @@ log = logging.getLogger("memfs.sync")
 OVERLAP_SECONDS = 120.0  # see the module's docstring
 WIDE_SECONDS = 3600.0  # the safety net's wide window (see the module's docstring)
 PAGE = 100  # versions per page (basic view); the API's documented maximum is not known, 100 is safe
+FULL_PAGE = 20  # versions per page with their content (view=full): the API's documented maximum
 RETENTION_DAYS = 30.0  # the hosted API keeps non-current versions this long
 RETENTION_MARGIN_DAYS = 1.0  # a position older than retention minus this: list instead
 SEEN_KEPT = 10_000  # ids a position keeps seen when a read stopped before the overlap's end (`_covered`)
@@ -118,6 +119,10 @@ class VersionFeed:
     overlap: float = OVERLAP_SECONDS
     wide: float = WIDE_SECONDS
     refused_until: dict[str, float] = field(default_factory=dict)
+    # Read the versions with their content (view=full, 20 a page), except over the wide window
+    # (an hour of versions: 100 a page): a new version's content then comes with the read that
+    # finds it, not in a GET of its own. A read that finds nothing new is one request either way.
+    full: bool = False
 
     def refused(self, store_id: str) -> bool:
         return time.monotonic() < self.refused_until.get(store_id, 0.0)
@@ -139,6 +144,8 @@ class VersionFeed:
         `at`: the previous position; paging stops at a page that reaches back behind it with every
         version there behind it already seen (`_covered`)."""
         params: dict[str, str | int] = {"limit": PAGE}
+        if self.full and at is not None:  # not the wide window (`read` passes no `at` for it)
+            params = {"limit": FULL_PAGE, "view": "full"}
         if since is not None:
             params["created_at[gte]"] = since
         out: list[dict[str, Any]] = []

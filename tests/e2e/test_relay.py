@@ -367,7 +367,11 @@ def test_the_relay_killed_in_a_burst_of_writes_loses_nothing(tmp_path):
 # -- 5. the upstream down for a while ------------------------------------------------------------
 
 
+OUTAGE = 60.0  # seconds the upstream is down
+
+
 @pytest.mark.expected_log(r"is unreachable|cannot reach|not on the store service")
+@pytest.mark.timeout(240)
 def test_upstream_down_reads_served_writes_staged_then_pushed(tmp_path):
     with relayed(tmp_path) as w:
         store = w.api.create_store("Notes")
@@ -381,8 +385,8 @@ def test_upstream_down_reads_served_writes_staged_then_pushed(tmp_path):
         token = w.as_token(session)
         assert all_status(store_reads(token, store, ids["/a.md"]), 200)
 
-        # The issue speaks of a minute; ~15 s of outage here (CI's budget), long enough to outlast
-        # --confirm-every (2 s) several times and the mount's --sync-interval (5 s) twice.
+        # A minute of outage, as the issue says: it outlasts --confirm-every (2 s here) many
+        # times, the mount's --sync-interval (5 s) and its held watch (55 s).
         w.up.stop()
         down_at = time.monotonic()
         assert sh("cat a.md d/b.md", top).stdout == "alpha\nbravo\n"
@@ -400,7 +404,8 @@ def test_upstream_down_reads_served_writes_staged_then_pushed(tmp_path):
         assert st["staged"] == 2, st
         assert sorted(st["paths"]["staged"]) == ["/a.md", "/c.md"], st
         assert sh("cat a.md c.md d/b.md", top).stdout == "alpha again\ngamma\nbravo\n"
-        time.sleep(max(0.0, 15 - (time.monotonic() - down_at)))
+        time.sleep(max(0.0, OUTAGE - (time.monotonic() - down_at)))
+        assert all_status(store_reads(token, store, ids["/a.md"]), 200)  # still, a minute on
         assert texts(top) == {"/a.md": "alpha again\n", "/c.md": "gamma\n", "/d/b.md": "bravo\n"}
 
         w.up.start()  # the same port, the same db
@@ -472,6 +477,7 @@ def test_two_mounts_through_one_relay_read_each_others_writes_and_upstream_edits
 
         # An edit made on the upstream directly: the relay's poll (every 1 s) finds it, its watch
         # wakes both mounts.
+        fetched = w.relay_status()["requests"]["last_hour"].get("get", 0)
         before = counter()
         w.api.update(store, memory, content="edited upstream\n")
         assert wait_for(lambda: counter() > before, 20), "the relay's poll never found the upstream edit"
@@ -481,7 +487,8 @@ def test_two_mounts_through_one_relay_read_each_others_writes_and_upstream_edits
             mount_status(b, "shared"),
         )
         assert (ta / "shared.md").read_text() == (tb / "shared.md").read_text() == "edited upstream\n"
-        assert w.relay_status()["requests"]["last_hour"].get("get", 0) > fetched  # the poll fetched it
+        # The poll's read of the version feed carried the new content (view=full): no GET of it.
+        assert w.relay_status()["requests"]["last_hour"].get("get", 0) == fetched
         polls = {s["memory_store_id"]: s for s in w.relay_status()["stores"]}[store]
         assert polls["downloads"] == 1, polls  # one download for both mounts
 
