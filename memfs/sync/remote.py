@@ -96,6 +96,16 @@ def _unset(entries: dict[str, BaseEntry], remote: dict[str, P.RemoteEntry], memo
         del entries[old.path]
 
 
+def _take_content(pulled: Pulled, content: str | None, sha: str) -> None:
+    """A version's content (view=full), kept for the plan's Materialise when it is the sha the
+    version names (a redacted or basic one has none: the memory is fetched)."""
+    if content is None:
+        return
+    data = content.encode("utf-8")
+    if hashlib.sha256(data).hexdigest() == sha:
+        pulled.contents[sha] = data
+
+
 def prefix_sizes(base: Mapping[str, Any]) -> dict[str, int]:
     """prefix -> how many memories of the baseline lie under it ("/" is all of them): what lets
     a listing split a prefix known to be large, and ask its sub-prefixes, without probing first."""
@@ -180,7 +190,9 @@ class StoreReader:
         # gives (counter, entries, shas), or None when it failed; then the store is asked anew.
         # Taken once, by the store's first snapshot (a first download).
         self.prefetched: dict[str, Prefetched] = {}
-        self.feed = VersionFeed(client)  # the hosted API's change detection (sync/feed.py)
+        # The hosted API's change detection (sync/feed.py), its versions read with their content:
+        # a remote edit costs the read that finds it, not a GET more.
+        self.feed = VersionFeed(client, full=True)
 
     def baseline(self, sid: str) -> Baseline:
         """The store's baseline, read again only when the state's generation moved (every write
@@ -373,6 +385,7 @@ class StoreReader:
                     remote[mid] = P.RemoteEntry(mid, path, sha, size)
                     pulled.note_mtime(mid, v.get("created_at"))
                     changed = True
+                    _take_content(pulled, v.get("content"), sha)
         if not changed and not redacted:
             # Versions read again (the wide window reads an hour of versions that were applied
             # already): the store is its baseline, which spares the planning of every entry.

@@ -89,3 +89,20 @@ def test_a_refused_feed_is_not_asked_again_soon():
     at = FeedPosition("2026-12-03T10:29:00.000000Z", frozenset())
     assert read(feed, at).versions is None and len(pages.asked) == 1
     assert read(feed, at).versions is None and len(pages.asked) == 1  # remembered: not asked
+
+
+def test_a_feed_with_content_asks_full_pages_but_the_wide_window_basic_ones():
+    """`full`: the versions' content comes with the read that finds them (20 a page, the API's
+    maximum with view=full); the safety net's wide window (an hour of versions) stays at 100 a page
+    without content, and so does the probe before a listing."""
+    at = FeedPosition("2026-12-03T10:29:00.000000Z", frozenset())
+    pages = Pages(*[([], None, "Thu, 03 Dec 2026 10:30:00 GMT")] * 3)
+    feed = VersionFeed(pages, full=True)  # type: ignore[arg-type]
+
+    async def go():
+        await feed.read("memstore_x", at, most=1000)
+        await feed.read("memstore_x", at, most=1000, wide=3600.0)
+        await feed.probe("memstore_x")
+
+    trio.run(go)
+    assert [(p.get("view"), p["limit"]) for p in pages.asked] == [("full", 20), (None, 100), (None, 100)]
