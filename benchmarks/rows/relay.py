@@ -23,8 +23,10 @@ file is read in every sandbox.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import re
+import sqlite3
 import threading
 import time
 from dataclasses import dataclass
@@ -104,6 +106,64 @@ class Fetches:
         return self.times
 
 
+class Applied:
+    """When each edited memory's new content was in each sandbox's view but its writer's: the
+    memory's baseline row (written in the same transaction as the view's file) read from the
+    sandbox's state dir, read-only, every 0.25 s. For the fleet without a relay: its mounts read
+    the hosted feed with the content in it (view=full) and fetch nothing, so the access log
+    (`Fetches`) cannot tell. Resolution 0.25 s; the mounts themselves are not touched."""
+
+    EVERY_S = 0.25
+
+    def __init__(self, sandboxes: list[Sandbox]):
+        self.sandboxes = sandboxes
+        self.times: dict[str, list[float]] = {}
+        self._wanted: dict[str, tuple[str, int | None]] = {}  # memory id -> (sha, writer's index)
+        self._seen: set[tuple[int, str]] = set()
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def want(self, memory_id: str, content: str, origin: int | None) -> None:
+        with self._lock:
+            self._wanted[memory_id] = (hashlib.sha256(content.encode()).hexdigest(), origin)
+
+    def read(self) -> dict[str, list[float]]:
+        return self.times
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(5)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.EVERY_S):
+            self._look()
+
+    def _look(self) -> None:
+        with self._lock:
+            wanted = dict(self._wanted)
+        now = time.time()
+        for i, sb in enumerate(self.sandboxes):
+            pending = [m for m, (_sha, origin) in wanted.items() if origin != i and (i, m) not in self._seen]
+            if not pending:
+                continue
+            with (
+                contextlib.suppress(sqlite3.Error),
+                contextlib.closing(
+                    sqlite3.connect(f"file:{sb.state_dir / 'state.db'}?mode=ro", uri=True, timeout=1)
+                ) as db,
+            ):
+                marks = ",".join("?" * len(pending))
+                rows = db.execute(
+                    f"SELECT memory_id, sha FROM baseline WHERE memory_id IN ({marks})", pending
+                )
+                for memory_id, sha in rows.fetchall():
+                    if sha == wanted[memory_id][0]:
+                        self._seen.add((i, memory_id))
+                        self.times.setdefault(memory_id, []).append(now)
+
+
 class Visibility:
     """The edits made, and when each became readable in each sandbox but its writer: when the
     other mounts fetched the edited memory, the service's access log says (each memory is edited
@@ -113,7 +173,7 @@ class Visibility:
     ~90 ms of daemon CPU with 2 x 2,000 memories. At the end every edited file is read in every
     sandbox (`verify`): the fetch was the edit, and it reached the view."""
 
-    def __init__(self, sandboxes: list[Sandbox], fetches: Fetches):
+    def __init__(self, sandboxes: list[Sandbox], fetches: Fetches | Applied):
         self.sandboxes, self.fetches = sandboxes, fetches
         self.edits: list[dict] = []
         self._lock = threading.Lock()
@@ -121,6 +181,8 @@ class Visibility:
     def made(self, edit: dict) -> None:
         with self._lock:
             self.edits.append(edit)
+        if isinstance(self.fetches, Applied):
+            self.fetches.want(edit["memory_id"], edit["content"], edit.get("origin"))
 
     def expected(self, e: dict) -> int:
         return len(self.sandboxes) - (e.get("origin") is not None)
@@ -323,6 +385,7 @@ def run_fleet(
     sandboxes = [b.sandbox(sess, base_url=url, name=name) for sess in sessions]
     agents: Agents | None = None
     editors: Editors | None = None
+    applied: Applied | None = None
     try:
         c0 = counter.read()
         t = time.perf_counter()
@@ -337,7 +400,15 @@ def run_fleet(
             f"attempts, {download['never_mounted']} never mounted"
         )
         up = [sb for sb, m in zip(sandboxes, mounts, strict=True) if m["mounted"]]
-        vis = Visibility(up, Fetches((relay or emu.svc).stderr_path))
+        # Through the relay, mounts fetch each edit from it (the changes feed has no content): its
+        # access log times them exactly. Without it they fetch nothing (the hosted feed carries
+        # the content): their state dirs tell (`Applied`).
+        source: Fetches | Applied
+        if relay is not None:
+            source = Fetches(relay.stderr_path)
+        else:
+            source = applied = Applied(up)
+        vis = Visibility(up, source)
         c0, cpu0 = counter.read(), cpu_sample(relay, emu, up)
         agents = Agents(b, up)
         editors = Editors(emu, up, targets, vis)
@@ -369,6 +440,8 @@ def run_fleet(
             editors.close()
         if agents is not None:
             agents.join()
+        if applied is not None:
+            applied.close()
         close_all(b, sandboxes)
 
 
