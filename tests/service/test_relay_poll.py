@@ -8,19 +8,10 @@ import httpx
 import pytest
 
 from tests.service.test_relay_access import MEMORY, relay_for, seeded, status, token_of
-from tests.support.service import ServiceProcess
+from tests.service.test_relay_access import upstream as upstream  # the fixture: an emulator of the hosted API
 from tests.support.waits import wait_for
 
 pytestmark = pytest.mark.timeout(120)
-
-
-@pytest.fixture
-def upstream(tmp_path):
-    up = ServiceProcess(tmp_path / "up", hosted_api=True)
-    try:
-        yield up
-    finally:
-        up.stop()
 
 
 def test_an_upstream_edit_and_create_cost_the_poll_alone(tmp_path, upstream):
