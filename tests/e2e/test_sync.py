@@ -228,9 +228,10 @@ def test_idle_tick_is_one_request_and_one_edit_fetches_one_memory(world, api, se
     api.update(world.rw, memory["id"], content="one remote edit\n")
     one = mounted.sync()
     if service.hosted_api:
-        # No counter: one listing page per store each tick, plus the one fetch.
+        # No counter: one version-feed page per store each tick; the edit's content rides in its
+        # feed page (view=full), so it costs no fetch (SEMANTICS.md#d-no-counter).
         assert idle["requests"] == 2, idle
-        assert one["requests"] == 3, one
+        assert one["requests"] == 2, one
     else:
         assert idle["requests"] == 1, idle  # one counters request for both stores
         assert one["requests"] == 3, one  # counters + changes feed + one fetch
@@ -271,10 +272,12 @@ def test_idle_tick_with_eight_stores_is_one_request(world, api, service):
     assert sorted(os.listdir(box.root)) == sorted(f"store-{i}" for i in range(8))
     box.sync()
     idle = box.sync()
-    expected_idle = 8 if service.hosted_api else 1  # hosted API: one listing page per store
+    expected_idle = 8 if service.hosted_api else 1  # hosted API: one feed page per store
     assert idle["requests"] == expected_idle, idle
     memory = api.memories(stores[5])["/d1/m4.md"]
     api.update(stores[5], memory["id"], content="edited remotely\n")
     one = box.sync()
-    assert one["requests"] == (expected_idle + 1 if service.hosted_api else 3), one
+    # Hosted API: the edit's content comes in its store's feed page (view=full), no fetch; counters:
+    # counters + changes feed + one fetch.
+    assert one["requests"] == (expected_idle if service.hosted_api else 3), one
     assert (box.root / "store-5" / "d1" / "m4.md").read_text() == "edited remotely\n"
