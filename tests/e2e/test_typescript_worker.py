@@ -9,8 +9,10 @@ Node 22's `fs.glob`; Debian's node may be older)."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
+import signal
 import subprocess
 import time
 from pathlib import Path
@@ -170,6 +172,68 @@ def test_an_oversized_write_or_edit_is_refused_and_a_remote_edit_is_seen(wworld,
     contents = wworld.api.contents(wworld.rw)
     assert contents["/profile.md"] == "name: agent\nlikes: remote edits\n"
     assert contents["/fits.md"] == "é" * 51_200
+
+
+def test_a_stopped_daemon_makes_the_pre_call_sync_give_up_and_the_tool_still_runs(wworld, ts_package):
+    # As the Python link (tests/session/test_daemon_link.py): a ping on a second connection finds
+    # the stopped daemon within 2 s (5 s for the final sync). Without it the pre-call sync would wait
+    # its whole 20 s and the final sync its 35 s: more than this item's 40 s.
+    wworld.mount()
+    plain = wworld.workdir / "plain.txt"
+    plain.write_text("outside the memory\n")
+    pid = wworld.box.daemon_pid()
+    assert pid
+    try:
+        run, proc = run_ts_item(
+            wworld,
+            ts_package,
+            [
+                Step(
+                    "read",
+                    {"file_path": wworld.memory(RW, "profile.md")},
+                    after=lambda _r: os.kill(pid, signal.SIGSTOP),
+                ),
+                Step("read", {"file_path": str(plain)}),
+            ],
+            timeout=40,
+        )
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out
+    results, texts = run.results(), run.texts()
+    assert [r["is_error"] for r in results] == [False, False], texts
+    assert "outside the memory" in texts[1]
+    assert "pre-call sync before read failed" in out and "did not answer a ping within 2s" in out, out
+    assert "final sync failed" in out and "did not answer a ping within 5s" in out, out
+    assert run.work.stop_requests and run.work.stop_requests[0].get("force") is True
+
+
+@pytest.mark.timeout(60)
+def test_a_busy_daemon_that_answers_its_ping_gets_the_whole_timeout(tmp_path, ts_package):
+    from tests.session.test_daemon_link import SlowDaemon
+
+    path = tmp_path / "slow.sock"
+    daemon = SlowDaemon(path, delay=0.8)  # longer than the ping deadline given below
+    script = (
+        "const { DaemonLink } = require(process.argv[1]);"
+        "new DaemonLink('/nowhere').sync(false, false, 10000, 300).then("
+        "(a) => { console.log(JSON.stringify(a)); process.exit(0); },"
+        "(e) => { console.error(String(e)); process.exit(1); });"
+    )
+    env = {**os.environ, "MEMFS_SYNC_SOCKET": str(path)}
+    try:
+        proc = subprocess.run(
+            [str(ts_package / "node_modules" / ".bin" / "node"), "-e", script, str(ts_package / "dist")],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+    finally:
+        daemon.close()
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout) == {"ok": True, "ran": True}
 
 
 def test_a_lost_lease_stops_the_item_without_a_final_push(wworld, spy, ts_package):

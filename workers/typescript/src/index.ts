@@ -43,6 +43,13 @@ export const FINAL_SYNC_TIMEOUT_MS = 30_000;
 export const PRE_CALL_TIMEOUT_MS = 20_000;
 const CONNECT_TIMEOUT_MS = 2_000;
 const STATUS_TIMEOUT_MS = 10_000;
+/** How long a tool call waits for a sign of life (the ping's answer) before it runs without the sync
+ *  (memfs/worker/daemon_link.py, PRE_CALL_PING_TIMEOUT): a live daemon answers a ping at once. */
+export const PRE_CALL_PING_TIMEOUT_MS = 2_000;
+/** The same for every other request (memfs/session/control.py, PING_TIMEOUT). */
+export const PING_TIMEOUT_MS = 5_000;
+/** How long an answer may take before a ping on a second connection checks the daemon is alive. */
+const ANSWER_PATIENCE_MS = 100;
 /** The sandbox image's sync-only socket (sync and status only), as for the Python worker. */
 export const SOCKET_ENV = 'MEMFS_SYNC_SOCKET';
 
@@ -94,7 +101,12 @@ type Answer = Record<string, any>;
 
 /** One request in flight at a time on one held unix-socket connection (answers come back in order;
  *  a request given up half-way leaves its answer unread, so that connection is dropped). A held
- *  connection found closed (the daemon restarted, or closed it when idle) is re-opened once. */
+ *  connection found closed (the daemon restarted, or closed it when idle) is re-opened once.
+ *  Stopped or busy: an answer that has not come within ANSWER_PATIENCE_MS makes the link ping the
+ *  daemon on a second connection. The daemon answers a ping from its event loop at once, whatever a
+ *  tick is doing, so no answer within the ping's deadline means it is stopped (SIGSTOP) or wedged and
+ *  the request gives up then; a live daemon whose due tick pulls still gets the request's whole
+ *  timeout (as memfs/worker/daemon_link.py does). */
 export class DaemonLink {
   readonly socketPath: string;
   #socket: net.Socket | null = null;
@@ -106,14 +118,15 @@ export class DaemonLink {
     this.socketPath = process.env[SOCKET_ENV] || path.join(stateDirOf(root), 'control.sock');
   }
 
-  request(request: Answer, timeoutMs: number): Promise<Answer> {
-    const turn = this.#queue.then(() => this.#exchangeWithRetry(request, timeoutMs));
+  request(request: Answer, timeoutMs: number, pingMs: number = PING_TIMEOUT_MS): Promise<Answer> {
+    const ping = Math.max(1, Math.min(pingMs, timeoutMs));
+    const turn = this.#queue.then(() => this.#exchangeWithRetry(request, timeoutMs, ping));
     this.#queue = turn.catch(() => undefined);
     return turn;
   }
 
-  sync(force: boolean, wait: boolean, timeoutMs: number): Promise<Answer> {
-    return this.request({ op: 'sync', force, wait }, timeoutMs);
+  sync(force: boolean, wait: boolean, timeoutMs: number, pingMs: number = PRE_CALL_PING_TIMEOUT_MS): Promise<Answer> {
+    return this.request({ op: 'sync', force, wait }, timeoutMs, pingMs);
   }
 
   status(timeoutMs = STATUS_TIMEOUT_MS): Promise<Answer> {
@@ -124,14 +137,14 @@ export class DaemonLink {
     this.#drop();
   }
 
-  async #exchangeWithRetry(request: Answer, timeoutMs: number): Promise<Answer> {
+  async #exchangeWithRetry(request: Answer, timeoutMs: number, pingMs: number): Promise<Answer> {
     const held = this.#socket !== null;
     try {
-      return await this.#exchange(request, timeoutMs);
+      return await this.#exchange(request, timeoutMs, pingMs);
     } catch (e) {
       if (!(e instanceof Broken) || !held) throw this.#unavailable(e);
       try {
-        return await this.#exchange(request, timeoutMs); // once more, on a fresh connection
+        return await this.#exchange(request, timeoutMs, pingMs); // once more, on a fresh connection
       } catch (e2) {
         throw this.#unavailable(e2);
       }
@@ -143,16 +156,45 @@ export class DaemonLink {
     return new DaemonUnavailable(`the memfs daemon of ${this.root} did not answer: ${(e as Error).message}`);
   }
 
-  async #exchange(request: Answer, timeoutMs: number): Promise<Answer> {
+  async #exchange(request: Answer, timeoutMs: number, pingMs: number): Promise<Answer> {
     const socket = this.#socket ?? (await this.#connect());
     const line = await new Promise<string>((resolve, reject) => {
-      const timer = setTimeout(() => {
+      let settled = false;
+      const giveUp = (why: Error) => {
+        if (settled) return;
+        settled = true;
+        clearTimeout(timer);
+        clearTimeout(patience);
         this.#waiting = null;
         this.#drop(); // its answer may still come: that connection is not reused
-        reject(new DaemonUnavailable(`the memfs daemon of ${this.root} did not answer ${request.op} within ${timeoutMs / 1000}s`));
-      }, timeoutMs);
+        reject(why);
+      };
+      const timer = setTimeout(
+        () => giveUp(new DaemonUnavailable(`the memfs daemon of ${this.root} did not answer ${request.op} within ${timeoutMs / 1000}s`)),
+        timeoutMs,
+      );
+      // The answer almost always comes at once (no tick due): no ping. Only when it does not is a
+      // second connection asked whether the daemon is alive (a due tick pulls) or stopped.
+      const patience = setTimeout(() => {
+        this.#ping(pingMs).then(
+          (alive) => {
+            if (!alive) {
+              giveUp(
+                new DaemonUnavailable(
+                  `the memfs daemon of ${this.root} did not answer a ping within ${pingMs / 1000}s ` +
+                    `(stopped or hung?); it was asked at ${this.socketPath}`,
+                ),
+              );
+            }
+          },
+          () => undefined,
+        );
+      }, Math.min(ANSWER_PATIENCE_MS, pingMs));
       this.#waiting = (got) => {
+        if (settled) return;
+        settled = true;
         clearTimeout(timer);
+        clearTimeout(patience);
         this.#waiting = null;
         if (got instanceof Error) reject(got);
         else resolve(got);
@@ -170,6 +212,29 @@ export class DaemonLink {
       throw new DaemonUnavailable(`the memfs daemon of ${this.root} refused ${request.op}: ${answer.error}`);
     }
     return answer;
+  }
+
+  /** A ping on a connection of its own: true when any answer line comes within pingMs. */
+  #ping(pingMs: number): Promise<boolean> {
+    return new Promise((resolve) => {
+      const probe = net.createConnection(this.socketPath);
+      let buf = '';
+      const done = (alive: boolean) => {
+        clearTimeout(timer);
+        probe.destroy();
+        resolve(alive);
+      };
+      const timer = setTimeout(() => done(false), pingMs);
+      probe.setEncoding('utf8');
+      probe.on('connect', () => probe.write('{"op":"ping"}\n'));
+      probe.on('data', (chunk: string) => {
+        buf += chunk;
+        if (buf.includes('\n')) done(true);
+      });
+      probe.on('error', () => done(false));
+      probe.on('close', () => done(buf.includes('\n')));
+      probe.unref();
+    });
   }
 
   #connect(): Promise<net.Socket> {
@@ -521,7 +586,7 @@ class SessionMemory {
     let answer: Answer;
     let status: Answer;
     try {
-      answer = await this.link.sync(true, true, FINAL_SYNC_TIMEOUT_MS + 5_000);
+      answer = await this.link.sync(true, true, FINAL_SYNC_TIMEOUT_MS + 5_000, PING_TIMEOUT_MS);
       status = await this.link.status();
     } catch (e) {
       this.log(
