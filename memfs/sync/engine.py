@@ -46,6 +46,9 @@ __all__ = ["SyncEngine", "TickFailed"]
 QUIET_SECONDS = 1.0
 TIMER_STEP = 0.1  # seconds between the timer's looks (a watch's answer wakes it at once)
 PUSH_DEBOUNCE = 0.3  # live mode: a change is pushed once nothing changed for this long (SEMANTICS.md#d-when)
+# The final sync tries a failed tick again this many times, after 0.5 s, then 1 s (within its bound).
+FINAL_RETRIES = 2
+FINAL_RETRY_PAUSE = 0.5
 RETRY_AFTER_CAP = 600.0  # seconds: the longest retry-after a failed tick honours (a broken header must not stop sync for a day)
 # Without a counter (the hosted API, SEMANTICS.md#d-no-counter): a mount nobody used since its last
 # poll polls at most every IDLE_POLL_INTERVAL (any use brings back the interval), and lists one
@@ -716,14 +719,32 @@ class SyncEngine(LiveMode):
     async def final_sync(self, timeout: float) -> dict[str, Any]:
         """Pull and push, bounded; report what is not on the store (never deleted). A second tick
         runs when the first one made progress and left pushes it could not yet make (a create on
-        the path a rename just freed goes out one tick after that rename)."""
+        the path a rename just freed goes out one tick after that rename). A tick that failed
+        (a dropped connection, a 5xx, the service briefly away) is tried again, FINAL_RETRIES
+        times at most, after FINAL_RETRY_PAUSE, 2x, ...: it is the last chance before the mount
+        goes, and a push whose answer was lost is settled by the next pull (SEMANTICS.md#d-end)."""
         result: dict[str, Any] = {"ok": False, "error": "timed out", "pushed": 0}
-        pushed = 0
+        pushed = progress = failures = 0
         with trio.move_on_after(timeout):
-            for _round in range(3):
+            while True:
                 result = await self.sync_now(force=True, wait=True)
                 pushed += result.get("pushed", 0)
-                if not result.get("ok") or not result.get("pushed") or not self._staged_left():
+                if not self._staged_left():
+                    break
+                if not result.get("ok"):
+                    failures += 1
+                    if failures > FINAL_RETRIES:
+                        break
+                    log.info(
+                        "final sync: the tick failed (%s); trying again (%d of %d)",
+                        result.get("error"),
+                        failures,
+                        FINAL_RETRIES,
+                    )
+                    await trio.sleep(FINAL_RETRY_PAUSE * failures)
+                    continue
+                progress += 1  # a tick that went through: more only while it pushes something
+                if not result.get("pushed") or progress >= 3:
                     break
         missing = self.not_on_store()
         pending = sum(n.count for n in missing.values())

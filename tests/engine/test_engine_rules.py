@@ -16,6 +16,7 @@ import math
 import re
 from pathlib import Path
 
+import httpx
 import pytest
 
 from memfs.mount.replies import FsError
@@ -394,6 +395,48 @@ async def test_what_is_not_on_the_store_is_named_until_pushed(world):
     final = await m.engine.final_sync(timeout=5)
     assert final["ok"] and final["pending"] == 0 and final["pushed"] == 1
     assert (await world.svc.contents(world.notes))["/new.md"] == "fresh"
+
+
+async def test_the_final_sync_tries_a_dropped_push_again_and_a_lost_answer_doubles_nothing(world):
+    # A proxy that closes a kept-alive connection as the final push goes out (seen in CI through
+    # tinyproxy) must not leave the change staged at unmount: the final sync tries again.
+    m = await world.setup({"/a.md": "alpha"})
+    m.write("/notes/new.md", b"fresh")
+    m.write("/notes/a.md", b"alpha 2")
+    dropped = m.transport.add("POST", r"/memory_batch$", drop=True)  # before the service sees it
+    final = await m.engine.final_sync(timeout=10)
+    assert final["ok"] and final["pending"] == 0 and final["pushed"] == 2, final
+    assert dropped.hits == 1
+    assert (await world.svc.contents(world.notes)) == {"/a.md": "alpha 2", "/new.md": "fresh"}
+
+    # The answer lost after the service applied the push: the retry's pull settles it.
+    m.write("/notes/new.md", b"fresh 2")
+    m.write("/notes/late.md", b"late")
+
+    async def answer_lost(request):
+        await world.svc.transport.handle_async_request(request)  # applied on the service...
+        raise httpx.RemoteProtocolError("answer lost (injected)", request=request)  # ...unanswered
+
+    lost = m.transport.add("POST", r"/memory_batch$", before=answer_lost)
+    final = await m.engine.final_sync(timeout=10)
+    assert final["ok"] and final["pending"] == 0, final
+    assert (await world.svc.contents(world.notes)) == {
+        "/a.md": "alpha 2",
+        "/new.md": "fresh 2",
+        "/late.md": "late",
+    }
+    assert lost.hits == 1
+    assert m.notices("notes") == []  # no conflict copy, nothing doubled
+
+
+async def test_the_final_sync_gives_up_after_two_more_tries_and_names_what_is_staged(world):
+    m = await world.setup({"/a.md": "alpha"})
+    m.write("/notes/new.md", b"fresh")
+    m.transport.add("POST", r"/memory_batch$", drop=True, times=None)
+    final = await m.engine.final_sync(timeout=10)
+    assert not final["ok"] and final["pending"] == 1, final
+    assert m.transport.count("POST", r"/memory_batch$") == 3  # the tick, then two more
+    assert m.store_status("notes")["paths"]["staged"] == ["/new.md"]
 
 
 async def test_changes_staged_before_a_restart_are_pushed_after_it(world):
