@@ -33,6 +33,7 @@ from memfs.sync import plan as P
 from memfs.sync.apply import apply_plan, maybe_staged, plan_narrowed, plan_pull
 from memfs.sync.bounded import gather
 from memfs.sync.live import LiveMode
+from memfs.sync.narrow import leaves_view_as_base
 from memfs.sync.not_on_store import NotOnStore, not_on_store
 from memfs.sync.ports import Journal, Store, View
 from memfs.sync.push import Pusher
@@ -539,7 +540,7 @@ class SyncEngine(LiveMode):
             deferred = apply_plan(self.fs, self.state, store, plan, pulled)
         if deferred:
             return []
-        if narrowed and not plan.push_stages and _leaves_view_as_base(plan):
+        if narrowed and not plan.push_stages and leaves_view_as_base(plan):
             # The view was the baseline and the plan made both the store's: clean still, and the
             # cached baseline moved as the journal's did (no read of the whole store next time).
             self.reader.advance(sid, plan.bookkeeping)
@@ -719,10 +720,9 @@ class SyncEngine(LiveMode):
     async def final_sync(self, timeout: float) -> dict[str, Any]:
         """Pull and push, bounded; report what is not on the store (never deleted). A second tick
         runs when the first one made progress and left pushes it could not yet make (a create on
-        the path a rename just freed goes out one tick after that rename). A tick that failed
-        (a dropped connection, a 5xx, the service briefly away) is tried again, FINAL_RETRIES
-        times at most, after FINAL_RETRY_PAUSE, 2x, ...: it is the last chance before the mount
-        goes, and a push whose answer was lost is settled by the next pull (SEMANTICS.md#d-end)."""
+        the path a rename just freed goes out one tick after that rename). A failed tick (a
+        dropped connection, a 5xx) is tried again FINAL_RETRIES times: the last chance before the
+        mount goes; a push whose answer was lost is settled by the next pull (SEMANTICS.md#d-end)."""
         result: dict[str, Any] = {"ok": False, "error": "timed out", "pushed": 0}
         pushed = progress = failures = 0
         with trio.move_on_after(timeout):
@@ -735,12 +735,7 @@ class SyncEngine(LiveMode):
                     failures += 1
                     if failures > FINAL_RETRIES:
                         break
-                    log.info(
-                        "final sync: the tick failed (%s); trying again (%d of %d)",
-                        result.get("error"),
-                        failures,
-                        FINAL_RETRIES,
-                    )
+                    log.info("final sync: the tick failed (%s); trying again", result.get("error"))
                     await trio.sleep(FINAL_RETRY_PAUSE * failures)
                     continue
                 progress += 1  # a tick that went through: more only while it pushes something
@@ -795,11 +790,3 @@ class SyncEngine(LiveMode):
             "requests": self.client.budget.snapshot(),
             "in_use": self.in_use(),
         }
-
-
-def _leaves_view_as_base(plan: P.Plan) -> bool:
-    """The plan places the store's memories in the view and the baseline alike (no kept copy,
-    no skipped memory, no other bookkeeping)."""
-    return all(not isinstance(a, P.KeepLocal) for a in plan.view) and all(
-        isinstance(a, (P.SetBase, P.DropBase)) for a in plan.bookkeeping
-    )

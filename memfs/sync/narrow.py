@@ -23,7 +23,7 @@ from collections.abc import Callable, Mapping
 
 from memfs.protocol import Access, Deletions
 from memfs.records import BaseEntry, LocalFile
-from memfs.sync.plan import Inputs, RemoteEntry
+from memfs.sync.plan import DropBase, Inputs, KeepLocal, Plan, RemoteEntry, SetBase
 
 MOST = 64  # changed memories past which the whole store is planned
 
@@ -101,4 +101,13 @@ def narrowed_inputs(
         max_files=max_files,
         max_bytes=max_bytes,
         remote_changed=True,
+    )
+
+
+def leaves_view_as_base(plan: Plan) -> bool:
+    """The plan places the store's memories in the view and the baseline alike (no kept copy,
+    no skipped memory, no other bookkeeping): after it a clean store is clean still, and its
+    cached baseline moves by the plan's SetBase and DropBase alone (engine.py)."""
+    return all(not isinstance(a, KeepLocal) for a in plan.view) and all(
+        isinstance(a, (SetBase, DropBase)) for a in plan.bookkeeping
     )
