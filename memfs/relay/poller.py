@@ -21,6 +21,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 import trio
@@ -34,7 +35,7 @@ from memfs.service.mirror import Gone, Mirror, State
 from memfs.service.rules import sha256_hex
 from memfs.service.storage import MemoryRecord, StoreRecord
 from memfs.sync.bounded import gather
-from memfs.sync.feed import VersionFeed, format_time, parse_time
+from memfs.sync.feed import OVERLAP_SECONDS, VersionFeed, format_time, parse_time
 
 log = logging.getLogger("memfs.relay")
 
@@ -68,7 +69,9 @@ class Slot:
     used_at: float = float("-inf")  # time.monotonic() of the last request a client made of it, a watch aside
     watched_at: float = float("-inf")  # of the last watch that named it
     polled_at: float = float("-inf")
-    position: FeedPosition | None = None  # None: not read since this relay started (listed first)
+    # None: not read since this relay started (read from the cache's recorded position, else listed)
+    position: FeedPosition | None = None
+    recorded: float = float("-inf")  # time.monotonic() when this relay last recorded the position
     busy: bool = False
     polls: int = 0
     downloads: int = 0
@@ -156,8 +159,8 @@ class Poller:
     # -- from the HTTP side's thread ------------------------------------------------------------
 
     def start(self, cached: list[str]) -> None:
-        """`cached`: the stores the cache already holds (a restart reuses them; each is read again
-        at its first use: the poll's position is not kept)."""
+        """`cached`: the stores the cache already holds (a restart reuses them; each is read at
+        its first use from the feed position the cache recorded, else listed again)."""
         self.cached.update(cached)
         now = time.monotonic()
         for sid in cached:  # unused since the start counts from the start (then dropped, if never used)
@@ -313,6 +316,8 @@ class Poller:
                 self.mirror.claim_poll, store_id, int(time.time() * 1000), int(self.interval * 800)
             ):
                 if slot.position is None:
+                    slot.position = await trio.to_thread.run_sync(self._recorded_position, store_id)
+                if slot.position is None:
                     await self._relist(store_id, slot)
                 else:
                     await self._poll(store_id, slot)
@@ -359,6 +364,27 @@ class Poller:
     def _downloaded_elsewhere(self, store_id: str) -> bool:
         return bool(self.mirror.downloaded([store_id]))
 
+    def _recorded_position(self, store_id: str) -> FeedPosition | None:
+        """Where the cache's recorded feed position says to read from (a restart, or a replica
+        that did not poll the store before): no ids seen, so the first read takes the overlap
+        behind it again, and what the cache holds already is not fetched (`_holds`)."""
+        ms = self.mirror.feed_at(store_id)
+        if ms <= 0:
+            return None
+        return FeedPosition(format_time(datetime.fromtimestamp(ms / 1000, UTC)), frozenset())
+
+    def _to_record(self, slot: Slot, position: FeedPosition | None, *, states: bool) -> int | None:
+        """The position to record with what a poll applies (ms), or None: with every apply that
+        changes something, else at most once per overlap (a restart then reads at most about two
+        overlaps of the feed again), so a quiet poll writes nothing."""
+        if position is None or not position.position:
+            return None
+        now = time.monotonic()
+        if not states and now - slot.recorded < OVERLAP_SECONDS:
+            return None
+        slot.recorded = now
+        return int(parse_time(position.position).timestamp() * 1000)
+
     def _feed(self, client: StoreClient) -> VersionFeed:
         # Content in the feed's read (sync/feed.py `full`): an upstream edit costs the poll only.
         return VersionFeed(client, refused_until=self._refused, full=True)
@@ -376,8 +402,11 @@ class Poller:
         listed_from = await trio.to_thread.run_sync(self.mirror.counter, store_id)
         listing = await client.list_memories(store_id, view="full")
         memories = [to_record(store_id, m) for m in listing.items]
+        feed_at = self._to_record(slot, probe.position, states=True)
         changed = await trio.to_thread.run_sync(
-            lambda: self.mirror.replace(store_id, memories, listed_from=listed_from, download=True)
+            lambda: self.mirror.replace(
+                store_id, memories, listed_from=listed_from, download=True, feed_at_ms=feed_at
+            )
         )
         slot.position = probe.position
         slot.downloads += 1
@@ -403,8 +432,11 @@ class Poller:
             states = await self._fetch(client, store_id, want)
             memories = [s for s in states if isinstance(s, MemoryRecord)]
             listed = {m["id"] for m in listing.items} - {s.memory_id for s in states if isinstance(s, Gone)}
+        feed_at = self._to_record(slot, position, states=True)
         await trio.to_thread.run_sync(
-            lambda: self.mirror.replace(store_id, memories, listed_from=listed_from, listed_ids=listed)
+            lambda: self.mirror.replace(
+                store_id, memories, listed_from=listed_from, listed_ids=listed, feed_at_ms=feed_at
+            )
         )
         slot.position = position
 
@@ -427,8 +459,9 @@ class Poller:
         read_whole = [r for mid in want if (r := from_version(store_id, newest[mid], mid in held))]
         asked = [mid for mid in want if mid not in {r.id for r in read_whole}]
         states = gone + read_whole + await self._fetch(client, store_id, asked)
-        if states:
-            await trio.to_thread.run_sync(self.mirror.apply, store_id, states)
+        feed_at = self._to_record(slot, read.position, states=bool(states))
+        if states or feed_at is not None:
+            await trio.to_thread.run_sync(lambda: self.mirror.apply(store_id, states, feed_at_ms=feed_at))
         if read.position is not None:
             slot.position = read.position
 

@@ -36,6 +36,10 @@ POLLED_AT_KEY = "relay_polled_at_ms"  # store_kv: when some relay replica last c
 # store_kv, under no store: this database is a relay's cache (neither kind of server takes the other's)
 CACHE_MARK = ("", "relay_cache")
 DOWNLOADED_KEY = "relay_downloaded"  # store_kv: the store's first download ended (it may be served)
+# store_kv: a position (ms since the epoch) in the upstream's version feed such that every version
+# created before it is in the cache; a restarted relay (or another replica) reads the feed from
+# there instead of listing the store again. 0: none known.
+FEED_AT_KEY = "relay_feed_at_ms"
 
 
 def counter_base() -> int:
@@ -100,15 +104,18 @@ class Mirror:
         with self.backend.read() as tx:
             return tx.counter(store_id)
 
-    def apply(self, store_id: str, states: Iterable[State]) -> int:
-        """Apply upstream states in one transaction; returns how many changed the cache."""
+    def apply(self, store_id: str, states: Iterable[State], *, feed_at_ms: int | None = None) -> int:
+        """Apply upstream states in one transaction; returns how many changed the cache.
+        `feed_at_ms`: the feed position these states bring the cache to, recorded with them."""
         states = list(states)
-        if not states:
+        if not states and feed_at_ms is None:
             return 0
         with self.backend.write(store_id) as tx:
             if tx.store(store_id) is None:
                 return 0  # not cached (any more): nothing to keep current
-            return sum(_apply_one(tx, store_id, s) for s in _newest_per_memory(states))
+            changed = sum(_apply_one(tx, store_id, s) for s in _newest_per_memory(states))
+            _record_feed(tx, store_id, feed_at_ms)
+            return changed
 
     def replace(
         self,
@@ -118,13 +125,15 @@ class Mirror:
         listed_from: int,
         listed_ids: set[str] | None = None,
         download: bool = False,
+        feed_at_ms: int | None = None,
     ) -> int:
         """The store's whole content, as a listing read it: each of `memories` applied, and every
         cached memory the listing did not hold (`listed_ids`, default the memories' ids) made
         gone, except those the cache changed after `listed_from` (its counter when the listing
         began: a write applied meanwhile is newer than the listing, which may not hold it).
         Returns how many changed the cache. `download`: this is the store's first download,
-        after which it may be served (`downloaded`)."""
+        after which it may be served (`downloaded`). `feed_at_ms`: as for `apply` (the feed's
+        position read before the listing began)."""
         with self.backend.write(store_id) as tx:
             if tx.store(store_id) is None:
                 return 0
@@ -135,7 +144,13 @@ class Mirror:
                 changed += _apply_one(tx, store_id, Gone(memory_id))
             if download:  # in the same transaction: a store is served whole or not at all
                 tx.set_kv(store_id, DOWNLOADED_KEY, 1)
+            _record_feed(tx, store_id, feed_at_ms)
             return changed
+
+    def feed_at(self, store_id: str) -> int:
+        """The recorded feed position (ms; 0: none): every version before it is in the cache."""
+        with self.backend.read() as tx:
+            return tx.kv(store_id, FEED_AT_KEY) if tx.store(store_id) is not None else 0
 
     def downloaded(self, store_ids: Sequence[str] | None = None) -> list[str]:
         """The stores (of those named; None: all) whose first download ended: a relay killed in
@@ -163,6 +178,7 @@ class Mirror:
                 return
             tx.clear_store(store_id)
             tx.set_kv(store_id, DOWNLOADED_KEY, 0)
+            tx.set_kv(store_id, FEED_AT_KEY, 0)
             tx.raise_history_floor(store_id, tx.bump(store_id))
 
     def claim_poll(self, store_id: str, now_ms: int, every_ms: int) -> bool:
@@ -174,6 +190,13 @@ class Mirror:
                 return False
             tx.set_kv(store_id, POLLED_AT_KEY, now_ms)
             return True
+
+
+def _record_feed(tx: Tx, store_id: str, feed_at_ms: int | None) -> None:
+    """Only forward: replicas sharing the cache each record what their poll applied, and a later
+    position stays true whoever's older one comes after it (the cache only gains versions)."""
+    if feed_at_ms and feed_at_ms > tx.kv(store_id, FEED_AT_KEY):
+        tx.set_kv(store_id, FEED_AT_KEY, feed_at_ms)
 
 
 def _newest_per_memory(states: Iterable[State]) -> list[State]:

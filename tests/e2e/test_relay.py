@@ -318,7 +318,7 @@ def test_the_relay_killed_in_a_burst_of_writes_loses_nothing(tmp_path):
             w.relay.kill()  # SIGKILL: no answer to what was in flight, nothing flushed
             on_kill = sum(p.startswith("/f") for p in w.api.contents(store))
             # Another writer edits the upstream while the relay is away: the restarted relay's
-            # cache must find it (its poll's position was not kept: it lists the store first).
+            # cache must find it (its first poll reads the feed from the position the cache recorded).
             w.api.update(store, seed, content="seed, edited while the relay was down\n")
             assert writer.wait(60) == 0
         finally:
@@ -327,7 +327,7 @@ def test_the_relay_killed_in_a_burst_of_writes_loses_nothing(tmp_path):
                 writer.wait()
         w.relay.start()  # the same port, the same cache db
         token = w.as_token(session)
-        # The restarted relay reads the store again before it trusts its cache (within a few polls;
+        # The restarted relay reads the feed from the position its cache recorded (within a few polls;
         # long before the poll's wide safety net, one poll in 20, could find the edit).
         assert wait_for(
             lambda: listing(token, store)["/seed.md"] == "seed, edited while the relay was down\n", 10

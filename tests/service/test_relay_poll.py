@@ -51,3 +51,34 @@ def test_an_upstream_edit_and_create_cost_the_poll_alone(tmp_path, upstream):
         assert after.get("get", 0) == before.get("get", 0), (before, after)  # no GET of either memory
     finally:
         relay.stop()
+
+
+def test_a_restarted_relay_reads_the_feed_from_the_position_its_cache_recorded(tmp_path, upstream):
+    # The store is not listed again after a restart (2,000 memories: 20 basic pages and a probe
+    # against the hosted API); the first poll reads the feed from the recorded position and
+    # finds an edit made on the upstream while the relay was away.
+    sid, mid = seeded(upstream)
+    token = token_of(upstream.create_session([(sid, "read_write")]))
+    relay = relay_for(tmp_path, upstream)
+    try:
+        h = {**MEMORY, "authorization": f"Bearer {token}"}
+
+        def content() -> str | None:
+            with httpx.Client(base_url=relay.base_url, headers=h, timeout=30) as c:
+                got = c.get(f"/v1/memory_stores/{sid}/memories/{mid}")
+                return got.json().get("content") if got.status_code == 200 else None
+
+        assert content() == "only mine\n"  # downloaded (its feed position recorded with it)
+        assert wait_for(lambda: status(relay)["stores"][0]["polls"] >= 1, 20), status(relay)
+        relay.stop()
+        with upstream.admin_client() as admin:
+            edit = admin.post(f"/v1/memory_stores/{sid}/memories/{mid}", json={"content": "while away\n"})
+            assert edit.status_code == 200, edit.text
+        relay.start()  # the same cache db
+        assert wait_for(lambda: content() == "while away\n", 20), status(relay)
+        asked = status(relay)["requests"]["last_hour"]
+        assert asked.get("versions", 0) >= 1, asked
+        assert asked.get("list", 0) == 0, asked  # no listing: the feed since the recorded position
+        assert asked.get("get", 0) == 0, asked  # the edit came with its content
+    finally:
+        relay.stop()

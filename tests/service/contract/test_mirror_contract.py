@@ -172,3 +172,22 @@ def test_a_dropped_store_keeps_its_counter_moving_and_a_mount_behind_it_reads_it
     )
     assert paths(storage) == {"/b.md": "b\n"}
     assert storage.changes_since(SID, held).too_old  # /a.md's deletion is in no feed: read it again
+
+
+def test_the_feed_position_is_recorded_with_what_it_brought_only_forward_and_dropped_with_the_store(
+    storage, mirror
+):
+    assert mirror.feed_at(SID) == 0  # none: a relay lists the store
+    mirror.replace(
+        SID, [mem("mem_a", "/a.md", "a\n", "memver_1")], listed_from=0, download=True, feed_at_ms=1_000
+    )
+    assert mirror.feed_at(SID) == 1_000
+    after = mirror.counter(SID)
+    assert mirror.apply(SID, [], feed_at_ms=5_000) == 0  # a quiet poll: the position alone
+    assert mirror.feed_at(SID) == 5_000 and mirror.counter(SID) == after  # no change for the mounts
+    mirror.apply(SID, [mem("mem_b", "/b.md", "b\n", "memver_2")], feed_at_ms=3_000)  # an older replica's
+    assert mirror.feed_at(SID) == 5_000  # never back: the cache holds everything before 5,000 still
+    assert paths(storage) == {"/a.md": "a\n", "/b.md": "b\n"}
+    mirror.drop(SID)
+    assert mirror.feed_at(SID) == 0  # the memories left: the next download lists it
+    assert Mirror(mirror.backend).feed_at("memstore_absent") == 0
