@@ -62,6 +62,25 @@ class Admin:
             if not page:
                 return out
 
+    def create(self, store_id: str, path: str, content: str) -> dict:
+        return self._ok(
+            self.http.post(
+                f"/v1/memory_stores/{store_id}/memories",
+                json={"path": path, "content": content},
+                headers=MEMORY_HEADERS,
+            )
+        )
+
+    def contents(self, store_id: str) -> dict[str, str]:
+        """Every memory's content by path (one GET per memory: for small stores)."""
+        out = {}
+        for path, m in self.list_basic(store_id).items():
+            body = self._ok(
+                self.http.get(f"/v1/memory_stores/{store_id}/memories/{m['id']}", headers=MEMORY_HEADERS)
+            )
+            out[path] = body["content"]
+        return out
+
     def update(self, store_id: str, memory_id: str, content: str) -> dict:
         return self._ok(
             self.http.post(

@@ -37,6 +37,21 @@ def is_access(value: object) -> TypeGuard[Access]:
     return value in ACCESS_MODES
 
 
+# `memfs mount --on-conflict` (SEMANTICS.md#d-merge): merge what does not overlap, or the seeds' store-wins rule
+OnConflict = Literal["merge", "store-wins"]
+ON_CONFLICT_MODES: tuple[OnConflict, ...] = get_args(OnConflict)
+
+
+def as_on_conflict(value: object, default: OnConflict = "merge") -> OnConflict:
+    """An `--on-conflict` value read back from somewhere untyped (the state dir's meta)."""
+    for mode in ON_CONFLICT_MODES:
+        if value == mode:
+            return mode
+    if value is None:
+        return default
+    raise ValueError(f"not an --on-conflict mode: {value!r} (one of {', '.join(ON_CONFLICT_MODES)})")
+
+
 def as_deletions(value: object, default: Deletions = "enabled") -> Deletions:
     """A `--sync-deletions` value read back from somewhere untyped (argv, the state dir's meta):
     itself when it is one of the modes, else `default` (a missing value)."""

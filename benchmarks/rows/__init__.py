@@ -107,6 +107,12 @@ def _relay(b: Bench, r: Run) -> None:
     run_relay(b, r)
 
 
+def _writers(b: Bench, r: Run) -> None:
+    from benchmarks.rows.writers import run_writers
+
+    run_writers(b)
+
+
 GROUPS: list[Group] = [
     Group("mount", "mount-ready", _mount),
     Group("reads", "grep / stat over a mounted full store", _reads),
@@ -134,6 +140,11 @@ GROUPS: list[Group] = [
         "the relay row: a fleet through one memfs serve --upstream in front of the hosted API emulator, "
         "and the same fleet direct",
         _relay,
+    ),
+    Group(
+        "writers",
+        "concurrent writers: 5 sandboxes appending to one file and rewriting their sections, nobody syncing",
+        _writers,
     ),
 ]
 BY_NAME = {g.name: g for g in GROUPS}

@@ -15,7 +15,7 @@ from pathlib import Path
 from memfs import limits
 from memfs.logging_setup import LOG_FORMATS, setup_logging
 from memfs.private_files import open_private_append, private_dir
-from memfs.protocol import DELETION_MODES
+from memfs.protocol import DELETION_MODES, ON_CONFLICT_MODES
 from memfs.session import control
 from memfs.session.hook import EXIT_NOT_ANSWERING, cmd_sync
 
@@ -61,6 +61,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--state-dir", default=None, help="default: /var/lib/memfs/<root>")
     p.add_argument("--sync-interval", type=_float, default=limits.DEFAULT_SYNC_INTERVAL)
     p.add_argument("--sync-deletions", choices=DELETION_MODES, default="enabled")
+    p.add_argument(
+        "--on-conflict",
+        choices=ON_CONFLICT_MODES,
+        default="merge",
+        help="merge (default): a change made here and one made on the store meanwhile are merged "
+        "line by line where they do not overlap; where they do, the store's version stays in the file "
+        "and this sandbox's goes onto the store as a conflict copy beside it. store-wins: the store's "
+        "version replaces the local change, which is kept in the state dir (docs/SEMANTICS.md#d-merge)",
+    )
     p.add_argument(
         "--live",
         choices=["auto", "off"],
@@ -357,6 +366,7 @@ def _run_foreground(
         state_dir=state_dir,
         sync_interval=args.sync_interval,
         sync_deletions=args.sync_deletions,
+        on_conflict=args.on_conflict,
         max_files=args.max_files,
         max_bytes=args.max_bytes,
         uid=args.uid if args.uid is not None else os.getuid(),

@@ -27,7 +27,7 @@ from memfs.mount.filesystem import Filesystem
 from memfs.mount.mount_table import fuse_mount_at
 from memfs.mount.state import State, StateLocked
 from memfs.mount.upkeep import StateUpkeep
-from memfs.protocol import Deletions
+from memfs.protocol import Deletions, OnConflict
 from memfs.session import control
 from memfs.session.early_fetch import EarlyFetch
 
@@ -50,6 +50,7 @@ class MountOptions:
     state_dir: Path
     sync_interval: float = limits.DEFAULT_SYNC_INTERVAL
     sync_deletions: Deletions = "enabled"
+    on_conflict: OnConflict = "merge"  # SEMANTICS.md#d-merge
     max_files: int = limits.DEFAULT_MAX_FILES
     max_bytes: int = limits.DEFAULT_MAX_BYTES
     uid: int = field(default_factory=os.getuid)
@@ -159,6 +160,7 @@ class Daemon:
             state.set_meta("root", opts.root)
             # What decides "not on the store" offline (`memfs status` after a crash, `memfs flush`).
             state.set_meta("sync_deletions", opts.sync_deletions)
+            state.set_meta("on_conflict", opts.on_conflict)
             state.set_meta("max_files", str(opts.max_files))
             state.set_meta("max_bytes", str(opts.max_bytes))
             fs = Filesystem(
@@ -180,6 +182,8 @@ class Daemon:
                 safety_net=opts.safety_net,
                 full_listing=opts.full_listing,
             )
+            engine.on_conflict = opts.on_conflict
+            engine.conflict_who = opts.session_id  # a conflict copy's name says whose version it holds
             self.engine = engine
             try:
                 started = time.monotonic()

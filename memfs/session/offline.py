@@ -14,7 +14,7 @@ from typing import Any
 from memfs.client import StoreClient
 from memfs.mount.filesystem import Filesystem
 from memfs.mount.state import State
-from memfs.protocol import as_deletions
+from memfs.protocol import as_deletions, as_on_conflict
 from memfs.sync.engine import SyncEngine
 from memfs.sync.not_on_store import not_on_store
 from memfs.sync.ports import Store
@@ -67,6 +67,8 @@ async def flush_state_dir(
                 max_bytes=recorded["max_bytes"],
                 live=False,
             )
+            engine.on_conflict = as_on_conflict(state.get_meta("on_conflict"))
+            engine.conflict_who = state.get_meta("session_id") or "agent"
             return await engine.final_sync(timeout)
     finally:
         state.close()

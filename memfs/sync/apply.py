@@ -13,7 +13,7 @@ import logging
 from collections.abc import Iterable, Mapping
 from datetime import datetime
 
-from memfs.protocol import Deletions
+from memfs.protocol import Deletions, OnConflict
 from memfs.records import BaseEntry, LocalFile, StoreInfo
 from memfs.sync import plan as P
 from memfs.sync.narrow import narrowed_inputs
@@ -37,8 +37,12 @@ def plan_pull(
     deletions: Deletions,
     max_files: int,
     max_bytes: int,
+    on_conflict: OnConflict = "store-wins",
+    merges: Mapping[P.MergeKey, P.MergeResult] | None = None,
+    copy_who: str = "agent",
+    copy_when: datetime | None = None,
 ) -> P.Plan:
-    """The plan of one store's pull on the view as it is now."""
+    """The plan of one store's pull on the view as it is now (the conflict settings: SEMANTICS.md#d-merge)."""
     sid = store.store_id
     inputs = P.Inputs(
         base=base,
@@ -54,6 +58,10 @@ def plan_pull(
         max_files=max_files,
         max_bytes=max_bytes,
         remote_changed=remote_changed,
+        on_conflict=on_conflict,
+        merges=merges or {},
+        copy_who=copy_who,
+        copy_when=copy_when,
     )
     return P.plan_store(inputs)
 
@@ -230,6 +238,9 @@ class _ViewSteps:
             fs.move_path(sid, a.old_path, a.new_path)
         elif isinstance(a, P.RemoveLocal):
             fs.remove_path(sid, a.path)
+        elif isinstance(a, P.PlaceCopy):  # the agent's content (its blob is the view's): a new file
+            self._clear_empty_dir(a.path)
+            fs.apply_stored(sid, a.path, None, a.sha, a.size, None)
 
     def _materialise(self, a: P.Materialise) -> None:
         mtime_ns = _iso_to_ns(self.pulled.take_mtime(a.memory_id))

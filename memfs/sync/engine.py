@@ -21,18 +21,20 @@ import math
 import os
 import time
 from collections.abc import Iterable, Mapping
+from datetime import UTC, datetime
 from typing import Any
 
 import trio
 
 from memfs import limits
 from memfs.client.errors import ApiError, Unreachable
-from memfs.protocol import Deletions
+from memfs.protocol import Deletions, OnConflict
 from memfs.records import BaseEntry, StoreInfo
 from memfs.sync import plan as P
 from memfs.sync.apply import apply_plan, maybe_staged, plan_narrowed, plan_pull
 from memfs.sync.bounded import gather
 from memfs.sync.live import LiveMode
+from memfs.sync.merging import merge_wanted, missing_content
 from memfs.sync.narrow import leaves_view_as_base
 from memfs.sync.not_on_store import NotOnStore, not_on_store
 from memfs.sync.ports import Journal, Store, View
@@ -58,6 +60,7 @@ RETRY_AFTER_CAP = 600.0  # seconds: the longest retry-after a failed tick honour
 IDLE_POLL_INTERVAL = limits.IDLE_POLL_INTERVAL
 SAFETY_NET_INTERVAL = limits.SAFETY_NET_INTERVAL
 FULL_LISTING_INTERVAL = limits.FULL_LISTING_INTERVAL
+FINAL_TICKS = 6  # the final sync's ticks that went through, at most (each merges what met a 409)
 
 Pushes = list[tuple[StoreInfo, list[tuple[P.PushAction, ...]]]]  # what a tick's pulls left to push, by store
 
@@ -91,6 +94,8 @@ class SyncEngine(LiveMode):
         self.deletions = deletions
         self.max_files = max_files
         self.max_bytes = max_bytes
+        self.on_conflict: OnConflict = "merge"  # SEMANTICS.md#d-merge (`memfs mount --on-conflict`)
+        self.conflict_who = "agent"  # whose version a conflict copy holds (the daemon: the session)
         self.has_counter: bool | None = None  # learned on the first tick (SEMANTICS.md#d-no-counter)
         self.reader = StoreReader(client, state)
         self.pusher = Pusher(client, state, fs)
@@ -347,6 +352,7 @@ class SyncEngine(LiveMode):
             "error": report.error,
             "pulled": report.pulled,
             "pushed": report.pushed,
+            "superseded": report.superseded,
             "requests": report.requests,
             "mode": self.mode,
         }
@@ -540,6 +546,7 @@ class SyncEngine(LiveMode):
             deferred = apply_plan(self.fs, self.state, store, plan, pulled)
         if deferred:
             return []
+        self.sync[sid].count_conflicts(plan)
         if narrowed and not plan.push_stages and leaves_view_as_base(plan):
             # The view was the baseline and the plan made both the store's: clean still, and the
             # cached baseline moved as the journal's did (no read of the whole store next time).
@@ -589,7 +596,9 @@ class SyncEngine(LiveMode):
         # generation: the plan does not depend on them, and apply_plan defers over a dirty path.
         plan: P.Plan | None = None
         snapped = narrowed = False
-        for _round in range(3):
+        merges: dict[P.MergeKey, P.MergeResult] = {}  # SEMANTICS.md#d-merge
+        when = datetime.now(UTC)
+        for _round in range(4):
             plan = None
             # (still clean: a close while content was fetched moves the generation)
             if narrow is not None and not snapped and self._clean.get(sid) == self.state.generation(sid):
@@ -618,6 +627,10 @@ class SyncEngine(LiveMode):
                     deletions=self.deletions,
                     max_files=self.max_files,
                     max_bytes=self.max_bytes,
+                    on_conflict=self.on_conflict,
+                    merges=merges,
+                    copy_who=self.conflict_who,
+                    copy_when=when,
                 )
             planned_at = self.state.generation(sid)
             missing = {
@@ -627,6 +640,11 @@ class SyncEngine(LiveMode):
                 and not pulled.has_content(a.sha)
                 and not self.state.has_blob(a.sha)
             }
+            merged = merge_wanted(self.state, pulled, plan.merge_wanted)
+            if merged.keys() - merges.keys():
+                merges.update(merged)  # a merge made now: plan again with it
+                continue
+            missing |= missing_content(self.state, pulled, plan.merge_wanted)
             if not missing:
                 break
             if moved and not snapped and worth_a_snapshot(missing, remote):
@@ -636,7 +654,7 @@ class SyncEngine(LiveMode):
                     remote, order, new_counter = snap
                     continue
             changed = await self.reader.fetch(store, missing, pulled)
-            if not changed and self.state.generation(sid) == planned_at:
+            if not changed and self.state.generation(sid) == planned_at and not plan.merge_wanted:
                 break  # the same inputs: the plan made now would be this one, its content is here
             for m in changed:  # the memory moved on since it was listed: use what we fetched
                 remote[m["id"]] = P.RemoteEntry(
@@ -738,8 +756,9 @@ class SyncEngine(LiveMode):
                     log.info("final sync: the tick failed (%s); trying again", result.get("error"))
                     await trio.sleep(FINAL_RETRY_PAUSE * failures)
                     continue
-                progress += 1  # a tick that went through: more only while it pushes something
-                if not result.get("pushed") or progress >= 3:
+                progress += 1  # a tick that went through: more only while it pushes something, or
+                # while another writer's change met ours (a 409: the next pull merges the two)
+                if not (result.get("pushed") or result.get("superseded")) or progress >= FINAL_TICKS:
                     break
         missing = self.not_on_store()
         pending = sum(n.count for n in missing.values())
@@ -776,6 +795,7 @@ class SyncEngine(LiveMode):
                     "last_result": s.last_result,
                     "last_error": s.last_error,
                     **missing[store.store_id].summary(),
+                    **s.conflict_summary(),
                 }
             )
         return {

@@ -11,216 +11,81 @@ concurrently. After every successful push the engine records the store's answer 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from memfs.limits import DEFAULT_MAX_BYTES, DEFAULT_MAX_FILES, RESERVED_NAMES, PathError, check_memory_path
-from memfs.protocol import Access, Deletions
-from memfs.records import BaseEntry, LocalFile, RefusedEntry, SkippedEntry
+from memfs.limits import RESERVED_NAMES, PathError, check_memory_path
+from memfs.records import BaseEntry, LocalFile
+from memfs.sync.actions import (
+    EMPTY_BASE,
+    BookAction,
+    ClearHeld,
+    ClearRefused,
+    DropBase,
+    HoldDelete,
+    Inputs,
+    KeepLocal,
+    Materialise,
+    MergeKey,
+    MergeResult,
+    MergeWanted,
+    MoveLocal,
+    Notice,
+    PlaceCopy,
+    Plan,
+    PushAction,
+    PushCreate,
+    PushDelete,
+    PushUpdate,
+    RemoteEntry,
+    RemoveLocal,
+    SetBase,
+    SetLocalMemoryId,
+    Skip,
+    Unskip,
+    ViewAction,
+)
+from memfs.sync.merge import conflict_copy_path
 from memfs.sync.renames import TEMP_PREFIX as TEMP_PREFIX  # (where the engine and tests look for it)
 from memfs.sync.renames import PathsInUse, is_temp_path, schedule
 from memfs.sync.renames import temp_path as temp_path
 
-# ---- inputs -----------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class RemoteEntry:
-    """What the store holds now for one memory."""
-
-    memory_id: str
-    path: str
-    sha: str
-    size: int
-
-
-@dataclass(frozen=True)
-class Inputs:
-    """Everything one decision needs, in the records the state dir and the view hand out
-    (memfs/records.py). `base` and `local` may be keyed any way (they are re-keyed by memory id /
-    path: the state dir keys its baseline by path). `dirty` is informative only: `local` is the
-    committed state, and the engine defers a plan whose view actions touch a dirty path."""
-
-    base: Mapping[str, BaseEntry]
-    local: Mapping[str, LocalFile]
-    remote: Mapping[str, RemoteEntry]
-    remote_order: Sequence[str] = ()
-    dirty: frozenset[str] = frozenset()
-    refused: Mapping[str, RefusedEntry] = field(default_factory=dict)  # by path
-    skipped: Mapping[str, SkippedEntry] = field(default_factory=dict)  # by memory id
-    deletes_held: frozenset[str] = frozenset()
-    access: Access = "read_write"
-    deletions: Deletions = "enabled"
-    max_files: int = DEFAULT_MAX_FILES
-    max_bytes: int = DEFAULT_MAX_BYTES
-    remote_changed: bool = True
-
-
-# ---- actions ----------------------------------------------------------------------------------
-# view
-
-
-@dataclass(frozen=True)
-class KeepLocal:
-    """Save the agent's content (blob `sha`, at `path` now) to the state dir before it is overridden."""
-
-    path: str
-    sha: str
-
-
-@dataclass(frozen=True)
-class RemoveLocal:
-    path: str
-
-
-@dataclass(frozen=True)
-class MoveLocal:
-    """Apply a rename in the view, keeping the inode; a Materialise at new_path may follow."""
-
-    old_path: str
-    new_path: str
-
-
-@dataclass(frozen=True)
-class Materialise:
-    """Write the store's content (`sha`) at `path`, as memory `memory_id`."""
-
-    memory_id: str
-    path: str
-    sha: str
-    size: int
-
-
-# push (HoldDelete sends nothing: the engine records it in deletes_held and logs it once)
-
-
-@dataclass(frozen=True)
-class PushDelete:
-    memory_id: str
-    path: str
-    expected_sha: str
-
-
-@dataclass(frozen=True)
-class HoldDelete:
-    memory_id: str
-    path: str
-    reason: Deletions  # the --sync-deletions mode that holds it: "log_only" | "disabled"
-
-
-@dataclass(frozen=True)
-class PushUpdate:
-    """Update memory_id, now at `path` with `expected_sha` (the precondition), to new_path and/or
-    new_sha (None: unchanged)."""
-
-    memory_id: str
-    path: str
-    expected_sha: str
-    new_path: str | None = None
-    new_sha: str | None = None
-
-    @property
-    def local_path(self) -> str:
-        """Where the view holds what is sent (the key to record a refusal under)."""
-        return self.new_path or self.path
-
-    @property
-    def local_sha(self) -> str:
-        return self.new_sha or self.expected_sha
-
-
-@dataclass(frozen=True)
-class PushCreate:
-    path: str
-    sha: str
-    size: int
-
-
-# bookkeeping
-
-
-@dataclass(frozen=True)
-class SetBase:
-    entry: BaseEntry
-
-
-@dataclass(frozen=True)
-class DropBase:
-    memory_id: str
-
-
-@dataclass(frozen=True)
-class SetLocalMemoryId:
-    """The file at `path` (after the view actions) continues `memory_id` (None: a new file)."""
-
-    path: str
-    memory_id: str | None
-
-
-@dataclass(frozen=True)
-class Skip:
-    memory_id: str
-    path: str
-    sha: str
-    size: int
-    reason: str
-
-
-@dataclass(frozen=True)
-class Unskip:
-    memory_id: str
-
-
-@dataclass(frozen=True)
-class ClearHeld:
-    memory_id: str
-
-
-@dataclass(frozen=True)
-class ClearRefused:
-    path: str
-
-
-@dataclass(frozen=True)
-class Notice:
-    """One line of .sync-notices.log. `kept`: the KeepLocal of this same path saved the agent's
-    version; the engine adds where. `details` is prose and is left out of equality."""
-
-    kind: str
-    path: str
-    details: str = field(default="", compare=False)
-    kept: bool = False
-
-
-ViewAction = KeepLocal | RemoveLocal | MoveLocal | Materialise
-PushAction = PushDelete | HoldDelete | PushUpdate | PushCreate
-BookAction = SetBase | DropBase | SetLocalMemoryId | Skip | Unskip | ClearHeld | ClearRefused
-
-
-@dataclass(frozen=True)
-class Plan:
-    """view: KeepLocal*, RemoveLocal*, MoveLocal* (dependency order), Materialise*.
-    bookkeeping: DropBase*, SetBase*, SetLocalMemoryId*, Skip*, Unskip*, ClearHeld*, ClearRefused*.
-    push_stages: [HoldDelete* + PushDelete*], [PushUpdate*] (one stage per rename wave), [PushCreate*]."""
-
-    view: tuple[ViewAction, ...] = ()
-    bookkeeping: tuple[BookAction, ...] = ()
-    notices: tuple[Notice, ...] = ()
-    push_stages: tuple[tuple[PushAction, ...], ...] = ()
-
-    @property
-    def push(self) -> tuple[PushAction, ...]:
-        return tuple(a for stage in self.push_stages for a in stage)
-
-    @property
-    def actions(self) -> tuple[Any, ...]:
-        return self.view + self.bookkeeping + self.notices + self.push
-
-    @property
-    def empty(self) -> bool:
-        return not self.actions
-
+# The records live in memfs/sync/actions.py; every caller finds them here.
+__all__ = [
+    "BookAction",
+    "ClearHeld",
+    "ClearRefused",
+    "DropBase",
+    "EMPTY_BASE",
+    "HoldDelete",
+    "Inputs",
+    "KeepLocal",
+    "Materialise",
+    "MergeKey",
+    "MergeResult",
+    "MergeWanted",
+    "MoveLocal",
+    "Notice",
+    "PlaceCopy",
+    "Plan",
+    "PushAction",
+    "PushCreate",
+    "PushDelete",
+    "PushUpdate",
+    "RemoteEntry",
+    "RemoveLocal",
+    "SetBase",
+    "SetLocalMemoryId",
+    "Skip",
+    "TEMP_PREFIX",
+    "Unskip",
+    "ViewAction",
+    "is_temp_path",
+    "plan_store",
+    "temp_path",
+    "unviewable",
+]
 
 # ---- helpers ----------------------------------------------------------------------------------
 
@@ -254,6 +119,8 @@ class _Mem:
     keep: bool = False  # the agent's content at l.path is saved before the view changes
     notes: list[Notice] = field(default_factory=list)
     skip: tuple[str, str] | None = None  # (notice kind, reason): not materialised here
+    pending: bool = False  # a content conflict waiting for its merge: left as it is, base kept
+    copy: PlaceCopy | None = None  # a true conflict: the agent's version, beside the store's
 
     # The phases keep invariants the types cannot say (a memory in the view is one the store holds;
     # a kept or moved one has a local file): these read a field that must be set, loudly if not.
@@ -301,8 +168,14 @@ class _Planner:
         self.refused: dict[str, str] = {p: r.sha for p, r in inp.refused.items()}
         self.mems: dict[str, _Mem] = {}
         self.new: dict[str, LocalFile] = {}  # local files that continue no base memory
-        self.fate: dict[str, str] = {}  # new file path -> "push" | "blocked" | "adopted" | "drop" | "keep"
+        # new file path -> "push" | "blocked" | "adopted" | "drop" | "keep" | "copied" | "pending"
+        self.fate: dict[str, str] = {}
         self.new_notes: list[Notice] = []
+        self.wanted: list[MergeWanted] = []  # content conflicts whose merge the inputs do not hold
+        self.copy_paths: set[str] = set()  # conflict copies' paths given out in this plan
+        self.new_copies: dict[
+            str, PlaceCopy
+        ] = {}  # new file path -> its conflict copy (SEMANTICS.md#d-merge)
 
     def run(self) -> Plan:
         self._merge_all()
@@ -395,7 +268,10 @@ class _Planner:
         path_conflict = local_move and remote_move and lpath != rpath
         o.view = (path, sha, size)
         o.keep = content_conflict
-        if content_conflict:
+        if content_conflict and self._merging(lo):
+            o.keep = False
+            self._merge_content(o, path, (b.sha, r.sha, lo.sha))
+        elif content_conflict:
             o.notes.append(
                 Notice(
                     "store-won-conflict",
@@ -412,9 +288,61 @@ class _Planner:
                     f"renamed here and on the store: the store's path {path} wins",
                 )
             )
+        if o.pending:
+            return
+        path, sha, _ = o.view_entry
         if (path, sha) != (r.path, r.sha):
             o.push = "update"
             o.suppressed = sha == lo.sha and (lo.bad_utf8 or self.refused.get(lo.path) == lo.sha)
+
+    # -- merging concurrent writers (SEMANTICS.md#d-merge) ---------------------------------------
+    def _merging(self, lo: LocalFile) -> bool:
+        return self.inp.on_conflict == "merge" and not lo.bad_utf8
+
+    def _merge_content(self, o: _Mem, path: str, key: MergeKey) -> None:
+        """Both sides changed the content: the merge's text (pushed over the store's), or on a
+        true conflict the store's text here and the agent's in a conflict copy beside it; with no
+        merge at hand yet, the file is left as it is and the merge is asked for."""
+        lo, r = o.local_entry, o.remote_entry
+        result = self.inp.merges.get(key)
+        if result is None:
+            self.wanted.append(MergeWanted(o.m, lo.path, *key))
+            o.view, o.pending = (lo.path, lo.sha, lo.size), True
+        elif result.sha is not None:
+            o.view = (path, result.sha, result.size)
+            o.notes.append(
+                Notice(
+                    "merged",
+                    lo.path,
+                    f"changed here and on the store: merged with the store's version at {path}",
+                )
+            )
+        else:
+            o.view = (path, r.sha, r.size)
+            why = f"changed here and on the store in the same lines: the store's version is at {path}"
+            o.copy = self._copy_for(lo, path)
+            if o.copy is None:
+                o.keep = True
+                o.notes.append(Notice("store-won-conflict", lo.path, why, kept=True))
+            else:
+                o.notes.append(Notice("conflict-copy", lo.path, f"{why}; yours is at {o.copy.path}"))
+
+    def _copy_for(self, f: LocalFile, path: str) -> PlaceCopy | None:
+        """Where the agent's version of `path` goes onto the store as a new memory beside it (None:
+        no copies in this plan, copy_when unset: the state dir keeps it)."""
+        if self.inp.copy_when is None:
+            return None
+        taken = set(self.local) | {r.path for r in self.remote.values()} | self.copy_paths
+        try:
+            copy = conflict_copy_path(path, self.inp.copy_who, self.inp.copy_when)
+            n = 1
+            while copy in taken:
+                n += 1
+                copy = conflict_copy_path(path, f"{self.inp.copy_who}-{n}", self.inp.copy_when)
+        except PathError:  # no name fits beside so long a path: the state dir keeps it
+            return None
+        self.copy_paths.add(copy)
+        return PlaceCopy(copy, f.sha, f.size)
 
     # -- phase 2: what cannot be in the view --------------------------------------------------
     def _viewed(self) -> list[_Mem]:
@@ -424,6 +352,7 @@ class _Planner:
         """Not materialised: gone from the view (the agent's changes, if any, kept), not pushed."""
         lo, b = o.l, o.b
         o.view, o.push, o.suppressed, o.set_id, o.notes = None, None, False, False, []
+        o.pending, o.copy = False, None
         o.keep = lo is not None and (b is None or (lo.path, lo.sha) != (b.path, b.sha))
         o.skip = (kind, reason)
 
@@ -433,7 +362,7 @@ class _Planner:
     def _fall_back(self) -> None:
         """A local rename onto (or beside) a path the store keeps using is undone: store wins."""
         while True:
-            moved = [o for o in self._viewed() if o.view_entry[0] != o.remote_entry.path]
+            moved = [o for o in self._viewed() if o.view_entry[0] != o.remote_entry.path and not o.pending]
             tree = self._store_tree() if moved else PathsInUse()
             lost = [o for o in moved if tree.blockers(o.view_entry[0], o.m)]
             if not lost:
@@ -519,7 +448,9 @@ class _Planner:
         for path, m in exact.items():
             f, o = self.new[path], self.mems[m]
             if o.view is not None and o.view[0] == path:
-                if f.sha != o.view[1]:
+                if f.sha != o.view[1] and self._both_created(o, f):
+                    self._merge_created(o, f)
+                elif f.sha != o.view[1]:
                     self._lose(
                         f,
                         "overwritten-by-store",
@@ -543,6 +474,43 @@ class _Planner:
             else:  # the store keeps it there while the view shows it elsewhere (a refused rename)
                 self.fate[path] = "drop" if self.ro else "blocked"
 
+    def _both_created(self, o: _Mem, f: LocalFile) -> bool:
+        """A new local file where the store created a memory nobody here continues (merge mode)."""
+        r = o.remote_entry
+        return self._merging(f) and o.b is None and o.l is None and o.view == (r.path, r.sha, r.size)
+
+    def _merge_created(self, o: _Mem, f: LocalFile) -> None:
+        """Both sides created one path: merged on an empty base (the file continues the store's
+        memory with the merged text), or on a true conflict the store's text and a conflict copy."""
+        r = o.remote_entry
+        key = (EMPTY_BASE, r.sha, f.sha)
+        result = self.inp.merges.get(key)
+        if result is None:
+            self.wanted.append(MergeWanted(o.m, f.path, *key))
+            self.fate[f.path] = "pending"
+            o.view, o.pending = None, True  # not materialised over the agent's file meanwhile
+        elif result.sha is not None:
+            o.l, o.set_id = f, True
+            o.view = (r.path, result.sha, result.size)
+            o.push = "update" if result.sha != r.sha else None
+            self.fate[f.path] = "adopted"
+            o.notes.append(
+                Notice("merged", f.path, "created here and on the store: merged with the store's version")
+            )
+        else:
+            copy = self._copy_for(f, r.path)
+            why = "created here and on the store"
+            if copy is None:
+                self._lose(f, "overwritten-by-store", f"{why}: the store's content replaced this new file")
+                return
+            self.fate[f.path] = "copied"
+            self.new_copies[f.path] = copy
+            self.new_notes.append(
+                Notice(
+                    "conflict-copy", f.path, f"{why}: the store's version is here; yours is at {copy.path}"
+                )
+            )
+
     def _lose(self, f: LocalFile, kind: str, details: str) -> None:
         self.fate[f.path] = "keep"
         self.new_notes.append(Notice(kind, f.path, details, kept=True))
@@ -550,6 +518,7 @@ class _Planner:
     # -- emission -----------------------------------------------------------------------------
     def _emit(self) -> Plan:
         e = _Emission(self.inp, self.refused, self.new_notes)
+        e.wanted, e.new_copies = self.wanted, self.new_copies
         for _, o in sorted(self.mems.items()):
             e.memory(o)
         for path, f in sorted(self.new.items()):
@@ -623,6 +592,9 @@ class _Emission:
         self.updates: list[_Mem] = []
         self.creates: list[PushCreate] = []
         self.still_refused: set[str] = set()
+        self.copies: list[PlaceCopy] = []
+        self.wanted: list[MergeWanted] = []
+        self.new_copies: Mapping[str, PlaceCopy] = {}
 
     def memory(self, o: _Mem) -> None:
         if o.keep:
@@ -634,6 +606,12 @@ class _Emission:
         self.notes += o.notes
         self._skip(o)
         self._push(o)
+        if o.copy is not None and o.view is not None:
+            self._copy(o.copy)
+
+    def _copy(self, c: PlaceCopy) -> None:
+        self.copies.append(c)
+        self.creates.append(PushCreate(c.path, c.sha, c.size))
 
     def _not_viewed(self, o: _Mem) -> None:
         if o.l is not None:
@@ -652,7 +630,7 @@ class _Emission:
             self.book.append(SetLocalMemoryId(vpath, m))
         r = o.remote_entry
         target = BaseEntry(m, r.path, r.sha, r.size)
-        if o.b != target:
+        if o.b != target and not o.pending:
             self.book.append(SetBase(target))
 
     def _skip(self, o: _Mem) -> None:
@@ -689,9 +667,11 @@ class _Emission:
             self.still_refused.add(lo.path)
 
     def new_file(self, path: str, f: LocalFile, fate: str) -> None:
-        if fate in ("keep", "drop"):
+        if fate in ("keep", "drop", "copied"):
             if fate == "keep":
                 self.keep.append(KeepLocal(path, f.sha))
+            if fate == "copied":
+                self._copy(self.new_copies[path])
             self.remove.append(RemoveLocal(path))
             return
         if f.memory_id is not None and fate != "adopted":
@@ -715,6 +695,7 @@ class _Emission:
             *sorted(self.remove, key=lambda a: a.path),
             *view_moves,
             *sorted(self.mats, key=lambda a: a.path),
+            *sorted(self.copies, key=lambda a: a.path),
         ]
         stages = [
             tuple(sorted(self.holds, key=_push_key)),
@@ -726,6 +707,7 @@ class _Emission:
             bookkeeping=tuple(sorted(self.book, key=_book_key)),
             notices=tuple(sorted(self.notes, key=lambda n: (n.path, n.kind))),
             push_stages=tuple(s for s in stages if s),
+            merge_wanted=tuple(self.wanted),
         )
 
 

@@ -240,5 +240,6 @@ class Pusher:
             # Someone else changed the store: no retry; the next tick's listing settles it.
             log.info("%s: %s answered %s; the next tick settles it", store.slug, type(a).__name__, exc.type)
             self._answered_conflict(store, a)
+            report.superseded += 1
         else:
             raise exc

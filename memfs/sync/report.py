@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from memfs.records import StoreInfo
+from memfs.sync import plan as P
 
 
 class TickFailed(Exception):
@@ -20,6 +21,23 @@ class StoreSync:
     last_result: str | None = None
     last_error: str | None = None
     pushed: int = 0
+    # concurrent writers since the mount started (SEMANTICS.md#d-merge): changes merged with the
+    # store's, true conflicts (the two changed the same lines), and the conflict copies made of them
+    merges: int = 0
+    conflicts: int = 0
+    conflict_copies: int = 0
+
+    def count_conflicts(self, plan: P.Plan) -> None:
+        """Count what an applied plan did with concurrent changes."""
+        for n in plan.notices:
+            if n.kind == "merged":
+                self.merges += 1
+            elif n.kind == "conflict-copy" or (n.kind == "store-won-conflict" and n.kept):
+                self.conflicts += 1
+        self.conflict_copies += sum(1 for a in plan.view if isinstance(a, P.PlaceCopy))
+
+    def conflict_summary(self) -> dict[str, int]:
+        return {"merges": self.merges, "conflicts": self.conflicts, "conflict_copies": self.conflict_copies}
 
 
 @dataclass
@@ -29,3 +47,4 @@ class TickReport:
     pulled: int = 0
     pushed: int = 0
     requests: int = 0
+    superseded: int = 0  # pushes answered 404/409: the store moved; the next pull settles (merges) them

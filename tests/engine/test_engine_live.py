@@ -45,11 +45,11 @@ async def store_counter(world: World) -> int:
     return int(resp.json()["data"][0]["counter"])
 
 
-async def live_mount(world: World, nursery: trio.Nursery, files: dict[str, str]) -> EngineMount:
+async def live_mount(world: World, nursery: trio.Nursery, files: dict[str, str], **opts) -> EngineMount:
     # The watch's change source: a served app runs it for its lifespan, which the in-memory
     # transport does not start.
     nursery.start_soon(world.svc.app.watch_hub.run)
-    m = await world.setup(files, interval=300.0)
+    m = await world.setup(files, interval=300.0, **opts)
     busy(m)
     nursery.start_soon(m.engine.timer)
     assert await until(lambda: m.engine.status()["mode"] == "live"), m.engine.status()
@@ -159,9 +159,10 @@ async def test_a_busy_mounts_update_answered_409_is_sent_once_though_the_rest_of
     """A busy mount's push wave: one update meets a 409 (someone else changed that memory), the
     other lands. The landed one is progress, so one more wave looks; the 409 waits for the pull
     (the mount is busy, so none comes) and must not go out again to meet the same 409: nothing
-    changed since it was answered. The pull at the next `memfs sync` settles it, the store wins."""
+    changed since it was answered. The pull at the next `memfs sync` settles it, the store wins
+    (--on-conflict store-wins; merge mode's outcome of a 409: tests/engine/test_merge_engine.py)."""
     async with trio.open_nursery() as nursery:
-        m = await live_mount(world, nursery, {"/a.md": "alpha", "/b.md": "beta"})
+        m = await live_mount(world, nursery, {"/a.md": "alpha", "/b.md": "beta"}, on_conflict="store-wins")
         if not batches:
             m.engine.pusher.has_batch = False
         a, b = world.ids["/a.md"], world.ids["/b.md"]

@@ -104,7 +104,7 @@ async def test_remote_changes_come_through_the_changes_feed(world):
 
 
 async def test_pull_is_deferred_while_a_file_is_open_with_unflushed_writes(world):
-    m = await world.setup({"/a.md": "alpha", "/b.md": "beta"})
+    m = await world.setup({"/a.md": "alpha", "/b.md": "beta"}, on_conflict="store-wins")
     counter = m.store_status("notes")["counter"]
     fh = m.open_write("/notes/a.md")
     m.fs.write(fh, 0, b"half an edit")
@@ -148,7 +148,8 @@ async def test_content_changed_between_listing_and_fetch_is_fetched_as_it_is_now
 
 
 async def test_push_answered_409_leaves_the_store_winning_and_the_local_version_kept(world):
-    m = await world.setup({"/a.md": "alpha"})
+    """--on-conflict store-wins: the seeds' rule to the letter."""
+    m = await world.setup({"/a.md": "alpha"}, on_conflict="store-wins")
     single_requests(m)
     mid = world.ids["/a.md"]
     m.write("/notes/a.md", b"mine")

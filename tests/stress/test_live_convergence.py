@@ -3,7 +3,10 @@
 No `memfs sync` is ever called: the mounts run with a 300 s interval, so only live mode (the
 watch, the quiet-time pulls, the debounced pushes) can make them converge. Each writer edits,
 renames and deletes files of its own directory (so its last change per path is known: nothing
-may be lost) and now and then a shared file (a conflict: the store wins, every view must agree).
+may be lost), now and then rewrites a shared file whole (a true conflict: the store's version stays,
+the other goes onto the store as a conflict copy, every view must agree), and appends lines of its
+own to one shared log with shell-style appends (SEMANTICS.md#d-merge: every line must be in the
+store's log exactly once, each writer's in its order).
 After the writers stop, every mount must reach the store's counter with nothing staged, and show
 exactly the store's files. Short profile: 3 mounts for ~15 s; long: 8 mounts for a minute.
 """
@@ -25,6 +28,7 @@ pytestmark = pytest.mark.timeout(profile(240, 900))
 MOUNTS = profile(3, 8)
 WRITE_SECONDS = profile(15.0, 60.0)
 SHARED = [f"/shared/s{i}.md" for i in range(4)]
+LOG = "/shared/log.md"
 
 
 def _counter(api, store: str) -> int:
@@ -41,6 +45,7 @@ def _writer(
     expected: dict[str, bytes | None],
     steps: list[int],
     errors: list[BaseException],
+    appended: list[str],
 ) -> None:
     """Random changes in /w<index>/ (recorded in `expected`) and now and then a shared file."""
     rng = random.Random(seed)
@@ -56,6 +61,12 @@ def _writer(
             if roll < 0.1:
                 (top / "shared").mkdir(exist_ok=True)
                 (top / rng.choice(SHARED).lstrip("/")).write_text(f"shared by {index} step {n}\n")
+            elif roll < 0.25:
+                (top / "shared").mkdir(exist_ok=True)
+                line = f"writer {index} appends at step {n}"
+                with open(top / LOG.lstrip("/"), "a") as log:  # what `echo ... >> log.md` does
+                    log.write(line + "\n")
+                appended.append(line)
             elif roll < 0.2 and live:
                 path = rng.choice(live)
                 (top / path.lstrip("/")).unlink()
@@ -85,8 +96,11 @@ def test_mounts_with_random_writers_converge_to_the_store_without_a_sync(rig, st
     expected: list[dict[str, bytes | None]] = [{} for _ in boxes]
     steps = [0] * MOUNTS
     errors: list[BaseException] = []
+    appended: list[list[str]] = [[] for _ in boxes]
     threads = [
-        threading.Thread(target=_writer, args=(box, i, 1000 + i, stop, expected[i], steps, errors))
+        threading.Thread(
+            target=_writer, args=(box, i, 1000 + i, stop, expected[i], steps, errors, appended[i])
+        )
         for i, box in enumerate(boxes)
     ]
     for t in threads:
@@ -130,5 +144,10 @@ def test_mounts_with_random_writers_converge_to_the_store_without_a_sync(rig, st
         for path, content in expected[i].items():
             if store.get(path) != content:
                 stats["lost"] += 1
+    log_lines = store.get(LOG, b"").decode().splitlines()
+    for lines in appended:  # every appended line once, and each writer's in its order
+        mine = [line for line in log_lines if line in set(lines)]
+        stats["lost"] += len(set(lines) - set(mine)) + (len(mine) - len(set(mine)))
+        assert mine == lines or set(lines) - set(mine), (mine, lines)
     assert ok, [b.status() for b in boxes]
     assert stats["divergences"] == 0 and stats["lost"] == 0, dict(stats)

@@ -199,8 +199,10 @@ class EngineMount:
         deletions: str = "enabled",
         max_files: int = DEFAULT_MAX_FILES,
         max_bytes: int = DEFAULT_MAX_BYTES,
+        on_conflict: str = "merge",
     ):
         self.state_dir = Path(state_dir)
+        self.on_conflict = on_conflict
         self.service = service
         self.token = token
         self.stores = stores
@@ -214,6 +216,7 @@ class EngineMount:
             self.state.set_store(s.store_id, s.name, s.slug, s.access)
         self.fs = Filesystem(self.state, stores, max_files=max_files, max_bytes=max_bytes)
         self.engine = SyncEngine(store, self.state, self.fs, stores, **self.options)  # type: ignore[arg-type]
+        self.engine.on_conflict = on_conflict  # type: ignore[assignment]
 
     async def aclose(self) -> None:
         await self.client.aclose()
@@ -222,7 +225,14 @@ class EngineMount:
     async def restart(self) -> EngineMount:
         """What a restart of `memfs mount` on the same state dir sees (this one is closed)."""
         await self.aclose()
-        return EngineMount(self.state_dir, self.service, self.token, self.stores, **self.options)  # type: ignore[arg-type]
+        return EngineMount(
+            self.state_dir,
+            self.service,
+            self.token,
+            self.stores,
+            on_conflict=self.on_conflict,
+            **self.options,  # type: ignore[arg-type]
+        )
 
     async def sync(self, **kw: Any) -> dict[str, Any]:
         """`memfs sync --force --wait` unless told otherwise."""

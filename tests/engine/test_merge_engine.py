@@ -1,0 +1,135 @@
+"""Merging concurrent writers in the engine (SEMANTICS.md#d-merge), in process: the real service
+app, the kernel-free filesystem core and the real SyncEngine (tests/support/inprocess.py). Each
+case is one the seeds' store-wins rule settled by keeping the agent's version in the state dir
+only (tests/engine/test_engine_rules.py has those, with --on-conflict store-wins)."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.engine.test_engine_rules import MEMORY_BY_ID, single_requests
+
+pytestmark = [pytest.mark.trio, pytest.mark.timeout(30)]
+
+NOTES = "# notes\n- one\n- two\n"
+
+
+def _notice(m, kind: str, path: str) -> str:
+    [n] = [n for n in m.notices("notes") if f" {kind} {path} " in n]
+    return n
+
+
+async def test_two_appends_to_one_file_both_land_the_stores_line_first(world):
+    m = await world.setup({"/log.md": NOTES})
+    await world.svc.update(world.notes, world.ids["/log.md"], content=NOTES + "- theirs\n")
+    m.write("/notes/log.md", (NOTES + "- mine\n").encode())
+    result = await m.sync()
+    assert result["ok"]
+    both = NOTES + "- theirs\n- mine\n"
+    assert m.read("/notes/log.md") == both.encode()
+    assert (await world.svc.contents(world.notes)) == {"/log.md": both}
+    assert "merged with the store's version" in _notice(m, "merged", "/log.md")
+    assert m.engine.not_on_store()[world.notes].count == 0
+    assert not [p for p in m.state_dir.rglob("*") if "kept" in p.parts and p.is_file()]  # nothing kept aside
+
+
+async def test_a_push_answered_409_is_merged_at_the_next_pull_and_pushed_again(world):
+    """The store moves between our pull and our push (another writer's append): the 409 waits for
+    the pull, which merges the two appends; the merge goes out with the store's sha as precondition."""
+    m = await world.setup({"/log.md": NOTES})
+    single_requests(m)
+    mid = world.ids["/log.md"]
+    m.write("/notes/log.md", (NOTES + "- mine\n").encode())
+
+    async def other_writer(_request) -> None:
+        await world.svc.update(world.notes, mid, content=NOTES + "- theirs\n")
+
+    m.transport.add("POST", MEMORY_BY_ID, before=other_writer)
+    result = await m.sync()
+    assert result["ok"] and result["pushed"] == 0  # the 409: an answer, not a failure
+    await m.sync()
+    both = NOTES + "- theirs\n- mine\n"
+    assert (await world.svc.contents(world.notes)) == {"/log.md": both}
+    assert m.read("/notes/log.md") == both.encode()
+    assert m.engine.not_on_store()[world.notes].count == 0
+
+
+async def test_sections_rewritten_by_two_writers_both_survive(world):
+    text = "## alice\nold a\n\n## bob\nold b\n\n## carol\nold c\n"
+    m = await world.setup({"/plan.md": text})
+    await world.svc.update(world.notes, world.ids["/plan.md"], content=text.replace("old a", "new a"))
+    m.write("/notes/plan.md", text.replace("old c", "new c").encode())
+    await m.sync()
+    merged = text.replace("old a", "new a").replace("old c", "new c")
+    assert (await world.svc.contents(world.notes))["/plan.md"] == merged
+    assert m.read("/notes/plan.md") == merged.encode()
+
+
+async def test_a_true_conflict_puts_the_agents_version_on_the_store_as_a_named_copy(world):
+    m = await world.setup({"/status.md": "state: working\n"})
+    await world.svc.update(world.notes, world.ids["/status.md"], content="state: blocked\n")
+    m.write("/notes/status.md", b"state: done\n")
+    await m.sync()
+    assert m.read("/notes/status.md") == b"state: blocked\n"  # the store's version stays in the file
+    store = await world.svc.contents(world.notes)
+    [copy] = [p for p in store if p != "/status.md"]
+    assert copy.startswith("/status.conflict-") and copy.endswith(".md")
+    assert store[copy] == "state: done\n"  # the agent's version, on the store for every sandbox
+    assert m.read(f"/notes{copy}") == b"state: done\n"
+    assert copy in _notice(m, "conflict-copy", "/status.md")
+    assert m.engine.not_on_store()[world.notes].count == 0  # nothing exists only in this sandbox
+
+
+async def test_json_does_not_merge_it_conflicts(world):
+    """A union of two JSON documents is not JSON: the default policy merges text memories only."""
+    m = await world.setup({"/cfg.json": '{\n"a": 1\n}\n'})
+    await world.svc.update(world.notes, world.ids["/cfg.json"], content='{\n"a": 1,\n"b": 2\n}\n')
+    m.write("/notes/cfg.json", b'{\n"a": 1,\n"c": 3\n}\n')
+    await m.sync()
+    store = await world.svc.contents(world.notes)
+    assert store["/cfg.json"] == '{\n"a": 1,\n"b": 2\n}\n'
+    [copy] = [p for p in store if p != "/cfg.json"]
+    assert copy.endswith(".json") and store[copy] == '{\n"a": 1,\n"c": 3\n}\n'
+
+
+async def test_both_created_one_path_merge(world):
+    m = await world.setup({})
+    m.write("/notes/team.md", b"- mine\n")
+    await world.svc.create(world.notes, "/team.md", "- theirs\n")
+    await m.sync()
+    assert (await world.svc.contents(world.notes)) == {"/team.md": "- theirs\n- mine\n"}
+    assert m.read("/notes/team.md") == b"- theirs\n- mine\n"
+    assert m.engine.not_on_store()[world.notes].count == 0
+
+
+async def test_store_wins_mode_keeps_the_seeds_rule(world):
+    m = await world.setup({"/log.md": NOTES}, on_conflict="store-wins")
+    await world.svc.update(world.notes, world.ids["/log.md"], content=NOTES + "- theirs\n")
+    m.write("/notes/log.md", (NOTES + "- mine\n").encode())
+    await m.sync()
+    assert (await world.svc.contents(world.notes)) == {"/log.md": NOTES + "- theirs\n"}
+    assert "kept at" in _notice(m, "store-won-conflict", "/log.md")
+
+
+async def test_a_merge_whose_push_meets_another_409_merges_again_on_the_base_it_left(world):
+    """A merge's base is the store's version, which the view never materialised (it shows the
+    merge). When the merge's push meets a 409 too (a third writer came in between), the next pull
+    merges again on that base: its content must still be at hand (it was not, and the file stayed
+    staged for good: found by scripts/bench --only writers)."""
+    m = await world.setup({"/log.md": NOTES})
+    single_requests(m)
+    mid = world.ids["/log.md"]
+    await world.svc.update(world.notes, mid, content=NOTES + "- theirs 0\n")
+    m.write("/notes/log.md", (NOTES + "- mine\n").encode())
+
+    async def third_writer(_request) -> None:  # lands between our merge and its push
+        await world.svc.update(world.notes, mid, content=NOTES + "- theirs 0\n- theirs 1\n")
+
+    m.transport.add("POST", MEMORY_BY_ID, before=third_writer)
+    result = await m.sync()
+    assert result["pushed"] == 0 and result["superseded"] == 1
+    await m.sync()
+    want = NOTES + "- theirs 0\n- theirs 1\n- mine\n"
+    assert (await world.svc.contents(world.notes)) == {"/log.md": want}
+    assert m.read("/notes/log.md") == want.encode()
+    assert m.store_status("notes")["merges"] == 2 and m.store_status("notes")["conflicts"] == 0
