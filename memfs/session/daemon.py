@@ -133,7 +133,7 @@ class Daemon:
 
     async def _run_locked(self, state: State, on_ready) -> int:
         from memfs.mount.runner import run_mount
-        from memfs.sync.engine import SyncEngine, TickFailed
+        from memfs.sync.engine import EngineOptions, SyncEngine, TickFailed
         from memfs.sync.ports import Store
 
         opts = self.opts
@@ -166,11 +166,7 @@ class Daemon:
             )
             self.fs = fs
             store: Store = client  # the engine's port (memfs/sync/ports.py): mypy checks the client has it
-            engine = SyncEngine(
-                store,
-                state,
-                fs,
-                stores,
+            options = EngineOptions(
                 interval=opts.sync_interval,
                 deletions=opts.sync_deletions,
                 max_files=opts.max_files,
@@ -180,6 +176,7 @@ class Daemon:
                 safety_net=opts.safety_net,
                 full_listing=opts.full_listing,
             )
+            engine = SyncEngine(store, state, fs, stores, options)
             self.engine = engine
             try:
                 started = time.monotonic()
