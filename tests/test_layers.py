@@ -343,3 +343,89 @@ def test_the_size_check_catches_a_long_module(tmp_path):
     (tmp_path / "sub" / "long.py").write_text("x = 1\n" * (MAX_MODULE_LINES + 1))
     (tmp_path / "short.py").write_text("x = 1\n" * MAX_MODULE_LINES)
     assert oversized_modules(tmp_path) == [f"sub/long.py: {MAX_MODULE_LINES + 1} lines"]
+
+
+# The sync engine's shape (docs/DESIGN.md, "Sync plan"): engine.py orchestrates only,
+# one store's pull and the live watch are collaborators it owns, not mixins writing its fields, and
+# what the session tells the engine once is one frozen record (memfs/sync/options.py).
+SYNC = PACKAGE / "sync"
+MAX_ENGINE_LINES = 500
+MAX_INIT_PARAMS = 6  # besides self: past it, group the options into a frozen dataclass
+
+
+def _sync_classes(package: Path) -> dict[str, ast.ClassDef]:
+    return {
+        node.name: node
+        for path in sorted(package.rglob("*.py"))
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.ClassDef)
+    }
+
+
+def _base_name(base: ast.expr) -> str:
+    if isinstance(base, ast.Subscript):
+        base = base.value
+    return base.attr if isinstance(base, ast.Attribute) else base.id if isinstance(base, ast.Name) else ""
+
+
+def _shares_no_state(cls: ast.ClassDef) -> bool:
+    """A Protocol, a dataclass or an exception: a base whose fields a subclass may use."""
+    decorators = {_base_name(d.func if isinstance(d, ast.Call) else d) for d in cls.decorator_list}
+    bases = {_base_name(b) for b in cls.bases}
+    return "dataclass" in decorators or bool(bases & {"Protocol", "Exception", "NamedTuple", "TypedDict"})
+
+
+def sync_mixins(package: Path = SYNC) -> list[str]:
+    """Classes of `package` that inherit from another of its classes that is not a Protocol, a
+    dataclass or an exception: a mixin sharing state (LiveMode once wrote SyncEngine's fields)."""
+    classes = _sync_classes(package)
+    return sorted(
+        f"{cls.name}({name})"
+        for cls in classes.values()
+        for name in map(_base_name, cls.bases)
+        if name in classes and not _shares_no_state(classes[name])
+    )
+
+
+def wide_constructors(package: Path = SYNC) -> list[str]:
+    """`__init__`s of `package` with more than MAX_INIT_PARAMS parameters besides self."""
+    out = []
+    for path in sorted(package.rglob("*.py")):
+        for cls in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(cls, ast.ClassDef):
+                continue
+            for f in cls.body:
+                if isinstance(f, ast.FunctionDef) and f.name == "__init__":
+                    a = f.args
+                    n = len(a.posonlyargs) + len(a.args) + len(a.kwonlyargs) - 1
+                    n += bool(a.vararg) + bool(a.kwarg)
+                    if n > MAX_INIT_PARAMS:
+                        out.append(f"{path.relative_to(package)}: {cls.name}.__init__ takes {n}")
+    return out
+
+
+def test_the_engine_module_orchestrates_only():
+    lines = len((SYNC / "engine.py").read_text().splitlines())
+    assert lines <= MAX_ENGINE_LINES, f"memfs/sync/engine.py: {lines} lines"
+
+
+def test_no_mixin_in_the_sync():
+    assert sync_mixins() == []
+
+
+def test_no_wide_constructor_in_the_sync():
+    assert wide_constructors() == []
+
+
+def test_the_shape_checks_catch_a_mixin_and_a_wide_constructor(tmp_path):
+    (tmp_path / "live.py").write_text("class Live:\n    x: int\n")
+    (tmp_path / "ports.py").write_text("class View(Protocol):\n    pass\n")
+    (tmp_path / "report.py").write_text("@dataclass\nclass Report:\n    ok: bool\n")
+    (tmp_path / "engine.py").write_text(
+        "class Engine(Live, View):\n"
+        "    def __init__(self, a, b, c, d, *, e, f, g):\n        pass\n"
+        "class Fine(Report, View):\n"
+        "    def __init__(self, a, b, c, d, *, e, f):\n        pass\n"
+    )
+    assert sync_mixins(tmp_path) == ["Engine(Live)"]
+    assert wide_constructors(tmp_path) == ["engine.py: Engine.__init__ takes 7"]

@@ -134,7 +134,7 @@ class Daemon:
 
     async def _run_locked(self, state: State, on_ready) -> int:
         from memfs.mount.runner import run_mount
-        from memfs.sync.engine import SyncEngine, TickFailed
+        from memfs.sync.engine import EngineOptions, SyncEngine, TickFailed
         from memfs.sync.ports import Store
 
         opts = self.opts
@@ -168,11 +168,7 @@ class Daemon:
             )
             self.fs = fs
             store: Store = client  # the engine's port (memfs/sync/ports.py): mypy checks the client has it
-            engine = SyncEngine(
-                store,
-                state,
-                fs,
-                stores,
+            options = EngineOptions(
                 interval=opts.sync_interval,
                 deletions=opts.sync_deletions,
                 max_files=opts.max_files,
@@ -181,9 +177,10 @@ class Daemon:
                 idle_poll=opts.idle_poll,
                 safety_net=opts.safety_net,
                 full_listing=opts.full_listing,
+                on_conflict=opts.on_conflict,
+                conflict_who=opts.session_id,  # a conflict copy's name says whose version it holds
             )
-            engine.on_conflict = opts.on_conflict
-            engine.conflict_who = opts.session_id  # a conflict copy's name says whose version it holds
+            engine = SyncEngine(store, state, fs, stores, options)
             self.engine = engine
             try:
                 started = time.monotonic()

@@ -15,7 +15,7 @@ from memfs.client import StoreClient
 from memfs.mount.filesystem import Filesystem
 from memfs.mount.state import State
 from memfs.protocol import as_deletions, as_on_conflict
-from memfs.sync.engine import SyncEngine
+from memfs.sync.engine import EngineOptions, SyncEngine
 from memfs.sync.not_on_store import not_on_store
 from memfs.sync.ports import Store
 
@@ -56,19 +56,16 @@ async def flush_state_dir(
         async with StoreClient(url, token) as client:
             recorded = _recorded_limits(state)
             store: Store = client  # the engine's port (memfs/sync/ports.py)
-            engine = SyncEngine(
-                store,
-                state,
-                fs,
-                stores,
+            options = EngineOptions(
                 interval=5,
                 deletions=as_deletions(deletions or state.get_meta("sync_deletions")),
                 max_files=recorded["max_files"],
                 max_bytes=recorded["max_bytes"],
                 live=False,
+                on_conflict=as_on_conflict(state.get_meta("on_conflict")),
+                conflict_who=state.get_meta("session_id") or "agent",
             )
-            engine.on_conflict = as_on_conflict(state.get_meta("on_conflict"))
-            engine.conflict_who = state.get_meta("session_id") or "agent"
+            engine = SyncEngine(store, state, fs, stores, options)
             return await engine.final_sync(timeout)
     finally:
         state.close()

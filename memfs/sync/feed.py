@@ -11,7 +11,7 @@ newest `created_at` it saw would skip it for good. Asking again from some time b
 dropping what was seen, catches every version that turns up within that window of a later one.
 Two minutes is far longer than any request the API lets run (a write's timeout is ~60 s), so a
 write that commits late but normally is in the window; what falls outside it (a clock step on
-the service, a stuck transaction) is settled by the safety net (engine.py): one store per period
+the service, a stuck transaction) is settled by the safety net (schedule.py): one store per period
 reads its feed over the last hour (WIDE_SECONDS) instead of the overlap, and, much more rarely,
 one store is listed whole (for what no window sees: a clock step).
 
@@ -81,7 +81,7 @@ def _covered(page: list[dict[str, Any]], at: FeedPosition) -> bool:
     seen already: every version newer than that position is then in the pages read (the feed is
     newest first), and the rest of the overlap was read before. Paging on would re-read a whole
     burst of writes at every tick for as long as it is in the overlap; a version that turns up
-    late deeper in it is the wide window's to settle (the safety net, engine.py)."""
+    late deeper in it is the wide window's to settle (the safety net, schedule.py)."""
     if not page or not at.position:
         return False
     position = format_time(parse_time(at.position))

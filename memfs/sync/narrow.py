@@ -107,7 +107,7 @@ def narrowed_inputs(
 def leaves_view_as_base(plan: Plan) -> bool:
     """The plan places the store's memories in the view and the baseline alike (no kept copy,
     no skipped memory, no other bookkeeping): after it a clean store is clean still, and its
-    cached baseline moves by the plan's SetBase and DropBase alone (engine.py)."""
+    cached baseline moves by the plan's SetBase and DropBase alone (store_pull.py)."""
     return all(not isinstance(a, KeepLocal) for a in plan.view) and all(
         isinstance(a, (SetBase, DropBase)) for a in plan.bookkeeping
     )

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from memfs.client import StoreClient
-from memfs.sync import engine as engine_module
+from memfs.sync import store_pull as engine_module
 from memfs.sync.remote import prefix_sizes
 from tests.engine.test_engine_rules import World
 from tests.support.inprocess import ADMIN_KEY, BASE_URL, FaultTransport, InProcessService

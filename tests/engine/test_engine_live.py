@@ -179,7 +179,8 @@ async def test_a_busy_mounts_update_answered_409_is_sent_once_though_the_rest_of
         sid = world.notes
         assert await until(
             lambda: (
-                m.engine.push_done.is_set() and m.engine._handled.get(sid) == m.engine.state.generation(sid)
+                m.engine.push_done.is_set()
+                and m.engine.live.handled.get(sid) == m.engine.state.generation(sid)
             )
         )
         assert sorted(sent) == sorted([a, b]), [{a: "a", b: "b"}[x] for x in sent]

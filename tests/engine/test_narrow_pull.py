@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from memfs.sync import engine as engine_module
+from memfs.sync import store_pull as engine_module
 from memfs.sync.remote import in_path_order, remote_from_base
 
 pytestmark = [pytest.mark.trio, pytest.mark.timeout(60)]

@@ -34,7 +34,7 @@ from memfs.mount.state import State
 from memfs.records import StoreInfo
 from memfs.service.app import create_app
 from memfs.service.database import open_storage
-from memfs.sync.engine import SyncEngine
+from memfs.sync.engine import EngineOptions, SyncEngine
 from memfs.sync.ports import Store
 from tests.support.stores import FailingStore
 
@@ -215,8 +215,13 @@ class EngineMount:
         for s in stores:
             self.state.set_store(s.store_id, s.name, s.slug, s.access)
         self.fs = Filesystem(self.state, stores, max_files=max_files, max_bytes=max_bytes)
-        self.engine = SyncEngine(store, self.state, self.fs, stores, **self.options)  # type: ignore[arg-type]
-        self.engine.on_conflict = on_conflict  # type: ignore[assignment]
+        self.engine = SyncEngine(
+            store,
+            self.state,
+            self.fs,
+            stores,
+            EngineOptions(**self.options, on_conflict=on_conflict),  # type: ignore[arg-type]
+        )
 
     async def aclose(self) -> None:
         await self.client.aclose()

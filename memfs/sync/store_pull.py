@@ -1,0 +1,233 @@
+"""One store's pull (SEMANTICS.md#d-tick): read what moved on the store, plan with the content
+the plan needs at hand, apply the plan to the view and the baseline in one transaction.
+
+`StorePull` holds what every store's pull shares: the reader (remote.py), the journal, the view,
+the engine's options, and which stores were last found clean (nothing staged: the view is the
+baseline) at which generation. The engine (engine.py) runs one per store and tick, concurrently;
+each one's apply step is synchronous, so every store's view still changes atomically.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import UTC, datetime
+
+from memfs.records import BaseEntry, StoreInfo
+from memfs.sync import plan as P
+from memfs.sync.apply import apply_plan, maybe_staged, plan_narrowed, plan_pull
+from memfs.sync.merging import merge_wanted, missing_content
+from memfs.sync.narrow import leaves_view_as_base
+from memfs.sync.options import EngineOptions
+from memfs.sync.ports import Journal, View
+from memfs.sync.remote import Baseline, Pulled, StoreReader, in_path_order, worth_a_snapshot
+from memfs.sync.report import StoreSync, TickReport
+
+
+class StorePull:
+    def __init__(self, reader: StoreReader, state: Journal, fs: View, options: EngineOptions):
+        self.reader = reader
+        self.state = state
+        self.fs = fs
+        self.options = options
+        self.clean: dict[str, int] = {}  # store id -> state generation at which nothing was staged
+
+    def clean_at(self, sid: str) -> int | None:
+        """The generation at which `sid` was last found clean (None: not since it changed)."""
+        return self.clean.get(sid)
+
+    async def pull(
+        self,
+        store: StoreInfo,
+        counters: dict[str, int] | None,
+        report: TickReport,
+        *,
+        has_counter: bool | None,
+        turns: tuple[str | None, str | None] = (None, None),
+        tally: StoreSync | None = None,
+    ) -> list[tuple[P.PushAction, ...]]:
+        """One store's pull: read what moved, fetch what the plan needs, apply; returns the push
+        stages the plan left (none for a read-only store, or when the apply was deferred).
+        `counters`: the stores' counters (None: no counter, SEMANTICS.md#d-no-counter); `turns`:
+        the safety net's (the store whose feed is read over the wide window, the store listed whole);
+        `tally`: where the store's merges and conflicts are counted (`memfs status`)."""
+        sid = store.store_id
+        applied = self.state.store_counter(sid)
+        remote_counter = counters.get(sid) if counters is not None else None
+        moved = counters is None or applied is None or remote_counter != applied
+        generation = self.state.generation(sid)
+        if not moved and self.clean.get(sid) == generation:
+            return []  # idle: nothing on either side changed since this store was last found clean
+        baseline = self.reader.baseline(sid)
+        base = baseline.entries
+        if not moved and not maybe_staged(self.fs, sid, base):
+            self.clean[sid] = generation
+            return []
+        pulled = Pulled()  # what this pull reads beside the list (a failed pull's is dropped with it)
+        new_counter = applied
+        if moved:
+            remote, order, new_counter = await self.reader.read(
+                store,
+                applied,
+                base,
+                pulled,
+                has_counter=has_counter,
+                sizes=baseline.sizes,
+                expect=baseline.remote,
+                net=sid == turns[1],
+                wide=self.reader.feed.wide if sid == turns[0] else None,
+            )
+            if new_counter is None:
+                new_counter = remote_counter
+            if counters is None and (remote is baseline.remote or remote == baseline.remote):
+                self._feed_read(sid, pulled)  # nothing of the store to apply: the feed is read up to here
+                # No counter (SEMANTICS.md#d-no-counter): an idle store reads as its baseline (nothing new in
+                # its version feed, or a listing equal to it). Then nothing moved remotely, and the
+                # idle test below applies as with a counter:
+                # planning 8 x 2,000 unchanged files each tick took seconds on this thread.
+                moved = False
+                if self.clean.get(sid) == generation:
+                    return []
+                if not maybe_staged(self.fs, sid, base):
+                    self.clean[sid] = generation
+                    return []
+            if remote is baseline.remote:  # the reader's cached dict (an unchanged listing): ours to change
+                remote = dict(remote)
+        else:
+            # Nothing moved remotely: the store is as the baseline saw it (the reader's cached
+            # dict, read at this generation; copied, as the fetch below may change it).
+            remote = dict(baseline.remote)
+            order = in_path_order(remote)
+        # A clean store's pull plans the memories the store changed only (sync/narrow.py).
+        narrow = baseline if moved and self._is_clean(sid, generation, base) else None
+        # No await between the plan made last and its apply (see `_plan_with_content`).
+        plan, new_counter, narrowed = await self._plan_with_content(
+            store, base, remote, order, moved, pulled, new_counter, narrow
+        )
+        with self.state.transaction():  # one commit per store and tick: all of the plan or none of it
+            deferred = apply_plan(self.fs, self.state, store, plan, pulled)
+        if deferred:
+            return []
+        if tally is not None:
+            tally.count_conflicts(plan)
+        if narrowed and not plan.push_stages and leaves_view_as_base(plan):
+            # The view was the baseline and the plan made both the store's: clean still, and the
+            # cached baseline moved as the journal's did (no read of the whole store next time).
+            self.reader.advance(sid, plan.bookkeeping)
+            self.clean[sid] = self.state.generation(sid)
+        self._feed_read(sid, pulled)
+        report.pulled += sum(
+            1 for a in plan.view if isinstance(a, (P.Materialise, P.MoveLocal, P.RemoveLocal))
+        )
+        if new_counter is not None:
+            self.state.set_store_counter(sid, new_counter)
+        if not moved and plan.empty:  # e.g. only held deletes or refused files differ: nothing to do
+            self.clean[sid] = generation
+        return list(plan.push_stages) if store.access == "read_write" else []
+
+    def _is_clean(self, sid: str, generation: int, base: Mapping[str, BaseEntry]) -> bool:
+        """Nothing staged: the view is the baseline (found so at this generation, or now)."""
+        if self.clean.get(sid) == generation:
+            return True
+        if maybe_staged(self.fs, sid, base):
+            return False
+        self.clean[sid] = generation
+        return True
+
+    async def _plan_with_content(
+        self,
+        store: StoreInfo,
+        base: Mapping[str, BaseEntry],
+        remote: dict[str, P.RemoteEntry],
+        order: list[str],
+        moved: bool,
+        pulled: Pulled,
+        new_counter: int | None,
+        narrow: Baseline | None = None,
+    ) -> tuple[P.Plan, int | None, bool]:
+        """`pull`'s plan, with the content it needs at hand: (the plan, the counter to
+        record, which a snapshot replaces, whether the plan is a narrowed one). `narrow`: the
+        baseline of a clean store, whose plan may be made on the memories the store changed
+        only (sync/narrow.py)."""
+        sid = store.store_id
+        # Fetch what the plan needs, then plan again on the view as it is *now*, and apply with no
+        # await in between: an edit made while we fetched is never overwritten unseen. The plan is
+        # a pure function of its inputs (plan_pull): when the fetch changed no remote entry and
+        # the state's generation did not move (no write to the files, baseline, refused, skipped
+        # or held deletes), planning again would give this plan again, so it is kept (a hosted
+        # one-edit tick planned its 2,000-file store twice). Unflushed writes do not move the
+        # generation: the plan does not depend on them, and apply_plan defers over a dirty path.
+        plan: P.Plan | None = None
+        snapped = narrowed = False
+        merges: dict[P.MergeKey, P.MergeResult] = {}  # SEMANTICS.md#d-merge: asked for by the plan
+        when = datetime.now(UTC)
+        for _round in range(4):
+            plan = None
+            # (still clean: a close while content was fetched moves the generation)
+            if narrow is not None and not snapped and self.clean.get(sid) == self.state.generation(sid):
+                plan = plan_narrowed(
+                    self.fs,
+                    self.state,
+                    store,
+                    base,
+                    narrow.remote,
+                    narrow.sizes,
+                    remote,
+                    deletions=self.options.deletions,
+                    max_files=self.options.max_files,
+                    max_bytes=self.options.max_bytes,
+                )
+            narrowed = plan is not None
+            if plan is None:
+                plan = plan_pull(
+                    self.fs,
+                    self.state,
+                    store,
+                    base,
+                    remote,
+                    order,
+                    remote_changed=moved,
+                    deletions=self.options.deletions,
+                    max_files=self.options.max_files,
+                    max_bytes=self.options.max_bytes,
+                    on_conflict=self.options.on_conflict,
+                    merges=merges,
+                    copy_who=self.options.conflict_who,
+                    copy_when=when,
+                )
+            planned_at = self.state.generation(sid)
+            missing = {
+                a.sha: a.memory_id
+                for a in plan.view
+                if isinstance(a, P.Materialise)
+                and not pulled.has_content(a.sha)
+                and not self.state.has_blob(a.sha)
+            }
+            merged = merge_wanted(self.state, pulled, plan.merge_wanted)
+            if merged.keys() - merges.keys():
+                merges.update(merged)  # a merge made now: plan again with it
+                continue
+            missing |= missing_content(self.state, pulled, plan.merge_wanted)
+            if not missing:
+                break
+            if moved and not snapped and worth_a_snapshot(missing, remote):
+                snapped = True
+                snap = await self.reader.snapshot(store, pulled)
+                if snap is not None:  # the store as it is now, content included: plan again on it
+                    remote, order, new_counter = snap
+                    continue
+            changed = await self.reader.fetch(store, missing, pulled)
+            if not changed and self.state.generation(sid) == planned_at and not plan.merge_wanted:
+                break  # the same inputs: the plan made now would be this one, its content is here
+            for m in changed:  # the memory moved on since it was listed: use what we fetched
+                remote[m["id"]] = P.RemoteEntry(
+                    m["id"], m["path"], m["content_sha256"], m["content_size_bytes"]
+                )
+            order = in_path_order(remote)
+        assert plan is not None  # the loop ran at least once
+        return plan, new_counter, narrowed
+
+    def _feed_read(self, sid: str, pulled: Pulled) -> None:
+        """Record where the store's version feed stands, once what it said is in the view."""
+        if pulled.feed is not None and pulled.feed != self.state.feed_position(sid):
+            self.state.set_feed_position(sid, pulled.feed)
+        pulled.feed = None
