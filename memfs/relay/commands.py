@@ -40,7 +40,16 @@ def extend(serve: argparse.ArgumentParser) -> None:
         type=float,
         default=60.0,
         metavar="SECONDS",
-        help="relay: a credential's access to a store is confirmed upstream again after this long (default 60)",
+        help="relay: a credential's access to a store is confirmed upstream again, with that credential, "
+        "after this long (default 60)",
+    )
+    g.add_argument(
+        "--confirm-grace",
+        type=float,
+        default=120.0,
+        metavar="SECONDS",
+        help="relay: while the upstream cannot confirm a credential (unreachable, 429, 5xx), it is still "
+        "served from the cache this long past --confirm-every, never longer; 0: not at all (default 120)",
     )
     g.add_argument(
         "--upstream-key-file",
@@ -64,6 +73,9 @@ def _serve_relay(args: argparse.Namespace) -> int:
         if not (math.isfinite(value) and value >= 0.5):
             print(f"memfs serve: --{name.replace('_', '-')} must be at least 0.5 seconds", file=sys.stderr)
             return 2
+    if not (math.isfinite(args.confirm_grace) and args.confirm_grace >= 0):
+        print("memfs serve: --confirm-grace must be 0 or more seconds", file=sys.stderr)
+        return 2
     from memfs import secret_env
     from memfs.service import connections
     from memfs.service.commands import read_key_file
@@ -101,6 +113,7 @@ def _serve_relay(args: argparse.Namespace) -> int:
         admin_key=admin_key,
         interval=args.poll_interval,
         confirm_every=args.confirm_every,
+        confirm_grace=args.confirm_grace,
         operator_key=operator_key,
         certfile=args.certfile,
         keyfile=args.keyfile,

@@ -1,7 +1,8 @@
 """The relay's HTTP side: every request, routed to the cache, to the upstream, or written through.
 
 - **Cached reads** (routes.py): each store named is checked against the access book (access.py),
-  asked of the upstream when the confirmation is missing or old; a store not in the cache yet is
+  asked of the upstream with the caller's own credential when the confirmation is missing or
+  old; a store not in the cache yet is
   downloaded first (poller.py, once however many ask); then the request is answered by the
   cache's own service app (memfs/service/app.py on the cache's storage) as the relay's admin, so
   the counter, watch, changes feed, snapshot and fast paths are the service's own.
@@ -11,8 +12,16 @@
 - **Everything else** passes through unchanged (an official worker pointed at the relay works).
   A session read's answer teaches the access book which stores that token may read.
 
-The upstream unreachable: reads a credential had confirmed are served from the cache; writes and
-everything else are answered 503 (the mount keeps the write staged). Credentials never reach a log.
+The credential is the one the upstream authenticates: a request naming two different ones
+(`x-api-key` and `authorization: Bearer`, or either twice) is refused 400, so the relay never
+records one credential for the upstream's answer to another. A 401 from the upstream, to any
+request, is remembered (access.py) and the poll stops using that credential (poller.py). A path
+with a `.` or `..` segment is refused 400 and never sent upstream.
+
+The upstream unable to confirm (unreachable, 429, 5xx): reads a credential had confirmed are served
+from the cache for `--confirm-grace` past their confirmation's `--confirm-every`, then 503;
+writes and everything else are answered 503 (the mount keeps the write staged). Credentials never
+reach a log.
 """
 
 from __future__ import annotations
@@ -22,8 +31,9 @@ import json
 import logging
 import secrets
 import time
+from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
-from urllib.parse import urlencode
 
 import anyio.to_thread
 
@@ -43,11 +53,22 @@ log = logging.getLogger("memfs.relay")
 access_line = RequestLine("memfs.service.access")
 
 _AUTH = (b"authorization", b"x-api-key")
-MAX_SESSION_PAGES = 10  # a store's sessions listed at most this many pages of 100 to confirm its tokens
 
 
 class Refused(Exception):
     """The upstream refused the credential this store: its own answer is passed on."""
+
+
+@dataclass(frozen=True)
+class Caller:
+    """The credential a request presents, and the headers that carry it (all naming it)."""
+
+    credential: str
+    headers: tuple[tuple[bytes, bytes], ...]
+
+    @cached_property
+    def hash(self) -> str:
+        return credential_hash(self.credential)
 
 
 class RelayFront:
@@ -59,7 +80,6 @@ class RelayFront:
         poller: Poller,
         mirror: Mirror,
         book: AccessBook,
-        operator_key: str | None = None,
     ):
         self.local = local
         self.watch_hub = local.watch_hub  # asgi_server closes it at SIGTERM
@@ -69,11 +89,13 @@ class RelayFront:
         self.poller = poller
         self.mirror = mirror
         self.book = book
-        self.operator_key = operator_key  # lists a store's sessions: one confirmation for all its tokens
+        poller.on_refused = self._poll_refused
+        self._loop: asyncio.AbstractEventLoop | None = None  # where the poll's refusals are applied
         self.no_batch: Answer | None = None  # the upstream's 404 for the batch route, once it gave one
         self._confirming: dict[tuple[str, str], asyncio.Future[bool | None]] = {}
 
     async def __call__(self, scope, receive, send) -> None:
+        self._loop = self._loop or asyncio.get_running_loop()
         if scope["type"] != "http":
             await self.local(scope, receive, send)  # the lifespan: the cache's watch hub
             return
@@ -117,10 +139,18 @@ class RelayFront:
         except body.BadLength as e:
             await _answer_error(invalid(str(e)), scope, receive, send)
             return
-        if scope["path"] == STATUS_PATH:
-            await self._status(scope, receive, send)
+        if routed.kind == "invalid":
+            dots = invalid("the path has a '.' or '..' segment (percent-encoded or not): it is not sent on")
+            await _answer_error(dots, scope, receive, send)
             return
-        auth = _auth_header(scope)
+        try:
+            auth = _caller(scope)
+        except ApiError as refused:
+            await _answer_error(refused, scope, receive, send)
+            return
+        if scope["path"] == STATUS_PATH:
+            await self._status(auth, scope, receive, send)
+            return
         try:
             if routed.kind == "cached" and auth is not None:
                 try:
@@ -128,22 +158,7 @@ class RelayFront:
                     return
                 except Refused:
                     pass  # the upstream's own answer, below
-            if self.no_batch is not None and scope["path"].endswith("/memory_batch"):
-                await _answer(self.no_batch, send)  # the upstream has none: said once, not asked again
-                return
-            kind = "write" if routed.kind == "write" else "pass"
-            answer = await self.upstream.send(
-                kind, scope["method"], scope["path"], scope["query_string"], scope["headers"], raw
-            )
-            if answer.status == 429:
-                self.poller.hold(_retry_after(answer))
-            if scope["path"].endswith("/memory_batch") and _no_such_route(answer):
-                self.no_batch = answer  # every mount tries it once: one upstream request for all
-            if routed.kind == "write" and auth is not None:
-                await self._written(routed.store_ids[0], auth, scope, raw, answer)
-            elif auth is not None and answer.status == 200:
-                self._learn(scope, auth, answer)
-            await _answer(answer, send)
+            await self._pass(routed, auth, scope, raw, send)
         except UpstreamUnreachable as exc:
             log.warning("relay: the upstream is unreachable: %s", exc)
             what = (
@@ -154,19 +169,43 @@ class RelayFront:
         except ApiError as err:
             await _answer_error(err, scope, receive, send)
 
+    async def _pass(self, routed: Routed, auth: Caller | None, scope, raw: bytes, send) -> None:
+        """Sent upstream as it came (less hop-by-hop and identity headers); its answer passed on."""
+        if self.no_batch is not None and scope["path"].endswith("/memory_batch"):
+            await _answer(self.no_batch, send)  # the upstream has none: said once, not asked again
+            return
+        kind = "write" if routed.kind == "write" else "pass"
+        answer = await self.upstream.send(
+            kind, scope["method"], scope["path"], scope["query_string"], scope["headers"], raw
+        )
+        if answer.status == 429:
+            self.poller.hold(_retry_after(answer))
+        if scope["path"].endswith("/memory_batch") and _no_such_route(answer):
+            self.no_batch = answer  # every mount tries it once: one upstream request for all
+        if auth is not None and answer.status == 401:
+            self._refused(auth.hash)
+        elif routed.kind == "write" and auth is not None:
+            await self._written(routed.store_ids[0], auth, scope, raw, answer)
+        elif auth is not None and answer.status == 200:
+            self._learn(scope, auth, answer)
+        await _answer(answer, send)
+
     # -- cached reads -------------------------------------------------------------------------------
 
-    async def _serve_cached(
-        self, routed: Routed, auth: tuple[bytes, bytes], scope, raw: bytes, receive, send
-    ):
-        credential = _credential(auth)
-        cred = credential_hash(credential)
+    async def _serve_cached(self, routed: Routed, auth: Caller, scope, raw: bytes, receive, send):
+        credential, cred = auth.credential, auth.hash
+        if self.book.refused(cred, time.monotonic()):
+            raise ApiError(
+                401,
+                "authentication_error",
+                "the upstream refused this credential (401): it is not asked again yet",
+            )
         for sid in routed.store_ids:
             if self.book.fresh(cred, sid, time.monotonic()):
                 continue
-            confirmed = await self._confirm(cred, auth, sid)
-            if confirmed is None:  # the upstream did not say: what it said before stands
-                if self.book.ever(cred, sid):
+            confirmed = await self._confirm(auth, sid)
+            if confirmed is None:  # the upstream did not say: what it said last stands, for a while
+                if self.book.in_grace(cred, sid, time.monotonic()):
                     continue
                 raise UpstreamUnreachable(f"cannot confirm access to {sid}")
             if not confirmed:
@@ -180,10 +219,10 @@ class RelayFront:
         scope["state"] = state = scope.get("state") or {}
         await self.local({**scope, "headers": headers, "state": state}, body.replaying(raw, receive), send)
 
-    async def _confirm(self, cred: str, auth: tuple[bytes, bytes], sid: str) -> bool | None:
+    async def _confirm(self, auth: Caller, sid: str) -> bool | None:
         """Whether the upstream lets this credential read the store (None: it did not say). One
         question in flight per credential and store, whoever else asks meanwhile."""
-        key = (cred, sid)
+        key = (auth.hash, sid)
         pending = self._confirming.get(key)
         if pending is not None:
             return await asyncio.shield(pending)
@@ -191,7 +230,7 @@ class RelayFront:
         self._confirming[key] = fut
         result: bool | None = None
         try:
-            result = await self._ask(cred, auth, sid)
+            result = await self._ask(auth, sid)
         except UpstreamUnreachable:
             result = None
         finally:  # whoever waits on it hears "not said" if this one failed or was cancelled
@@ -199,20 +238,19 @@ class RelayFront:
             fut.set_result(result)
         return result
 
-    async def _ask(self, cred: str, auth: tuple[bytes, bytes], sid: str) -> bool | None:
+    async def _ask(self, auth: Caller, sid: str) -> bool | None:
+        """Asked with the credential itself, whatever else the relay holds: its session (which
+        names every store it may read) when known, else a one-memory listing of the store."""
+        cred = auth.hash
         session = self.book.session_of(cred)
         now = time.monotonic()
-        if session is not None and self.operator_key is not None:
-            listed = await self._store_sessions(sid)
-            if listed is not None:
-                return self.book.fresh(cred, sid, time.monotonic())
         if session is not None:
             answer = await self.upstream.send(
                 "confirm",
                 "GET",
                 f"/v1/sessions/{session}",
                 b"",
-                [auth, (b"anthropic-beta", SESSIONS_BETA.encode())],
+                [*auth.headers, (b"anthropic-beta", SESSIONS_BETA.encode())],
             )
             if answer.status == 200:
                 stores = _session_stores(answer)
@@ -227,63 +265,35 @@ class RelayFront:
                 "GET",
                 f"/v1/memory_stores/{sid}/memories",
                 b"limit=1&depth=1",
-                [auth, (b"anthropic-beta", MEMORY_BETA.encode())],
+                [*auth.headers, (b"anthropic-beta", MEMORY_BETA.encode())],
             )
             if answer.status == 200:
                 self.book.confirm(cred, [sid], now)
                 return True
-        if answer.status in (401, 403, 404):
-            self.book.revoke(cred, None if answer.status == 401 else sid)
+        if answer.status == 401:
+            self._refused(cred)
+            return False
+        if answer.status in (403, 404):
+            self.book.revoke(cred, sid)
             return False
         if answer.status == 429:
             self.poller.hold(_retry_after(answer))
         return None
 
-    async def _store_sessions(self, sid: str) -> bool | None:
-        """The store's sessions listed with the operator's key (every page), and every known token
-        confirmed or refused by it; one listing in flight per store. None: it could not be listed."""
-        key = ("", sid)
-        pending = self._confirming.get(key)
-        if pending is not None:
-            return await asyncio.shield(pending)
-        fut: asyncio.Future[bool | None] = asyncio.get_running_loop().create_future()
-        self._confirming[key] = fut
-        result: bool | None = None
-        try:
-            result = await self._list_store_sessions(sid)
-        except UpstreamUnreachable:
-            result = None
-        finally:
-            del self._confirming[key]
-            fut.set_result(result)
-        return result
+    def _refused(self, cred: str, store_id: str | None = None) -> None:
+        """The upstream refused the credential (None: 401, every store) or the store to it: the
+        cache serves it no more, the poll stops using it."""
+        if store_id is None:
+            self.book.refuse(cred, time.monotonic())
+        else:
+            self.book.revoke(cred, store_id)
+        self.poller.forget(cred, store_id)
 
-    async def _list_store_sessions(self, sid: str) -> bool | None:
-        assert self.operator_key is not None
-        headers = [(b"x-api-key", self.operator_key.encode()), (b"anthropic-beta", SESSIONS_BETA.encode())]
-        active: set[str] = set()
-        page: str | None = None
-        started = time.monotonic()
-        for _ in range(MAX_SESSION_PAGES):
-            query = urlencode({"memory_store_id": sid, "limit": 100, **({"page": page} if page else {})})
-            answer = await self.upstream.send("confirm", "GET", "/v1/sessions", query.encode(), headers)
-            if answer.status != 200:
-                if answer.status == 429:
-                    self.poller.hold(_retry_after(answer))
-                else:
-                    log.warning(
-                        "relay: the operator's key cannot list the sessions of %s (%d)", sid, answer.status
-                    )
-                return None
-            data = json.loads(answer.body)
-            active.update(
-                s["id"] for s in data.get("data") or [] if isinstance(s, dict) and not s.get("archived_at")
-            )
-            page = data.get("next_page")
-            if not page:
-                self.book.store_sessions(sid, active, started)
-                return True
-        return None  # more sessions than pages asked: each token is confirmed by itself
+    def _poll_refused(self, cred: str, store_id: str | None) -> None:
+        """A poll met a refusal (called on the poll's thread): the access book is told on this
+        loop (the poll has dropped the credential itself)."""
+        if self._loop is not None:
+            self._loop.call_soon_threadsafe(self._refused, cred, store_id)
 
     async def _download(self, sid: str, credential: str) -> None:
         loop = asyncio.get_running_loop()
@@ -303,8 +313,8 @@ class RelayFront:
 
     # -- writes and what passes through ---------------------------------------------------------
 
-    async def _written(self, sid: str, auth: tuple[bytes, bytes], scope, raw: bytes, answer: Answer) -> None:
-        cred = credential_hash(_credential(auth))
+    async def _written(self, sid: str, auth: Caller, scope, raw: bytes, answer: Answer) -> None:
+        cred = auth.hash
         # Only an accepted write proves access: a 403 is read_only on memfs serve, but what else
         # it may mean on the hosted API is not documented.
         if not 200 <= answer.status < 300:
@@ -319,19 +329,17 @@ class RelayFront:
         if states:
             await anyio.to_thread.run_sync(self.mirror.apply, sid, states)
 
-    def _learn(self, scope, auth: tuple[bytes, bytes], answer: Answer) -> None:
+    def _learn(self, scope, auth: Caller, answer: Answer) -> None:
         """A session read that passed through: its token may read exactly its stores."""
         parts = scope["path"].split("/")
         if scope["method"] != "GET" or len(parts) != 4 or parts[1:3] != ["v1", "sessions"]:
             return
         stores = _session_stores(answer)
-        cred = credential_hash(_credential(auth))
         if stores is not None:
-            self.book.learn_session(cred, parts[3], stores, time.monotonic())
+            self.book.learn_session(auth.hash, parts[3], stores, time.monotonic())
 
-    async def _status(self, scope, receive, send) -> None:
-        auth = _auth_header(scope)
-        if auth is None or not secrets.compare_digest(_credential(auth).encode(), self.admin_key.encode()):
+    async def _status(self, auth: Caller | None, scope, receive, send) -> None:
+        if auth is None or not secrets.compare_digest(auth.credential.encode(), self.admin_key.encode()):
             await _answer_error(
                 ApiError(401, "authentication_error", "the relay's admin key is needed"), scope, receive, send
             )
@@ -363,17 +371,28 @@ def _settle(fut: asyncio.Future[BaseException | None], exc: BaseException | None
         fut.set_result(exc)
 
 
-def _auth_header(scope) -> tuple[bytes, bytes] | None:
+def _caller(scope) -> Caller | None:
+    """The request's credential: of its `x-api-key` and `authorization` headers (blank ones aside),
+    all must name the same, else 400. The upstream authenticates one of them by its own precedence
+    (memfs serve: `x-api-key`, service/request.py `credential`), which the relay cannot know for
+    every upstream: with one credential, whichever it picks is the one the relay records."""
+    found: dict[str, None] = {}
+    headers: list[tuple[bytes, bytes]] = []
     for k, v in scope["headers"]:
-        if k.lower() in _AUTH and v.strip():
-            return (k.lower(), v)
-    return None
+        name = k.lower()
+        if name not in _AUTH or not v.strip():
+            continue
+        headers.append((name, v))
+        found[_credential(name, v)] = None
+    if len(found) > 1:
+        raise invalid("send one credential: the x-api-key and authorization headers name different ones")
+    return Caller(next(iter(found)), tuple(headers)) if found else None
 
 
-def _credential(auth: tuple[bytes, bytes]) -> str:
+def _credential(name: bytes, raw: bytes) -> str:
     """The credential of an `authorization: Bearer …` or `x-api-key: …` header."""
-    value = auth[1].decode("latin-1").strip()
-    return value[7:].strip() if auth[0] == b"authorization" and value[:7].lower() == "bearer " else value
+    value = raw.decode("latin-1").strip()
+    return value[7:].strip() if name == b"authorization" and value[:7].lower() == "bearer " else value
 
 
 def _no_such_route(answer: Answer) -> bool:

@@ -12,6 +12,12 @@ the memories with a version the cache does not hold (a write that went through t
 the cache already: its version is not fetched again). Where the feed is refused or too far
 behind, the store is listed (basic view) and only what differs is fetched. Every requests of all
 stores shares one budget and pacer: a 429 slows every poll of the relay.
+
+Without the operator's key a store is polled with a credential that recently proved access to it
+(the last few are kept, newest first). One the upstream answers 401 is dropped from every store at
+once, one answered 403/404 from that store, and the front is told (`on_refused`); the poll is
+made again at once with the next credential kept, if any, else it waits for a client whose
+credential the front confirms: the credential is never presented again by the poll.
 """
 
 from __future__ import annotations
@@ -20,7 +26,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
@@ -57,6 +63,9 @@ FULL_INSTEAD = 200  # more memories to fetch than this: a full-view listing inst
 FETCHES_AT_ONCE = 16
 TICK_S = 0.25
 CLIENTS_KEPT = 256
+CREDENTIALS_KEPT = 4  # per store: the poll's fallbacks when the newest is refused
+
+Refusal = Callable[[str, "str | None"], None]  # (credential hash, store or None: every store)
 
 Done = Callable[[BaseException | None], None]
 
@@ -65,7 +74,9 @@ Done = Callable[[BaseException | None], None]
 class Slot:
     """One store the relay keeps current."""
 
-    credential: str | None = None  # the last one that proved access to it (memory only, never logged)
+    # the last ones that proved access to it, by hash, newest last (memory only, never logged)
+    credentials: dict[str, str] = field(default_factory=dict)
+    using: str | None = None  # the credential of the poll under way
     used_at: float = float("-inf")  # time.monotonic() of the last request a client made of it, a watch aside
     watched_at: float = float("-inf")  # of the last watch that named it
     polled_at: float = float("-inf")
@@ -144,6 +155,7 @@ class Poller:
         self.drop_after = drop_after
         self.active_for = max(ACTIVE_FOR_S, 2 * interval)
         self.operator_key = operator_key  # polls with this when given, else with a client's credential
+        self.on_refused: Refusal | None = None  # told of a client's credential the upstream refused
         self.stores: dict[str, Slot] = {}
         self.cached: set[str] = set()  # stores whose download ended (served from the cache)
         self.budget = RequestBudget()  # every upstream request of the poll, by kind; the hold after a 429
@@ -196,7 +208,11 @@ class Poller:
                 slot.polled_at = float("-inf")  # idle until now: poll it at once
             slot.used_at = now
         if credential is not None:
-            slot.credential = credential
+            key = credential_hash(credential)
+            slot.credentials.pop(key, None)
+            slot.credentials[key] = credential
+            while len(slot.credentials) > CREDENTIALS_KEPT:
+                slot.credentials.pop(next(iter(slot.credentials)), None)
 
     def stale(self, slot: Slot, now: float) -> bool:
         """Nobody asked anything of the store for `drop_after`: its memories leave the cache."""
@@ -216,6 +232,16 @@ class Poller:
         self.touch(store_id, credential)
         assert self._token is not None
         self._token.run_sync_soon(self._download_wanted, store_id, done)
+
+    def forget(self, cred: str, store_id: str | None = None) -> None:
+        """The upstream refused this credential (by hash) to the front: to every store (None, a
+        401) or to this one. The poll does not present it again."""
+        if self._token is None:
+            return
+        try:
+            self._token.run_sync_soon(self._drop_credential, cred, store_id)
+        except trio.RunFinishedError:
+            pass
 
     def hold(self, seconds: float) -> None:
         """A write met the upstream's 429: every poll waits as long too."""
@@ -280,14 +306,23 @@ class Poller:
                 period = self.period(slot, now)
                 if slot.busy or sid not in self.cached or period is None:
                     continue
-                if (slot.credential or self.operator_key) and now - slot.polled_at >= period:
+                if (slot.credentials or self.operator_key) and now - slot.polled_at >= period:
                     slot.busy = True
                     assert self._nursery is not None
                     self._nursery.start_soon(self._sync, sid)
             await trio.sleep(TICK_S)
 
+    def _drop_credential(self, cred: str, store_id: str | None) -> None:
+        for sid, slot in self.stores.items():
+            if store_id in (None, sid):
+                slot.credentials.pop(cred, None)
+        if store_id is None:
+            client = self._clients.pop(cred, None)
+            if client is not None and self._nursery is not None:
+                self._nursery.start_soon(client.aclose)
+
     def _client(self, slot: Slot) -> StoreClient:
-        credential = self.operator_key or slot.credential
+        credential = self.operator_key or slot.using
         assert credential is not None
         key = credential_hash(credential)
         client = self._clients.get(key)
@@ -303,6 +338,9 @@ class Poller:
     async def _sync(self, store_id: str) -> None:
         slot = self.stores[store_id]
         error: BaseException | None = None
+        again = False
+        kept = list(slot.credentials.values())
+        slot.using = kept[-1] if kept else None
         try:
             if store_id not in self.cached and await trio.to_thread.run_sync(
                 self._downloaded_elsewhere, store_id
@@ -325,9 +363,20 @@ class Poller:
             slot.failures, slot.last_error = 0, ""
         except (ApiError, Unreachable) as exc:
             error = exc
-            if isinstance(exc, ApiError) and exc.status in (401, 403, 404) and not self.operator_key:
-                # it proves nothing any more: polled again once a client's credential is confirmed
-                slot.credential = None
+            if (
+                isinstance(exc, ApiError)
+                and exc.status in (401, 403, 404)
+                and slot.using
+                and not self.operator_key
+            ):
+                # never presented again: the next credential kept is tried at once (if none, the
+                # store waits for a client whose credential the front confirms)
+                cred = credential_hash(slot.using)
+                refused_store = None if exc.status == 401 else store_id
+                self._drop_credential(cred, refused_store)
+                if self.on_refused is not None:
+                    self.on_refused(cred, refused_store)
+                again = bool(slot.credentials)
             slot.failures += 1
             slot.last_error = str(exc)
             log.warning(
@@ -339,7 +388,8 @@ class Poller:
             slot.last_error = f"{type(exc).__name__}: {exc}"
             log.exception("relay: the poll of %s crashed", store_id)
         finally:
-            slot.polled_at = time.monotonic()
+            slot.polled_at = float("-inf") if again else time.monotonic()
+            slot.using = None
             slot.busy = False
             for done in self._waiters.pop(store_id, []):
                 done(error if store_id not in self.cached else None)

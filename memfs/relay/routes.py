@@ -4,6 +4,13 @@ Pure: a method, a path and a query in; a `Routed` out. The cache serves the read
 (memory listings and reads, and memfs's extensions: counters, watch, changes, snapshot); writes to
 memories go to the upstream with the caller's own credential and, once accepted, into the cache;
 everything else (stores, versions, sessions, work, events, anything new) passes through unchanged.
+
+Every store id the cache's app would read is named in `Routed.store_ids` (each is checked against
+the caller's credential): repeated `ids` and `known` parameters are read with the service's own
+functions (memfs/service/request.py), as the cache's app reads them; a query those refuse, or with
+more ids than the service takes, is not the cache's to answer and passes through. A path with a
+`.` or `..` segment (the ASGI path is percent-decoded: `%2e%2e` is one too) is refused: it would
+name something else upstream than here.
 """
 
 from __future__ import annotations
@@ -11,11 +18,11 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from typing import Literal
-from urllib.parse import parse_qs
 
 from memfs.protocol import COUNTERS_PATH, STORES_PATH, WATCH_PATH
+from memfs.service.request import MAX_COUNTER_IDS, counter_ids, known_counters, query_pairs
 
-Kind = Literal["cached", "write", "pass", "local"]
+Kind = Literal["cached", "write", "pass", "local", "invalid"]
 
 _STORE = re.compile(STORES_PATH + r"/([^/]+)(/.*)?$")
 _CACHED_TAILS = re.compile(r"^/(memories(/[^/]+)?|counter|changes|snapshot)$")
@@ -32,14 +39,24 @@ class Routed:
 
 
 def route(method: str, path: str, query: str) -> Routed:
+    """`path`: the ASGI scope's (percent-decoded); `query`: its query string, latin-1."""
+    if dot_segment(path):
+        return Routed("invalid")
     if path in LOCAL_PATHS or path == STATUS_PATH:
         return Routed("local")
     if method == "GET" and path == COUNTERS_PATH:
-        ids = _ids(_first(query, "ids").split(","))
-        return Routed("cached", ids) if ids else Routed("pass")
+        ids = counter_ids(_all(query, "ids"))
+        return Routed("cached", tuple(ids)) if 0 < len(ids) <= MAX_COUNTER_IDS else Routed("pass")
     if method == "GET" and path == WATCH_PATH:
-        ids = _ids([item.rsplit(":", 1)[0] for item in _first(query, "known").split(",")])
-        return Routed("cached", ids, watch=True) if ids else Routed("pass")
+        try:
+            known = known_counters(_all(query, "known"))
+        except ValueError:
+            return Routed("pass")
+        return (
+            Routed("cached", tuple(known), watch=True)
+            if 0 < len(known) <= MAX_COUNTER_IDS
+            else Routed("pass")
+        )
     m = _STORE.match(path)
     if m is None or not m.group(2):
         return Routed("pass")
@@ -53,10 +70,10 @@ def route(method: str, path: str, query: str) -> Routed:
     return Routed("pass")
 
 
-def _first(query: str, name: str) -> str:
-    values = parse_qs(query, keep_blank_values=True).get(name)
-    return values[0] if values else ""
+def dot_segment(path: str) -> bool:
+    return any(seg in (".", "..") for seg in path.split("/"))
 
 
-def _ids(ids: list[str]) -> tuple[str, ...]:
-    return tuple(dict.fromkeys(i for i in (s.strip() for s in ids) if i))
+def _all(query: str, name: str) -> list[str]:
+    """Every value of the parameter, as the service's app reads the query (`request.query_pairs`)."""
+    return [value for key, value in query_pairs({"query_string": query.encode("latin-1")}) if key == name]

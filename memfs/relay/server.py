@@ -12,10 +12,10 @@ import os
 import sys
 
 from memfs.logging_setup import setup_logging
-from memfs.relay.access import DEFAULT_TTL_S, AccessBook
+from memfs.relay.access import DEFAULT_GRACE_S, DEFAULT_TTL_S, AccessBook
 from memfs.relay.front import RelayFront
 from memfs.relay.poller import DEFAULT_INTERVAL_S, Poller
-from memfs.relay.upstream import Upstream
+from memfs.relay.upstream import Upstream, url_problem
 from memfs.service import access_log, asgi_server
 from memfs.service.app import create_app
 from memfs.service.connections import ConnectionLimits
@@ -31,12 +31,6 @@ log = logging.getLogger("memfs.relay")
 CACHE_RETENTION_DAYS = 1.0
 
 
-def upstream_problem(url: str) -> str | None:
-    if not url.startswith(("http://", "https://")) or len(url.split("://", 1)[1].strip("/")) == 0:
-        return f"--upstream must be an http:// or https:// URL (got {url!r})"
-    return None
-
-
 def run(
     upstream_url: str,
     *,
@@ -46,6 +40,7 @@ def run(
     admin_key: str | None = None,
     interval: float = DEFAULT_INTERVAL_S,
     confirm_every: float = DEFAULT_TTL_S,
+    confirm_grace: float = DEFAULT_GRACE_S,
     operator_key: str | None = None,
     certfile: str | None = None,
     keyfile: str | None = None,
@@ -54,7 +49,7 @@ def run(
 ) -> int:
     formatter = setup_logging()
     access_log.install("memfs.service.access", sys.stderr, formatter)
-    for problem in (upstream_problem(upstream_url), check_tls(certfile, keyfile)):
+    for problem in (url_problem(upstream_url), check_tls(certfile, keyfile)):
         if problem:
             print(f"memfs serve: {problem}", file=sys.stderr)
             return 2
@@ -70,12 +65,15 @@ def run(
     poller = Poller(upstream_url, mirror, interval=interval, operator_key=operator_key)
     upstream = Upstream(upstream_url)
     local = create_app(storage, key)
-    front = RelayFront(local, key, upstream, poller, mirror, AccessBook(ttl=confirm_every), operator_key)
+    book = AccessBook(ttl=confirm_every, grace=confirm_grace)
+    front = RelayFront(local, key, upstream, poller, mirror, book)
     log.info(
-        "relay to %s: a poll per store every %gs while it is used, access confirmed every %gs",
+        "relay to %s: a poll per store every %gs while it is used, access confirmed every %gs "
+        "(served %gs more while the upstream cannot confirm it)",
         upstream_url,
         interval,
         confirm_every,
+        confirm_grace,
     )
     poller.start(mirror.downloaded())
     try:

@@ -1,12 +1,19 @@
 """The relay's requests to the upstream from its event loop: what passes through, the writes, and
 the access checks, sent with the caller's own credential (the poller, poller.py, has its own
 client). httpx builds its own transport, so the environment's proxy and CA settings apply.
-Counted by kind for `/v1/relay_status` and the bench."""
+Counted by kind for `/v1/relay_status` and the bench.
+
+What reaches the upstream is the caller's request, less what is the relay's hop or says who the
+caller is to the relay's side: hop-by-hop headers (with those the `Connection` header names),
+cookies and the forwarding headers (`Forwarded`, `X-Forwarded-*`, `X-Real-IP`). The path is sent
+as the relay routed it (percent-encoded again from the decoded path it read), so the upstream reads
+the same segments; the base URL carries no credential (`url_problem`)."""
 
 from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
+from urllib.parse import quote, urlsplit
 
 import httpx
 
@@ -27,6 +34,10 @@ _HOP = frozenset(
     }
 )
 _HOP_OUT = _HOP | {b"content-encoding", b"date", b"server"}
+# Who the caller is on the relay's side: not the upstream's to read (nor to be spoofed into it).
+_IDENTITY = frozenset({b"cookie", b"forwarded", b"x-real-ip", b"proxy-connection"})
+_PATH_SAFE = "/:@!$&'()*+,;="
+_CREDENTIAL = frozenset({b"authorization", b"x-api-key"})
 
 TIMEOUT_S = 60.0  # a write's answer may take as long as the upstream lets a request run
 CONNECT_TIMEOUT_S = 5.0
@@ -48,6 +59,44 @@ class Answer:
 
 class UpstreamUnreachable(Exception):
     pass
+
+
+def url_problem(url: str) -> str | None:
+    """Why `--upstream` cannot be used, or None: an http(s) URL with a host, and no credential,
+    query or fragment in it (httpx would send a user:password as every request's Authorization,
+    in place of the caller's, and the URL is logged and shown by /v1/relay_status)."""
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 -- raises ValueError for a bad port
+    except ValueError as e:
+        return f"--upstream is not a URL ({e})"
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        return "--upstream must be an http:// or https:// URL with a host"
+    if "@" in parts.netloc:
+        return "--upstream must not carry a user or password: the relay sends each caller's own credential"
+    if parts.query or parts.fragment or url.rstrip("/").endswith(("?", "#")):
+        return "--upstream must not have a query or fragment"
+    if any(seg in (".", "..") for seg in parts.path.split("/")):
+        return "--upstream must not have a '.' or '..' path segment"
+    return None
+
+
+def forwarded_headers(headers: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
+    """The caller's headers less hop-by-hop ones (and those its `Connection` names), cookies and
+    the forwarding headers."""
+    named: set[bytes] = set()
+    for k, v in headers:
+        if k.lower() == b"connection":
+            named.update(t.strip().lower() for t in v.split(b",") if t.strip())
+    named -= _CREDENTIAL  # the credential the relay checked is the one the upstream authenticates
+    return [
+        (k, v)
+        for k, v in headers
+        if (low := k.lower()) not in _HOP
+        and low not in _IDENTITY
+        and low not in named
+        and not low.startswith(b"x-forwarded-")
+    ]
 
 
 class Upstream:
@@ -74,9 +123,10 @@ class Upstream:
         headers: list[tuple[bytes, bytes]],
         body: bytes = b"",
     ) -> Answer:
-        """One request as the caller made it (hop-by-hop headers dropped); the answer whole."""
-        url = httpx.URL(self.base_url + path, query=query)
-        out = [(k, v) for k, v in headers if k.lower() not in _HOP]
+        """One request as the caller made it (`path` decoded, as the ASGI scope has it; hop-by-hop
+        and identity headers dropped); the answer whole."""
+        url = httpx.URL(self.base_url + quote(path, safe=_PATH_SAFE), query=query)
+        out = forwarded_headers(headers)
         self.sent[kind] += 1
         try:
             resp = await self._http.request(method, url, headers=out, content=body or None)

@@ -109,6 +109,25 @@ def counter_ids(values: list[str]) -> list[str]:
     return ids
 
 
+def known_counters(values: list[str]) -> dict[str, int]:
+    """The `STORE_ID:COUNTER` items of a watch's `known` parameters (comma-separated, blanks
+    skipped), in order; ValueError (its message the 400's) for a malformed item or a store named
+    twice. The watch route and the relay (which checks every store named) read them alike."""
+    known: dict[str, int] = {}
+    for raw in values:
+        for item in raw.split(","):
+            item = item.strip()
+            if not item:
+                continue
+            sid, sep, value = item.rpartition(":")
+            if not sep or not sid or not value.isdigit() or len(value) > 18:
+                raise ValueError(f"known: expected STORE_ID:COUNTER items, comma-separated (got {item!r})")
+            if sid in known:
+                raise ValueError(f"known: memory store {sid} is named twice")
+            known[sid] = int(value)
+    return known
+
+
 # Request ids: unique per process (a random prefix, then a sequence number), without a getrandom()
 # syscall per request (~10-35 µs here, a few % of a counter read).
 _REQUEST_ID_PREFIX = "req_" + secrets.token_hex(4)

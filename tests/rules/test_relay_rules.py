@@ -34,6 +34,28 @@ S = "/v1/memory_stores/memstore_1"
             ("memstore_1", "memstore_2"),
         ),
         ("GET", "/v1/memory_store_counters", "", "pass", ()),
+        # every store id the cache's app reads, repeated parameters too
+        (
+            "GET",
+            "/v1/memory_store_counters",
+            "ids=memstore_1&ids=memstore_2,memstore_3",
+            "cached",
+            ("memstore_1", "memstore_2", "memstore_3"),
+        ),
+        (
+            "GET",
+            "/v1/memory_store_watch",
+            "known=memstore_1:0&known=memstore_2:0&wait=1",
+            "cached",
+            ("memstore_1", "memstore_2"),
+        ),
+        ("GET", "/v1/memory_store_watch", "known=memstore_1:0&known=memstore_1:3", "pass", ()),
+        ("GET", "/v1/memory_store_watch", "known=memstore_1:0&known=memstore_2", "pass", ()),
+        ("GET", "/v1/memory_store_counters", "&".join(f"ids=memstore_{i}" for i in range(101)), "pass", ()),
+        # a '.' or '..' segment (the ASGI path is decoded: %2e%2e arrives as ..) is refused
+        ("GET", "/v1/../../admin", "", "invalid", ()),
+        ("GET", S + "/memories/..", "", "invalid", ()),
+        ("POST", "/v1/./sessions", "", "invalid", ()),
         ("POST", S + "/memories", "", "write", ("memstore_1",)),
         ("POST", S + "/memories/mem_1", "", "write", ("memstore_1",)),
         ("DELETE", S + "/memories/mem_1", "", "write", ("memstore_1",)),
@@ -60,15 +82,28 @@ def test_a_watch_is_marked():
     assert not route("GET", S + "/counter", "").watch
 
 
-def test_a_confirmation_lasts_the_ttl():
-    book = AccessBook(ttl=60.0)
+def test_a_confirmation_lasts_the_ttl_and_serves_an_outage_for_the_grace_only():
+    book = AccessBook(ttl=60.0, grace=120.0)
     c = credential_hash("tok")
     assert not book.fresh(c, "memstore_1", 0.0)
     book.confirm(c, ["memstore_1"], 100.0)
     assert book.fresh(c, "memstore_1", 159.0)
     assert not book.fresh(c, "memstore_1", 160.0)
-    assert book.ever(c, "memstore_1")  # what an unreachable upstream leaves to go on
+    assert book.in_grace(c, "memstore_1", 279.0)  # what an upstream that cannot answer leaves to go on
+    assert not book.in_grace(c, "memstore_1", 280.0)  # never longer
+    assert not AccessBook(ttl=60.0, grace=0.0).in_grace(c, "memstore_1", 0.0)
     assert not book.fresh(credential_hash("other"), "memstore_1", 101.0)
+
+
+def test_a_401_is_remembered_for_a_ttl_until_the_upstream_accepts_the_credential_again():
+    book = AccessBook(ttl=60.0)
+    c = credential_hash("tok")
+    book.learn_session(c, "sesn_1", ["memstore_1"], 0.0)
+    book.refuse(c, 10.0)
+    assert book.refused(c, 69.0) and not book.refused(c, 70.0)
+    assert not book.in_grace(c, "memstore_1", 11.0) and book.session_of(c) is None
+    book.confirm(c, ["memstore_1"], 20.0)  # a write the upstream accepted since
+    assert not book.refused(c, 21.0) and book.fresh(c, "memstore_1", 21.0)
 
 
 def test_a_session_read_names_exactly_the_stores_its_token_may_read():
@@ -78,7 +113,7 @@ def test_a_session_read_names_exactly_the_stores_its_token_may_read():
     book.learn_session(c, "sesn_1", ["memstore_1", "memstore_2"], 1.0)
     assert book.session_of(c) == "sesn_1"
     assert book.fresh(c, "memstore_1", 2.0) and book.fresh(c, "memstore_2", 2.0)
-    assert not book.ever(c, "memstore_old")  # detached since
+    assert not book.in_grace(c, "memstore_old", 2.0)  # detached since
 
 
 def test_revoking_a_credential_forgets_its_session():
@@ -86,10 +121,10 @@ def test_revoking_a_credential_forgets_its_session():
     c = credential_hash("tok")
     book.learn_session(c, "sesn_1", ["memstore_1"], 0.0)
     book.revoke(c, "memstore_1")
-    assert not book.ever(c, "memstore_1") and book.session_of(c) == "sesn_1"
+    assert not book.in_grace(c, "memstore_1", 0.0) and book.session_of(c) == "sesn_1"
     book.learn_session(c, "sesn_1", ["memstore_1"], 0.0)
     book.revoke(c)
-    assert not book.ever(c, "memstore_1") and book.session_of(c) is None
+    assert not book.in_grace(c, "memstore_1", 0.0) and book.session_of(c) is None
 
 
 def test_credentials_are_kept_as_hashes():

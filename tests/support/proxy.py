@@ -82,6 +82,7 @@ class Entry:
     method: str
     path: str
     action: str
+    head: bytes = b""  # the request line and headers as they came (what a test asserts was sent)
 
 
 @dataclass
@@ -212,7 +213,7 @@ class _Core:
                 rule = self._pick(method, path)
                 action = rule.action if rule else "forward"
                 with self._lock:
-                    self.log.append(Entry(time.monotonic(), method, path, action))
+                    self.log.append(Entry(time.monotonic(), method, path, action, head))
                     self.counts.requests += 1
                     self.counts.in_flight += 1
                     self.counts.max_in_flight = max(self.counts.max_in_flight, self.counts.in_flight)

@@ -22,6 +22,7 @@ from memfs.service.request import (
     MAX_COUNTER_IDS,
     MAX_WATCH_WAIT_S,
     counter_ids,
+    known_counters,
 )
 from memfs.service.responses import json_response as _json
 from memfs.service.routes.core import RouteContext
@@ -58,18 +59,10 @@ class ExtensionRoutes:
     async def watch(self, request: Request) -> Response:
         """Held until a store's counter differs from the known one, or `wait` passes (docs/SEMANTICS.md#d-counter)."""
         p = await self.ctx.principal(request)
-        known: dict[str, int] = {}
-        for raw in request.query_params.getlist("known"):
-            for item in raw.split(","):
-                item = item.strip()
-                if not item:
-                    continue
-                sid, sep, value = item.rpartition(":")
-                if not sep or not sid or not value.isdigit() or len(value) > 18:
-                    raise invalid(f"known: expected STORE_ID:COUNTER items, comma-separated (got {item!r})")
-                if sid in known:
-                    raise invalid(f"known: memory store {sid} is named twice")
-                known[sid] = int(value)
+        try:
+            known = known_counters(request.query_params.getlist("known"))
+        except ValueError as e:
+            raise invalid(str(e)) from None
         if not known:
             raise invalid("known: give one or more STORE_ID:COUNTER items, comma-separated")
         if len(known) > MAX_COUNTER_IDS:
