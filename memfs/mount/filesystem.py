@@ -355,7 +355,7 @@ class Filesystem:
             self.checks.refuse_read_only(node)
             if isinstance(node, VIRTUAL_KINDS):
                 raise FsError(errno.EACCES)  # what a non-root user gets from 0444 (SEMANTICS.md)
-        h = self.handles.open_file(node, writable, pid)
+        h = self.handles.open_file(node, writable, pid, append=bool(flags & os.O_APPEND))
         if flags & os.O_TRUNC and writable and isinstance(node, FileNode) and self.tree.cur_size(node) > 0:
             # O_TRUNC empties the file; staged with the writer's close (no empty state staged first).
             node.store.bytes -= self.tree.cur_size(node)
@@ -394,7 +394,7 @@ class Filesystem:
         # The file exists durably at once (flagged unborn); its content is staged at close.
         self.staging.write_unborn_row(node)
         parent.mtime_ns = parent.ctime_ns = t
-        h = self.handles.open_file(node, True, pid)
+        h = self.handles.open_file(node, True, pid, append=bool(flags & os.O_APPEND))
         node.buf = bytearray()
         node.creator_fh = h.fh
         h.wrote = True
@@ -412,8 +412,10 @@ class Filesystem:
         self.checks.refuse_read_only(node)
         if not h.writable or not isinstance(node, FileNode):  # (open refuses writers of a virtual file)
             raise FsError(errno.EBADF)
-        end = off + len(data)
         cur = self.tree.cur_size(node)
+        if h.append:
+            off = cur  # O_APPEND: the end as the mount knows it (FileHandle.append says why)
+        end = off + len(data)
         grow = max(0, end - cur)
         if end > MAX_CONTENT_BYTES:
             self.failed_writers.fail(h, errno.EFBIG)

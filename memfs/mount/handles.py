@@ -28,9 +28,9 @@ class HandleTable:
     # ---- file handles ------------------------------------------------------------------------
 
     def open_file(
-        self, node: FileNode | MarkerNode | NoticesNode, writable: bool, pid: int = 0
+        self, node: FileNode | MarkerNode | NoticesNode, writable: bool, pid: int = 0, append: bool = False
     ) -> FileHandle:
-        h = FileHandle(self._number(), node, writable, pid)
+        h = FileHandle(self._number(), node, writable, pid, append)
         self._files[h.fh] = h
         node.open_count += 1
         return h

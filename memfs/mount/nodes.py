@@ -154,10 +154,22 @@ class Store:
 
 
 class FileHandle:
-    __slots__ = ("fh", "node", "writable", "wrote", "changed", "failed", "noticed", "pid", "cause")
+    __slots__ = ("fh", "node", "writable", "wrote", "changed", "failed", "noticed", "pid", "cause", "append")
 
-    def __init__(self, fh: int, node: FileNode | MarkerNode | NoticesNode, writable: bool, pid: int = 0):
+    def __init__(
+        self,
+        fh: int,
+        node: FileNode | MarkerNode | NoticesNode,
+        writable: bool,
+        pid: int = 0,
+        append: bool = False,
+    ):
         self.fh, self.node, self.writable, self.wrote, self.pid = fh, node, writable, False, pid
+        # Opened with O_APPEND: every write goes to the file's end as the mount knows it, not to
+        # the offset the kernel sends, which it takes from a size it may not have refreshed yet
+        # after a pull grew the file (libfuse leaves O_APPEND to the filesystem without writeback
+        # caching). Two sandboxes' `echo >> log.md` lost a line of each other's this way.
+        self.append = append
         self.cause = ""  # failed with another file of the same process: that file's path
         # A write/truncate went through this handle (`wrote` alone: a create, to stage at close).
         self.changed = False

@@ -462,6 +462,26 @@ def test_rename_file_keeps_inode_and_memory_id(h):
     h.assert_staged()
 
 
+def test_an_append_goes_to_the_end_the_mount_knows_not_the_kernels_stale_offset(h):
+    """`echo line >> log.md` opens with O_APPEND; the kernel sends the offset of the size it last
+    saw. A pull that grew the file meanwhile (another sandbox's line) must not be overwritten by
+    the append: it lands after it. Two sandboxes' appends lost each other's lines that way."""
+    h.fs.apply_remote(RW.store_id, "/log.md", "mem_l", sha(b"a\n"), b"a\n", 1)
+    stale = len(b"a\n")  # the size the kernel knew when the shell opened the file
+    fh = h.fs.open(h.ino(f"{W}/log.md"), os.O_WRONLY | os.O_APPEND).fh
+    h.fs.apply_remote(RW.store_id, "/log.md", "mem_l", sha(b"a\ntheirs\n"), b"a\ntheirs\n", 2)
+    h.fs.write(fh, stale, b"mine\n")
+    h.fs.flush(fh)
+    h.fs.release(fh)
+    assert h.read_file(f"{W}/log.md") == b"a\ntheirs\nmine\n"
+    # without O_APPEND the offset is the writer's own, as pwrite(2) says
+    fh = h.fs.open(h.ino(f"{W}/log.md"), os.O_WRONLY).fh
+    h.fs.write(fh, 0, b"A")
+    h.fs.flush(fh)
+    h.fs.release(fh)
+    assert h.read_file(f"{W}/log.md") == b"A\ntheirs\nmine\n"
+
+
 def test_editor_save_inherits_memory_id(h):
     h.fs.apply_remote(RW.store_id, "/notes.md", "mem_n", sha(b"v1"), b"v1", 1)
     h.write_file(f"{W}/.notes.md.swp", b"v2")
