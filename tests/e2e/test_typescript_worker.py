@@ -25,7 +25,10 @@ from tests.support.worker_world import RO, RW
 
 pytestmark = pytest.mark.timeout(180)
 
-PACKAGE = Path(__file__).resolve().parents[2] / "workers" / "typescript"
+# scripts/sdk-check points this at a copy of the package with the newest @anthropic-ai/sdk
+PACKAGE = Path(
+    os.environ.get("MEMFS_TS_PACKAGE") or Path(__file__).resolve().parents[2] / "workers" / "typescript"
+)
 
 
 @pytest.fixture(scope="module")
@@ -268,6 +271,48 @@ def test_a_busy_daemon_that_answers_its_ping_gets_the_whole_timeout(tmp_path, ts
         daemon.close()
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout) == {"ok": True, "ran": True}
+
+
+@pytest.mark.timeout(60)
+def test_a_call_stopped_during_its_pre_call_sync_does_not_run(tmp_path, ts_package):
+    """The runner aborts a stopped call's signal (@anthropic-ai/sdk >= 1.16: then restoreMissing, and
+    "was stopped" as its result); a wrapped tool whose pre-call sync was still waiting must not run
+    once the sync answers (the official write/edit do not look at the signal themselves)."""
+    from tests.session.test_daemon_link import SlowDaemon
+
+    path = tmp_path / "slow.sock"
+    daemon = SlowDaemon(path, delay=1.0)  # status answers at once (no stores), a sync after 1 s
+    script = (
+        "const { memfsTools } = require(process.argv[1]);"
+        "let ran = false;"
+        "const tool = { name: 'write', run: async () => { ran = true; return 'written'; } };"
+        "const [wrapped] = memfsTools({ root: '/nowhere', base: [tool], log: () => {} })("
+        "{ workdir: process.argv[2], session: { id: 'sesn_x', resources: [] } });"
+        "const stop = new AbortController();"
+        "setTimeout(() => stop.abort(new Error('stopped by the runner')), 200);"
+        "wrapped.run({ file_path: 'x.md', content: 'x' }, { signal: stop.signal }).then("
+        "(r) => console.log(JSON.stringify({ ran, result: String(r) })),"
+        "(e) => console.log(JSON.stringify({ ran, error: String(e) })));"
+    )
+    env = {**os.environ, "MEMFS_SYNC_SOCKET": str(path)}
+    try:
+        proc = subprocess.run(
+            [
+                str(ts_package / "node_modules" / ".bin" / "node"),
+                "-e",
+                script,
+                str(ts_package / "dist"),
+                str(tmp_path),
+            ],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+    finally:
+        daemon.close()
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout) == {"ran": False, "error": "Error: stopped by the runner"}
 
 
 def test_a_lost_lease_stops_the_item_without_a_final_push(wworld, spy, ts_package):
