@@ -3,7 +3,9 @@
 Per session (the factory is called once per claimed session, with its `AgentToolContext`):
 1. the stores mounted at the root must be exactly the session's memory stores (same ids, folders
    and access), else the work item fails with a message that says what differs and what to do;
-2. their folders go on the file tools' `allowed_roots`, the read_only ones on `read_only_roots`;
+2. their folders go on the file tools' `allowed_roots`, the read_only ones on `read_only_roots`,
+   and out of the worker's memory-file hook (anthropic >= 2.17: `write`/`edit` write them into the
+   mount themselves, and the mount syncs them; _sdk.keep_memory_writes_in_mount);
 3. every tool call first asks the daemon for a non-forced sync (a tick runs only when one is due;
    otherwise the answer is one small round trip on a held socket connection, daemon_link.py), so
    remote edits are seen between calls;
@@ -35,6 +37,7 @@ from memfs.worker._sdk import (
     ToolError,
     aclose_runnable_tool,
     beta_agent_toolset_20260401,
+    keep_memory_writes_in_mount,
     resolve_path,
 )
 from memfs.worker.daemon_link import PRE_CALL_TIMEOUT, DaemonLink, DaemonUnavailable
@@ -140,6 +143,7 @@ class SessionMemory:
         memory = cls(ctx, root, link, expected)
         ctx.allowed_roots = [*ctx.allowed_roots, *memory.store_dirs]
         ctx.read_only_roots = [*ctx.read_only_roots, *memory.read_only_dirs]
+        keep_memory_writes_in_mount(ctx, memory.store_dirs)
         log.info("session %s: memory from memfs at %s (%s)", memory.session_id, root, _describe(expected))
         return memory
 

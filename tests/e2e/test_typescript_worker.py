@@ -25,7 +25,10 @@ from tests.support.worker_world import RO, RW
 
 pytestmark = pytest.mark.timeout(180)
 
-PACKAGE = Path(__file__).resolve().parents[2] / "workers" / "typescript"
+# scripts/sdk-check points this at a copy of the package with the newest @anthropic-ai/sdk
+PACKAGE = Path(
+    os.environ.get("MEMFS_TS_PACKAGE") or Path(__file__).resolve().parents[2] / "workers" / "typescript"
+)
 
 
 @pytest.fixture(scope="module")
@@ -38,8 +41,11 @@ def ts_package() -> Path:
     return PACKAGE
 
 
-def run_ts_item(wworld, package: Path, script: list[Step], timeout: float = 90) -> tuple:
-    """One scripted session served by node; (ItemRun-like work, the process's output)."""
+def run_ts_item(
+    wworld, package: Path, script: list[Step], timeout: float = 90, max_concurrent_calls: int = 2
+) -> tuple:
+    """One scripted session served by node; (ItemRun-like work, the process's output). The worker runs
+    calls of different threads `max_concurrent_calls` at a time (test/run-item.js)."""
     from tests.support.worker_world import ItemRun
 
     work = wworld.item(script)
@@ -54,6 +60,7 @@ def run_ts_item(wworld, package: Path, script: list[Step], timeout: float = 90) 
             "MEMFS_RUNTIME_DIR": wworld.box.env["MEMFS_RUNTIME_DIR"],
             "MEMFS_TEST_ROOT": str(wworld.root),
             "MEMFS_TEST_WORKDIR": str(wworld.workdir),
+            "MEMFS_TEST_MAX_CONCURRENT_CALLS": str(max_concurrent_calls),
         }
     )
     proc = subprocess.run(
@@ -107,6 +114,36 @@ def test_every_tool_lands_in_the_store_before_the_item_stops(wworld, spy, ts_pac
     # One non-forced, non-waiting sync before each call, then the final one, forced and waiting.
     assert spy.syncs() == [(False, False)] * 6 + [(True, True)]
     assert "final sync done" in proc.stdout + proc.stderr
+    assert wworld.platform.errors == []
+
+
+def test_concurrent_calls_of_two_threads_each_sync_first_and_land(wworld, spy, ts_package):
+    """maxConcurrentCalls: 2 runs calls of two session threads at once (@anthropic-ai/sdk >= 1.16):
+    each call's pre-call sync gets its own answer on the one held connection, both calls run, the
+    final sync comes after both."""
+    wworld.mount()
+    m = wworld.memory
+    marks = wworld.tmp / "marks"
+    marks.mkdir()
+    n = 2
+
+    def call(k: int) -> Step:
+        # Each call waits (20 s at most) until both have started: only calls that run at once both
+        # get past it and write their file.
+        both_started = f"[ $(ls {marks} | wc -l) -ge {n} ]"
+        command = (
+            f"touch {marks}/{k}; for i in $(seq 200); do {both_started} && break; sleep 0.1; done; "
+            f"{both_started} && mkdir -p {m(RW, 'threads')} && echo 'thread {k}' > {m(RW, f'threads/t{k}.md')}"
+        )
+        return Step("bash", {"command": command}, thread=f"sthr_{k}")
+
+    run, proc = run_ts_item(wworld, ts_package, [call(k) for k in range(n)], max_concurrent_calls=n)
+    assert proc.returncode == 0, proc.stderr
+    assert [r["is_error"] for r in run.results()] == [False] * n, run.texts()
+    contents = wworld.api.contents(wworld.rw)
+    assert [contents.get(f"/threads/t{k}.md") for k in range(n)] == [f"thread {k}\n" for k in range(n)]
+    assert spy.syncs() == [(False, False)] * n + [(True, True)]
+    assert run.work.stop_requests and run.work.stop_requests[0].get("force") is True
     assert wworld.platform.errors == []
 
 
@@ -234,6 +271,48 @@ def test_a_busy_daemon_that_answers_its_ping_gets_the_whole_timeout(tmp_path, ts
         daemon.close()
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout) == {"ok": True, "ran": True}
+
+
+@pytest.mark.timeout(60)
+def test_a_call_stopped_during_its_pre_call_sync_does_not_run(tmp_path, ts_package):
+    """The runner aborts a stopped call's signal (@anthropic-ai/sdk >= 1.16: then restoreMissing, and
+    "was stopped" as its result); a wrapped tool whose pre-call sync was still waiting must not run
+    once the sync answers (the official write/edit do not look at the signal themselves)."""
+    from tests.session.test_daemon_link import SlowDaemon
+
+    path = tmp_path / "slow.sock"
+    daemon = SlowDaemon(path, delay=1.0)  # status answers at once (no stores), a sync after 1 s
+    script = (
+        "const { memfsTools } = require(process.argv[1]);"
+        "let ran = false;"
+        "const tool = { name: 'write', run: async () => { ran = true; return 'written'; } };"
+        "const [wrapped] = memfsTools({ root: '/nowhere', base: [tool], log: () => {} })("
+        "{ workdir: process.argv[2], session: { id: 'sesn_x', resources: [] } });"
+        "const stop = new AbortController();"
+        "setTimeout(() => stop.abort(new Error('stopped by the runner')), 200);"
+        "wrapped.run({ file_path: 'x.md', content: 'x' }, { signal: stop.signal }).then("
+        "(r) => console.log(JSON.stringify({ ran, result: String(r) })),"
+        "(e) => console.log(JSON.stringify({ ran, error: String(e) })));"
+    )
+    env = {**os.environ, "MEMFS_SYNC_SOCKET": str(path)}
+    try:
+        proc = subprocess.run(
+            [
+                str(ts_package / "node_modules" / ".bin" / "node"),
+                "-e",
+                script,
+                str(ts_package / "dist"),
+                str(tmp_path),
+            ],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+    finally:
+        daemon.close()
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout) == {"ran": False, "error": "Error: stopped by the runner"}
 
 
 def test_a_lost_lease_stops_the_item_without_a_final_push(wworld, spy, ts_package):

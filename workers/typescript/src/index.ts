@@ -485,6 +485,9 @@ class SessionMemory {
       const wrapped: BetaRunnableTool = Object.assign(Object.create(Object.getPrototypeOf(inner)), inner);
       wrapped.run = async (args: any, context?: any) => {
         await this.beforeCall(inner.name as string, args ?? {});
+        // A call stopped while its pre-call sync ran (the runner aborts its signal) does nothing: the
+        // file tools do not look at the signal themselves, and the runner reports the stop.
+        context?.signal?.throwIfAborted();
         return inner.run(args, context);
       };
       wrapped.close = async () => {

@@ -1,6 +1,8 @@
 // The test's work item process (tests/e2e/test_typescript_worker.py): the unchanged official
 // EnvironmentWorker.handleItem() of @anthropic-ai/sdk with memfsTools(), from the ANTHROPIC_*
 // variables `ant beta:worker poll --on-work` sets. Exit 0: the item ran; 1: it failed.
+// Calls of different session threads run two at a time (MEMFS_TEST_MAX_CONCURRENT_CALLS overrides),
+// so every scenario runs with each call's pre-call sync possibly beside another's.
 const Anthropic = require('@anthropic-ai/sdk').default;
 const { EnvironmentWorker } = require('@anthropic-ai/sdk/helpers/beta/environments');
 const { memfsTools, LeaseWatch } = require('../dist');
@@ -18,6 +20,7 @@ const worker = new EnvironmentWorker({
   memorySyncIntervalMs: null,
   workdir: process.env.MEMFS_TEST_WORKDIR,
   maxIdleMs: 2000,
+  maxConcurrentCalls: Number(process.env.MEMFS_TEST_MAX_CONCURRENT_CALLS || 2),
 });
 worker.handleItem().then(
   () => process.exit(0),
