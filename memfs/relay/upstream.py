@@ -5,8 +5,10 @@ Counted by kind for `/v1/relay_status` and the bench."""
 
 from __future__ import annotations
 
+import json
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from urllib.parse import quote
 
 import httpx
 
@@ -46,6 +48,37 @@ class Answer:
         return None
 
 
+# The error type a status has in the API's error body (docs/API.md, "Requests"); others: api_error.
+_ERROR_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    408: "timeout_error",
+    409: "conflict_error",
+    413: "request_too_large",
+    429: "rate_limit_error",
+    529: "overloaded_error",
+}
+
+
+def with_json_error(answer: Answer) -> Answer:
+    """`answer`, or when it is an error without a JSON body (a gateway's HTML page, an empty 502)
+    the same status and headers with the API's error body: every answer of a memory route is JSON
+    (@anthropic-ai/sdk 1.17 throws on any memory response that is not)."""
+    if answer.status < 400 or "json" in (answer.header("content-type") or "").lower():
+        return answer
+    error = {
+        "type": _ERROR_TYPES.get(answer.status, "api_error"),
+        "message": f"the relay's upstream answered {answer.status} without a JSON body",
+    }
+    body = {"type": "error", "error": error, "request_id": answer.header("request-id") or ""}
+    keep = [(k, v) for k, v in answer.headers if k.lower() not in (b"content-type", b"content-length")]
+    return replace(
+        answer, headers=[*keep, (b"content-type", b"application/json")], body=json.dumps(body).encode()
+    )
+
+
 class UpstreamUnreachable(Exception):
     pass
 
@@ -75,7 +108,9 @@ class Upstream:
         body: bytes = b"",
     ) -> Answer:
         """One request as the caller made it (hop-by-hop headers dropped); the answer whole."""
-        url = httpx.URL(self.base_url + path, query=query)
+        # `path` is the decoded one (the ASGI scope's): quoted again, so a NUL or a space in it is
+        # sent as %00 or %20 (and answered by the upstream) instead of failing the URL here.
+        url = httpx.URL(self.base_url + quote(path, safe="/:@!$&'()*+,;=~"), query=query)
         out = [(k, v) for k, v in headers if k.lower() not in _HOP]
         self.sent[kind] += 1
         try:
