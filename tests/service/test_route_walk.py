@@ -181,6 +181,8 @@ def test_every_route_answers_bad_input_with_a_json_error(servers, tmp_path):
     sent += walk(World(hosted, hosted), hosted_only, "--hosted-api")
     # The relay speaks the whole API (the extensions from its cache) in front of the emulator.
     sent += walk(World(relay, hosted), full, "relay")
+    for headers in ({}, {"x-api-key": "not-the-relays-key"}):  # the relay's own route
+        assert_json_error(httpx.get(f"{relay.base_url}/v1/relay_status", headers=headers), "relay_status")
     assert sent > 500
     # What the walk refused, it refused: nothing was written by a bad request.
     with hosted.admin_client() as c:
