@@ -12,6 +12,7 @@ a 409 is an answer, not a fault (SEMANTICS.md#d-three-way).
 
 from __future__ import annotations
 
+import hashlib
 import zlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from contextlib import asynccontextmanager, nullcontext
@@ -24,7 +25,7 @@ import trio
 
 from memfs.client.budget import Pacer, RequestBudget, kind_of, retry_after
 from memfs.client.egress import ProxySettingError, proxy_for, redact
-from memfs.client.errors import ApiError, Unreachable
+from memfs.client.errors import RESEND_CODES, ApiError, Unreachable, error_code
 from memfs.client.listing import LastListing, ListingWalk, keep_listing
 from memfs.client.plain_get import PlainHTTPError
 from memfs.client.records import Change, Changes, Listing
@@ -42,6 +43,9 @@ RETRIES = 2  # per request
 # that mount's start failed; under a limit shared with others a page may lose its turn often,
 # and each retry waits what the service asked, so the bound only stops a service that never lets go.
 RATE_RETRIES = 30
+# A 503 `change_outcome_unknown` without a retry-after is sent again after this many seconds, times
+# the attempt: it asks for the same request again to finish what it saved (RESEND_CODES).
+RESEND_WAIT = 0.25
 
 COUNTER_HEADER_BYTES = COUNTER_HEADER.lower().encode("ascii")
 
@@ -160,7 +164,9 @@ class StoreClient:
                 return resp
             wait = self._retry_wait(resp, attempt, sent_at)
             if wait is None:
-                raise _api_error(resp)
+                err = _api_error(resp)
+                err.repeated = attempt > 0
+                raise err
             await trio.sleep(wait)
         raise AssertionError("unreachable")  # the last attempt returns or raises
 
@@ -221,8 +227,11 @@ class StoreClient:
         Only a retryable status with a short retry-after: a bare 5xx may be a service that is
         down, and a tick that fails then waits an interval (SEMANTICS.md#d-unreachable) rather than hammering it.
         Retrying a write is safe: creates answer 409 when they had landed, updates and deletes
-        carry the sha precondition."""
-        if not _api_error(resp).retryable:  # errors.ApiError.retryable: 408, 429, 5xx, the retryable codes
+        carry the sha precondition, and a 409 to a repeated create or update that finds our own
+        write in the store is taken as its answer (`_own_write`). A 503 `change_outcome_unknown`
+        asks for the same request again: it is sent again at once (after RESEND_WAIT), retry-after or not."""
+        err = _api_error(resp)
+        if not err.retryable:  # errors.ApiError.retryable: 408, 429, 5xx, the retryable codes
             return None
         wait = retry_after(resp)
         if resp.status_code == 429:
@@ -230,6 +239,8 @@ class StoreClient:
         if wait is not None and (resp.status_code == 429 or wait > 0):
             self.budget.hold(wait)  # every request of the client waits it out, then they go one at a
             self.slots.total_tokens = 1  # time, widening per answer: all at once would meet one token
+        if wait is None and error_code(err.body) in RESEND_CODES:
+            wait = RESEND_WAIT * (attempt + 1)
         most = RATE_RETRIES if resp.status_code == 429 and self.retries else self.retries
         if attempt >= most or wait is None or wait > self.retry_within:
             return None
@@ -397,9 +408,19 @@ class StoreClient:
         )
 
     async def create_memory(self, store_id: str, path: str, content: str) -> dict[str, Any]:
-        return await self._json(
-            "POST", f"/v1/memory_stores/{store_id}/memories", json={"path": path, "content": content}
-        )
+        try:
+            return await self._json(
+                "POST", f"/v1/memory_stores/{store_id}/memories", json={"path": path, "content": content}
+            )
+        except ApiError as exc:
+            err = exc.body.get("error") if isinstance(exc.body, dict) else None
+            err = err if isinstance(err, dict) else {}
+            mid = err.get("conflicting_memory_id")
+            if exc.status == 409 and exc.repeated and err.get("conflicting_path") == path and mid:
+                own = await self._own_write(store_id, str(mid), path, content)
+                if own is not None:
+                    return own
+            raise
 
     async def update_memory(
         self,
@@ -415,7 +436,40 @@ class StoreClient:
             body["content"] = content
         if path is not None:
             body["path"] = path
-        return await self._json("POST", f"/v1/memory_stores/{store_id}/memories/{memory_id}", json=body)
+        try:
+            return await self._json("POST", f"/v1/memory_stores/{store_id}/memories/{memory_id}", json=body)
+        except ApiError as exc:
+            # Only with a path: a content-only update does not say where the memory was, so a
+            # memory renamed by someone else since our first attempt would be taken as ours, and its
+            # new path booked as our baseline (the engine's next listing settles that case right).
+            if exc.status == 409 and exc.repeated and exc.type == "memory_precondition_failed_error" and path:
+                sha = None if content is not None else expected_sha
+                own = await self._own_write(store_id, memory_id, path, content, sha=sha)
+                if own is not None:
+                    return own
+            raise
+
+    async def _own_write(
+        self, store_id: str, memory_id: str, path: str, content: str | None, *, sha: str | None = None
+    ) -> dict[str, Any] | None:
+        """After a 409 to a request this client sent more than once: the memory, when it holds
+        exactly what the request asked for (its path, and its content by sha: `content`'s, or `sha`
+        for a rename that kept the content) - our own first
+        attempt landed and only its answer was lost (a 503 `change_outcome_unknown`, a gateway's
+        5xx after the write). None: someone else's change, and the 409 stands. The sync engine
+        settles the same case at its next listing (a remote sha equal to what was sent is our
+        own write, SEMANTICS.md#d-three-way); here it costs one GET and no tick."""
+        try:
+            m = await self._json(
+                "GET", f"/v1/memory_stores/{store_id}/memories/{memory_id}", params={"view": "basic"}
+            )
+        except ApiError:
+            return None
+        if content is not None:
+            sha = hashlib.sha256(content.encode()).hexdigest()
+        if not isinstance(m, dict) or m.get("path") != path or m.get("content_sha256") != sha:
+            return None
+        return m
 
     async def write_batch(self, store_id: str, ops: list[dict[str, Any]]) -> list[dict[str, Any]] | None:
         """Many writes to one store in one request (memfs's batch extension, docs/API.md): one

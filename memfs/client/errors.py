@@ -13,6 +13,10 @@ from typing import Any
 # Refusals that a second try can get past, named by `error.details.error_code` (anthropic 2.16): the
 # body arrived too slowly (400, nothing was done), the workspace's storage is not connected yet (503).
 RETRYABLE_CODES = frozenset({"request_body_timeout", "storage_not_ready"})
+# Answers that ask for the same request again at once (anthropic 2.17): 503 `change_outcome_unknown`,
+# "send the same request again to finish it; changes already saved aren't repeated". The client
+# sends it again without waiting for a retry-after (memfs/client/api.py `_retry_wait`).
+RESEND_CODES = frozenset({"change_outcome_unknown"})
 
 
 def error_code(body: Any) -> str | None:
@@ -34,10 +38,17 @@ class ApiError(Exception):
         self.message = message
         self.body = body
         self.retry_after = retry_after  # seconds the service asked us to wait (429/5xx), if it said
+        # The client had sent this same request before (a retry): a 409 may answer our own first
+        # attempt, which landed (memfs/client/api.py `_own_write`).
+        self.repeated = False
 
     @property
     def retryable(self) -> bool:
-        return self.status in (408, 429) or self.status >= 500 or error_code(self.body) in RETRYABLE_CODES
+        return (
+            self.status in (408, 429)
+            or self.status >= 500
+            or error_code(self.body) in RETRYABLE_CODES | RESEND_CODES
+        )
 
     @property
     def refused(self) -> bool:

@@ -41,7 +41,7 @@ from memfs.protocol import MEMORY_BETA, SESSIONS_BETA
 from memfs.relay.access import AccessBook, credential_hash
 from memfs.relay.poller import Poller, to_record
 from memfs.relay.routes import STATUS_PATH, Routed, route
-from memfs.relay.upstream import Answer, Upstream, UpstreamUnreachable
+from memfs.relay.upstream import Answer, Upstream, UpstreamUnreachable, with_json_error
 from memfs.service import body
 from memfs.service.access_log import RequestLine
 from memfs.service.errors import ApiError, invalid
@@ -456,6 +456,7 @@ def _one_state(sid: str, sent: dict, result: dict) -> list[State]:
 
 
 async def _answer(answer: Answer, send) -> None:
+    answer = with_json_error(answer)
     headers = [*answer.headers, (b"content-length", str(len(answer.body)).encode())]
     await send({"type": "http.response.start", "status": answer.status, "headers": headers})
     await send({"type": "http.response.body", "body": answer.body})

@@ -11,8 +11,9 @@ the same segments; the base URL carries no credential (`url_problem`)."""
 
 from __future__ import annotations
 
+import json
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from urllib.parse import quote, urlsplit
 
 import httpx
@@ -36,7 +37,7 @@ _HOP = frozenset(
 _HOP_OUT = _HOP | {b"content-encoding", b"date", b"server"}
 # Who the caller is on the relay's side: not the upstream's to read (nor to be spoofed into it).
 _IDENTITY = frozenset({b"cookie", b"forwarded", b"x-real-ip", b"proxy-connection"})
-_PATH_SAFE = "/:@!$&'()*+,;="
+_PATH_SAFE = "/:@!$&'()*+,;=~"
 _CREDENTIAL = frozenset({b"authorization", b"x-api-key"})
 
 TIMEOUT_S = 60.0  # a write's answer may take as long as the upstream lets a request run
@@ -55,6 +56,37 @@ class Answer:
             if k.lower() == key:
                 return v.decode("latin-1")
         return None
+
+
+# The error type a status has in the API's error body (docs/API.md, "Requests"); others: api_error.
+_ERROR_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    408: "timeout_error",
+    409: "conflict_error",
+    413: "request_too_large",
+    429: "rate_limit_error",
+    529: "overloaded_error",
+}
+
+
+def with_json_error(answer: Answer) -> Answer:
+    """`answer`, or when it is an error without a JSON body (a gateway's HTML page, an empty 502)
+    the same status and headers with the API's error body: every answer of a memory route is JSON
+    (@anthropic-ai/sdk 1.17 throws on any memory response that is not)."""
+    if answer.status < 400 or "json" in (answer.header("content-type") or "").lower():
+        return answer
+    error = {
+        "type": _ERROR_TYPES.get(answer.status, "api_error"),
+        "message": f"the relay's upstream answered {answer.status} without a JSON body",
+    }
+    body = {"type": "error", "error": error, "request_id": answer.header("request-id") or ""}
+    keep = [(k, v) for k, v in answer.headers if k.lower() not in (b"content-type", b"content-length")]
+    return replace(
+        answer, headers=[*keep, (b"content-type", b"application/json")], body=json.dumps(body).encode()
+    )
 
 
 class UpstreamUnreachable(Exception):

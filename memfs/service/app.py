@@ -178,6 +178,9 @@ def create_app(
             Exception: _on_unexpected,
         },
     )
+    # No redirect to the path with or without a trailing slash: Starlette answers it 307 with no
+    # body (not JSON, which @anthropic-ai/sdk 1.17 refuses) and the hosted API has no such paths.
+    app.router.redirect_slashes = False
     list_path = (
         ListPath(storage, admin_key, service.cursors, extensions=extensions, limit=limit)
         if fast_paths

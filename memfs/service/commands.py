@@ -60,6 +60,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         "seconds in the past (a version that becomes visible behind later ones)",
     )
     p.add_argument(
+        "--test-unavailable",
+        action="store_true",
+        help="tests: a memory write with the header memfs-test-unavailable: CODE[#LABEL] is answered "
+        "503 storage_not_ready (nothing done) or change_outcome_unknown (saved), once per header value",
+    )
+    p.add_argument(
         "--org-limits",
         default=None,
         metavar="READS,WRITES|off",
@@ -207,7 +213,8 @@ def _serve(args: argparse.Namespace) -> int:
         console=args.console, rate_limit=args.rate_limit, rate_burst=args.rate_burst,
         certfile=args.certfile, keyfile=args.keyfile, limits=limits, key_on_command_line=key_from_file is None,
         hosted=HostedOptions(session_versions=args.session_versions == "allow",
-                             late_versions=args.test_late_versions),
+                             late_versions=args.test_late_versions, repeat_conflicts=args.hosted_api,
+                             unavailable=args.test_unavailable),
         org_limits=org_limits, org_burst_s=args.org_burst or DEFAULT_BURST_S,
     )  # fmt: skip
 

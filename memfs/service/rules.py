@@ -391,9 +391,12 @@ class StoreService:
         expected_sha256: str | None,
         actor: Actor,
         backdate_s: float = 0.0,
+        repeat_ok: bool = True,
     ) -> MemoryRecord:
         with self.backend.write(store_id) as tx:
-            return self._update(tx, store_id, memory_id, content, path, expected_sha256, actor, backdate_s)
+            return self._update(
+                tx, store_id, memory_id, content, path, expected_sha256, actor, backdate_s, repeat_ok
+            )
 
     @staticmethod
     def _update(
@@ -405,14 +408,17 @@ class StoreService:
         expected_sha256: str | None,
         actor: Actor,
         backdate_s: float = 0.0,
+        repeat_ok: bool = True,
     ) -> MemoryRecord:
+        """`repeat_ok` False: a landed update sent again is 409 like any failed precondition (the
+        hosted API's answer, which its emulator gives); True: 200 (SEMANTICS.md#d-api)."""
         _require_writable(tx, store_id)
         row = _live_memory(tx, store_id, memory_id)
         new_path = row.path if path is None else path
         new_sha = row.content_sha256 if content is None else sha256_hex(content)
         unchanged = new_sha == row.content_sha256 and new_path == row.path
         if expected_sha256 is not None and expected_sha256 != row.content_sha256:
-            if unchanged:  # the store already holds what was asked: a retry that already landed
+            if unchanged and repeat_ok:  # the store already holds what was asked: a landed retry
                 return row
             raise PreconditionFailed(
                 f"memory {memory_id} has content_sha256 {row.content_sha256}, not the expected {expected_sha256}"

@@ -320,6 +320,7 @@ class Storage(Protocol):
         expected_sha256: str | None,
         actor: Actor,
         backdate_s: float = 0.0,
+        repeat_ok: bool = True,
     ) -> MemoryRecord: ...
     def delete_memory(
         self,

@@ -392,9 +392,10 @@ class FakePlatform:
             return self._log(request, denied)
         limit = int(request.query_params.get("limit") or 20)
         start = int(request.query_params.get("page") or 0)
-        # anthropic 2.17 and @anthropic-ai/sdk 1.17 ask for the types they read (`types[]=…`)
-        types = set(request.query_params.getlist("types[]") + request.query_params.getlist("types"))
-        events = [ev for ev in session.events if not types or ev.get("type") in types]
+        # `types` filters by event type; anthropic 2.17's session runner sends it as `types[]=…`
+        # (brackets, repeated), as its query strings put every list.
+        types = request.query_params.getlist("types[]") + request.query_params.getlist("types")
+        events = [ev for ev in session.events if ev.get("type") in types] if types else session.events
         page = events[start : start + limit]
         nxt = str(start + limit) if start + limit < len(events) else None
         return self._log(request, JSONResponse({"data": page, "next_page": nxt}))

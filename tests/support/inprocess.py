@@ -34,6 +34,7 @@ from memfs.mount.state import State
 from memfs.records import StoreInfo
 from memfs.service.app import create_app
 from memfs.service.database import open_storage
+from memfs.service.hosted import HostedOptions
 from memfs.sync.engine import EngineOptions, SyncEngine
 from memfs.sync.ports import Store
 from tests.support.stores import FailingStore
@@ -115,9 +116,18 @@ class InProcessService:
     """The real service app on SQLite in `workdir`, and an admin client for the test's own writes
     (what another writer or the operator does; never through the FaultTransport)."""
 
-    def __init__(self, workdir: Path, *, max_memories: int = 1000, extensions: bool = True):
+    def __init__(
+        self,
+        workdir: Path,
+        *,
+        max_memories: int = 1000,
+        extensions: bool = True,
+        hosted: HostedOptions | None = None,
+    ):
+        """`hosted`: the emulator's switches (memfs/service/hosted.py), e.g. the hosted API's 409
+        to a repeated update and the test 503s; with `extensions` False, `memfs serve --hosted-api`."""
         self.storage = open_storage(Path(workdir) / "store.db")
-        self.app = create_app(self.storage, ADMIN_KEY, max_memories, extensions=extensions)
+        self.app = create_app(self.storage, ADMIN_KEY, max_memories, extensions=extensions, hosted=hosted)
         self.transport = httpx.ASGITransport(app=self.app)
         self.admin = httpx.AsyncClient(
             transport=self.transport, base_url=BASE_URL, headers={"x-api-key": ADMIN_KEY, **MEMORY_BETA}

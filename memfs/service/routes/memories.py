@@ -14,6 +14,7 @@ from memfs.service.auth import (
     unauthenticated,
 )
 from memfs.service.errors import ApiError, invalid
+from memfs.service.hosted import unavailable
 from memfs.service.responses import json_response as _json
 from memfs.service.routes.core import RouteContext
 from memfs.service.storage import Actor
@@ -34,6 +35,7 @@ class MemoryRoutes:
                 raise invalid(f"{field}: is required")
         path = params.memory_path(body["path"])
         content = params.memory_content(body["content"])
+        fault = self._fault(request)
         mem = await self.ctx.call(
             self.ctx.storage.create_memory,
             sid,
@@ -43,7 +45,16 @@ class MemoryRoutes:
             max_memories=self.ctx.max_memories,
             backdate_s=self.ctx.hosted.backdate(request),
         )
+        _saved(fault)
         return _json(wire.memory(mem, full))
+
+    def _fault(self, request: Request) -> str | None:
+        """The emulator's test 503 for this write (hosted.py `fault`): `storage_not_ready` is
+        answered here, before anything is done; `change_outcome_unknown` after the write (`_saved`)."""
+        fault = self.ctx.hosted.fault(request)
+        if fault == "storage_not_ready":
+            raise unavailable(fault)
+        return fault
 
     async def list_memories(self, request: Request) -> Response:
         sid = request.path_params["store_id"]
@@ -110,6 +121,7 @@ class MemoryRoutes:
         if content is None and path is None:
             raise invalid("an update needs content or path (or both); this one names neither")
         expected = params.precondition(body.get("precondition"))
+        fault = self._fault(request)
         mem = await self.ctx.call(
             self.ctx.storage.update_memory,
             sid,
@@ -119,7 +131,9 @@ class MemoryRoutes:
             expected_sha256=expected,
             actor=p.actor,
             backdate_s=self.ctx.hosted.backdate(request),
+            repeat_ok=not self.ctx.hosted.repeat_conflicts,
         )
+        _saved(fault)
         return _json(wire.memory(mem, full))
 
     async def delete_memory(self, request: Request) -> Response:
@@ -128,6 +142,7 @@ class MemoryRoutes:
         p.require_store(sid, write=True)
         raw = request.query_params.get("expected_content_sha256")
         expected = None if raw is None else params.sha256(raw, "expected_content_sha256")
+        fault = self._fault(request)
         await self.ctx.call(
             self.ctx.storage.delete_memory,
             sid,
@@ -136,6 +151,7 @@ class MemoryRoutes:
             actor=p.actor,
             backdate_s=self.ctx.hosted.backdate(request),
         )
+        _saved(fault)
         return _json({"id": mid, "type": "memory_deleted"})
 
     async def write_batch(self, request: Request) -> Response:
@@ -167,3 +183,10 @@ class MemoryRoutes:
             {"type": "memory_batch", "memory_store_id": sid, "counter": counter, "results": answers},
             headers={COUNTER_HEADER: str(counter)},
         )
+
+
+def _saved(fault: str | None) -> None:
+    """After a write was saved: the emulator's `change_outcome_unknown` (a client must send the same
+    request again), if this write carried it."""
+    if fault == "change_outcome_unknown":
+        raise unavailable(fault)
