@@ -188,3 +188,60 @@ def test_a_large_body_at_a_sane_rate_is_not_cut(quick_service):
     assert status == 400 and "details" not in body["error"] and "description" in body["error"]["message"], (
         answer
     )
+
+
+@pytest.fixture
+def small_service(tmp_path):
+    # 21: a connection counts itself, so 20 held connections leave none for a 21st
+    svc = ServiceProcess(tmp_path / "svc", extra_args=("--max-connections", "21", "--body-timeout", "3"))
+    yield svc
+    svc.stop()
+
+
+def answered_within(sock: socket.socket, seconds: float) -> bytes:
+    """What the service sent before it closed `sock` (b"" if it did not close it in time)."""
+    sock.settimeout(seconds)
+    data = b""
+    try:
+        while chunk := sock.recv(65536):
+            data += chunk
+    except ConnectionResetError:
+        pass
+    except TimeoutError:
+        return b""
+    return data
+
+
+def test_anonymous_drips_hold_no_connection(small_service):
+    """20 clients with no key or a garbage key, each dripping a body a byte every 0.5 s (inside the
+    3 s --body-timeout), against --max-connections 21: before, their bodies were read before
+    authentication and every byte re-armed the body timeout, so they held every connection and
+    each legitimate request was answered 503 for as long as they dripped. Now a body is read only
+    once the credential is known to authenticate: each is answered 401 at once and closed."""
+    svc = small_service
+    stop = time.monotonic() + 8
+    drippers, threads = [], []
+    for i in range(20):
+        sock = connect(svc)
+        sock.sendall(head(None if i % 2 else "sk-garbage-key-0123456789", 1000))
+        threads.append(threading.Thread(target=drip, args=(sock, 0.5, stop), daemon=True))
+        threads[-1].start()
+        drippers.append(sock)
+    started = time.monotonic()
+    answers = [answered_within(sock, max(0.1, started + 3 - time.monotonic())) for sock in drippers]
+    statuses = []
+    with httpx.Client(base_url=svc.base_url, headers={"x-api-key": svc.admin_key, **BETA}, timeout=10) as c:
+        while time.monotonic() < stop - 1:  # while they would still be dripping
+            # a new connection each time: the cap is on connections
+            statuses.append(c.get("/v1/memory_stores", headers={"connection": "close"}).status_code)
+            time.sleep(0.2)
+    for t in threads:
+        t.join(10)
+    for sock in drippers:
+        sock.close()
+    assert statuses and set(statuses) == {200}, statuses
+    for answer in answers:
+        assert answer, "a dripping client without a valid key still held its connection after 3 s"
+        status, body, head_ = envelope(answer)
+        assert status == 401 and body["error"]["type"] == "authentication_error", answer
+        assert b"connection: close" in head_
