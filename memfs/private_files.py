@@ -10,6 +10,7 @@ mode of the database file, so creating the database 0600 first keeps those priva
 from __future__ import annotations
 
 import os
+import stat
 from pathlib import Path
 
 SQLITE_SIDE_FILES = ("-wal", "-shm", "-journal")
@@ -44,4 +45,22 @@ def open_private_append(path: str | os.PathLike[str]) -> int:
     """A log file opened for appending, created 0600 (and tightened if it was wider)."""
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
     _tighten(path, 0o600)
+    return fd
+
+
+def open_private_rw(path: str | os.PathLike[str]) -> int:
+    """A file of ours opened read-write, created 0600 if missing (never truncated), tightened to
+    0600 if it was wider (by an earlier version), on every open. Never through a symlink
+    (`O_NOFOLLOW`: ELOOP) and never anything but a regular file, so the chmod is of the file opened
+    (`fchmod`), not of what a link planted in its place points to."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o600)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise OSError(f"{os.fspath(path)} is not a regular file")
+        if st.st_uid == os.geteuid() and st.st_mode & 0o077:
+            os.fchmod(fd, stat.S_IMODE(st.st_mode) & 0o600)
+    except BaseException:
+        os.close(fd)
+        raise
     return fd

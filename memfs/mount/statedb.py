@@ -25,7 +25,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Self
 
-from memfs.private_files import private_dir, private_file
+from memfs.private_files import open_private_rw, private_dir, private_file
 
 SCHEMA_VERSION = 3
 
@@ -168,7 +168,7 @@ class StateDb:
         """Take the state dir for this process (exclusive, non-blocking); raise StateLocked if taken."""
         if self._lock_fd is not None:
             return
-        fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o600)
+        fd = open_private_rw(self.lock_path)  # 0600 on every start, whatever an earlier version left
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as e:

@@ -29,6 +29,7 @@ from memfs.protocol import (
     WATCH_PATH,
 )
 from memfs.service.counter_path import CounterPath
+from memfs.service.credential_check import CredentialCheck
 from memfs.service.errors import ApiError, from_storage, not_found
 from memfs.service.frame import RequestFrame
 from memfs.service.hosted import HostedOptions
@@ -186,4 +187,6 @@ def create_app(
         if fast_paths
         else None
     )
-    return RequestFrame(app, metrics, hub, fast, list_path, org_limits)
+    # what the frame spends on a request (its body, the organisation's allowance) waits for this
+    credentials = CredentialCheck(admin_key, storage.session_for_token)
+    return RequestFrame(app, metrics, hub, fast, list_path, org_limits, credentials)

@@ -22,7 +22,7 @@ import math
 import signal
 
 import uvicorn
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
 
 from memfs.protocol import REQUEST_ID_HEADER
 from memfs.service.connections import ConnectionLimits
@@ -77,13 +77,15 @@ class _CoalescingHttpTools(HttpToolsProtocol):
         super().connection_made(_CoalescingTransport(transport, asyncio.get_running_loop()))  # type: ignore[arg-type]
 
 
-def raw_error(status: int, reason: str, type_: str, message: str) -> bytes:
+def raw_error(status: int, reason: str, type_: str, message: str, error_code: str | None = None) -> bytes:
     """A whole error response (the API's envelope, a request id, `connection: close`) for what
-    is refused before the app sees a request: the app's own answers carry the same."""
+    is refused before the app sees a request: the app's own answers carry the same.
+    `error_code`: the hosted API's `error.details.error_code`, when the refusal has one."""
     request_id = next_request_id()
-    body = json.dumps(
-        {"type": "error", "error": {"type": type_, "message": message}, "request_id": request_id}
-    ).encode()
+    error: dict = {"type": type_, "message": message}
+    if error_code is not None:
+        error["details"] = {"error_code": error_code}
+    body = json.dumps({"type": "error", "error": error, "request_id": request_id}).encode()
     head = (
         f"HTTP/1.1 {status} {reason}\r\ncontent-type: application/json\r\n"
         f"content-length: {len(body)}\r\n{REQUEST_ID_HEADER}: {request_id}\r\nconnection: close\r\n\r\n"
@@ -96,15 +98,23 @@ class _GuardedHttpTools(_CoalescingHttpTools):
 
     Its head (line and headers) must be complete within `header_timeout` of its first byte (or of
     the connection, for the first request: a client that sends nothing is cut too) and within
-    `max_header_bytes`; its body may pause at most `body_timeout` between pieces, counted only
-    while the server reads (uvicorn stops reading while the app has not taken what arrived).
-    Between requests uvicorn's keep-alive timeout applies; while the app answers, nothing."""
+    `max_header_bytes`; its body within `body_timeout` of its head, plus one second per
+    `min_body_rate` bytes that arrived (a deadline: a byte every few seconds no longer re-arms a
+    timer for ever, and a large body at a sane rate is never cut). Time while the server does not
+    read (uvicorn stops reading while the app has not taken what arrived) is not the client's.
+    A body cut before the app answered gets the hosted API's answer (400 `request_body_timeout`).
+    Between requests uvicorn's keep-alive timeout applies; while the app answers, nothing.
+
+    Errors here use the hosted API's types: 408 `timeout_error` (a timeout, the SDK's
+    `timeout_error`), 503 `overloaded_error` (retry later: nothing wrong with the request),
+    400/431 `invalid_request_error` (the request itself)."""
 
     limits = ConnectionLimits()
 
     def connection_made(self, transport) -> None:
         super().connection_made(transport)
         self._timer: asyncio.TimerHandle | None = None
+        self._body_deadline = 0.0  # loop time by which the body must have arrived
         self._head_bytes = 0
         self._phase = "head"
         self._arm(self.limits.header_timeout, self._head_too_slow)
@@ -155,16 +165,22 @@ class _GuardedHttpTools(_CoalescingHttpTools):
         cap = self.limits.max_connections
         if len(self.connections) >= cap or len(self.tasks) >= cap:
             log.warning("%d connections held (--max-connections): answered 503", len(self.connections))
-            self._refuse(503, "Service Unavailable", "the service holds too many connections; retry later")
+            self._refuse(
+                503,
+                "Service Unavailable",
+                "the service holds too many connections; retry later",
+                "overloaded_error",
+            )
             return
         self._phase = "body"
+        self._body_deadline = self.loop.time() + self.limits.body_timeout
         self._arm(self.limits.body_timeout, self._body_too_slow)
         super().on_headers_complete()
 
     def on_body(self, body: bytes) -> None:
         if self._phase == "refused":  # the rest of what arrived with a refused request's head
             return
-        self._arm(self.limits.body_timeout, self._body_too_slow)
+        self._body_deadline += len(body) / self.limits.min_body_rate  # no re-arm: the timer reads it
         super().on_body(body)
 
     def on_message_complete(self) -> None:
@@ -177,11 +193,11 @@ class _GuardedHttpTools(_CoalescingHttpTools):
     def send_400_response(self, msg: str) -> None:
         self._refuse(400, "Bad Request", "the request is not valid HTTP/1.1")
 
-    def _refuse(self, status: int, reason: str, message: str) -> None:
+    def _refuse(self, status: int, reason: str, message: str, type_: str = "invalid_request_error") -> None:
         self._disarm()
         self._phase = "refused"
         if not self.transport.is_closing():
-            self.transport.write(raw_error(status, reason, "invalid_request_error", message))
+            self.transport.write(raw_error(status, reason, type_, message))
             self.transport.close()
 
     def _head_too_slow(self) -> None:
@@ -190,15 +206,37 @@ class _GuardedHttpTools(_CoalescingHttpTools):
             408,
             "Request Timeout",
             f"the request's headers did not arrive within {self.limits.header_timeout:g} s",
+            "timeout_error",
         )
 
     def _body_too_slow(self) -> None:
         self._timer = None
+        now = self.loop.time()
+        if now < self._body_deadline:  # what arrived meanwhile bought time
+            self._arm(self._body_deadline - now, self._body_too_slow)
+            return
         if self.flow.read_paused:  # the server is not reading: not the client's delay
+            self._body_deadline = now + self.limits.body_timeout
             self._arm(self.limits.body_timeout, self._body_too_slow)
             return
-        log.info("closed a connection whose request body paused over %g s", self.limits.body_timeout)
-        # The app is reading this body: it sees a disconnect and answers nothing more.
+        log.info("closed a connection whose request body did not arrive in time")
+        self._phase = "refused"
+        cycle: RequestResponseCycle | None = self.cycle  # None before a connection's first request
+        if cycle is not None and not cycle.response_started and not self.transport.is_closing():
+            # The app has not answered (it waits for the body): the hosted API's answer, and the
+            # app sees a disconnect at once, so it can never write after this answer.
+            cycle.disconnected = True
+            cycle.message_event.set()
+            self.transport.write(
+                raw_error(
+                    400,
+                    "Bad Request",
+                    "invalid_request_error",
+                    f"the request body did not arrive in time ({self.limits.body_timeout:g} s, "
+                    f"plus 1 s per {self.limits.min_body_rate / 1024:g} KiB received); nothing was done",
+                    "request_body_timeout",
+                )
+            )
         self.transport.close()
 
 

@@ -41,6 +41,15 @@ class ClientGone(Exception):
     """The client disconnected before sending the whole body: nobody is left to answer."""
 
 
+def declares_body(scope) -> bool:
+    """Whether the request says a body follows: a `Content-Length` other than 0 (or not a number:
+    `read_whole` refuses it), or a `Transfer-Encoding` (chunked). HTTP/1.1 has no other body."""
+    for name, value in scope.get("headers", ()):
+        if name == b"transfer-encoding" or (name == b"content-length" and value.strip() != b"0"):
+            return True
+    return False
+
+
 def declared_length(scope) -> int | None:
     for name, value in scope.get("headers", ()):
         if name == b"content-length":

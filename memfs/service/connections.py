@@ -18,7 +18,10 @@ from dataclasses import dataclass
 @dataclass(frozen=True)
 class ConnectionLimits:
     header_timeout: float = 10.0  # from a request's first byte (or the connection) to its last header
-    body_timeout: float = 30.0  # the longest wait for the next piece of a body the service reads
+    # a body must arrive within this of its headers, plus a second per `min_body_rate` bytes that
+    # arrived: a deadline, not a pause (a byte every few seconds re-armed a pause's timer for ever)
+    body_timeout: float = 30.0
+    min_body_rate: float = 64 * 1024  # bytes a second: a body this fast is never cut (the 256 MiB import)
     keep_alive: float = 75.0  # an idle keep-alive connection (nginx's default; mounts tick every 5-15 s)
     # beyond it a request is answered 503 and its connection closed. Room for the thousand held
     # watches one process must serve (each a connection and a task) and as many requests beside them.
@@ -42,7 +45,8 @@ def add_args(p: argparse.ArgumentParser) -> None:
         type=float,
         default=DEFAULTS.body_timeout,
         metavar="SECONDS",
-        help="the longest pause in a request body's arrival (default 30; else the connection is closed)",
+        help="a request body must arrive within this of its headers, plus 1 s per 64 KiB received "
+        "(default 30; else 400 request_body_timeout, connection closed)",
     )
     p.add_argument(
         "--keep-alive-timeout",

@@ -1,5 +1,6 @@
 """The request frame: the outermost ASGI layer of every request (request id, access log, metrics,
-the body read whole, the organisation's limit, then the fast paths, then the router)."""
+the credential checked, the body read whole, the organisation's limit, then the fast paths, then
+the router)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from memfs.protocol import (
 from memfs.service import body
 from memfs.service.access_log import RequestLine
 from memfs.service.counter_path import CounterPath
+from memfs.service.credential_check import CredentialCheck
 from memfs.service.errors import ApiError, invalid
 from memfs.service.list_path import ListPath
 from memfs.service.metrics import Metrics
@@ -24,6 +26,8 @@ from memfs.service.watch import WatchHub
 
 log = logging.getLogger("memfs.service")
 access_line = RequestLine("memfs.service.access")  # a logger.info("%s %s %d %.1fms", …), cheaper
+_API = "/v1/"  # every route under it needs a credential
+_CONSOLE = "/console"  # the console checks its own session (console/routes.py), after its form's body
 
 
 class RequestFrame:
@@ -31,7 +35,12 @@ class RequestFrame:
 
     It also reads every request's body whole before the routes run (see `body.py`): a handler
     can never leave a body unread on a keep-alive connection, and bodies over 1 MiB are 413
-    everywhere.
+    everywhere. But only a body someone may act on: an API request's (`/v1/…`) once its
+    credential is known to authenticate (credential_check.py), and the console's (which checks
+    its own session; its import streams). Any other body is never read: the request is answered
+    as if it had none (the routes refuse an unknown credential before they look at a body: 401),
+    and the answer closes the connection. So a client with no valid credential cannot hold a
+    connection by dripping a body, and takes nothing from the organisation's allowance.
     """
 
     def __init__(
@@ -42,8 +51,10 @@ class RequestFrame:
         counter_path: CounterPath | None = None,
         list_path: ListPath | None = None,
         org_limits: OrgLimits | None = None,
+        credentials: CredentialCheck | None = None,
     ):
         self.app = app
+        self.credentials = credentials  # None: every credential taken as valid (a test's frame)
         self.org_limits = org_limits  # the per-organisation limits, before any path (orglimit.py)
         self.metrics = metrics
         self.watch_hub = watch_hub  # for server.py, which closes it at SIGTERM
@@ -59,12 +70,13 @@ class RequestFrame:
         started = time.perf_counter()
         status: list[int] = []
         tracked = body.Tracked(receive) if body.streamed(scope) else None
+        unread: list[bool] = []  # [True]: the body was left unread (not the app's to read)
 
         async def send_with_id(message) -> None:
             if message["type"] == "http.response.start":
                 status.append(message["status"])
                 headers = [*message.get("headers", []), (REQUEST_ID_HEADER.encode(), request_id.encode())]
-                if tracked is not None and not tracked.ended:  # a streamed body left unread
+                if unread or (tracked is not None and not tracked.ended):  # a body left unread
                     headers.append((b"connection", b"close"))
                 message = {**message, "headers": headers}
             await send(message)
@@ -73,16 +85,27 @@ class RequestFrame:
             if tracked is not None:
                 await self.app(scope, tracked, send_with_id)
                 return
-            try:
-                raw = await body.read_whole(scope, receive)
-            except body.ClientGone:
-                status.append(499)  # nobody to answer; logged like nginx's "client closed request"
-                return
-            except (body.BadLength, body.BodyTooLarge) as e:
-                await self._refuse_body(e, request_id, scope, receive, send_with_id)
-                return
-            if self.org_limits is not None and await self._org_refused(
-                request_id, scope, receive, send_with_id
+            path: str = scope["path"]
+            has_body = body.declares_body(scope)
+            cls = self.org_limits.classify(scope) if self.org_limits is not None else None
+            # Checked only when something hangs on it: a body to read, a request to count.
+            authenticated = (has_body or cls is not None) and await self._authenticates(scope)
+            raw = b""
+            if has_body and (authenticated or path == _CONSOLE or path.startswith(_CONSOLE + "/")):
+                try:
+                    raw = await body.read_whole(scope, receive)
+                except body.ClientGone:
+                    status.append(499)  # nobody to answer; logged like nginx's "client closed request"
+                    return
+                except (body.BadLength, body.BodyTooLarge) as e:
+                    await self._refuse_body(e, request_id, scope, receive, send_with_id)
+                    return
+            elif has_body:
+                unread.append(True)
+            if (
+                cls is not None
+                and authenticated
+                and await self._org_refused(cls, request_id, scope, receive, send_with_id)
             ):
                 return
             if self.counter_path is not None and await self.counter_path.answer(scope, receive, send_with_id):
@@ -104,12 +127,16 @@ class RequestFrame:
             # Path only: no query string (it can hold path prefixes), never headers (credentials).
             access_line(scope["method"], scope["path"], code, seconds)
 
-    async def _org_refused(self, request_id: str, scope, receive, send) -> bool:
-        """Count the request in its organisation's class; answer 429 (True) when over the limit."""
-        assert self.org_limits is not None
-        cls = self.org_limits.classify(scope)
-        if cls is None:
+    async def _authenticates(self, scope) -> bool:
+        """An API request whose credential authenticates (credential_check.py); any other is not."""
+        if not scope["path"].startswith(_API):
             return False
+        return self.credentials is None or await self.credentials.authenticates(scope)
+
+    async def _org_refused(self, cls: str, request_id: str, scope, receive, send) -> bool:
+        """Count an authenticated request in its organisation's class; answer 429 (True) when over
+        the limit."""
+        assert self.org_limits is not None
         wait = await self.org_limits.take(cls)
         self.metrics.org_request(cls, wait is not None)
         if wait is None:

@@ -6,16 +6,19 @@ program of the organisation. The emulator is one organisation: every credential 
 draws on one allowance per class, so a bench or a test sees what a fleet of sandboxes would meet.
 
 - Class by method: GET (and HEAD) is a read, POST and DELETE are writes. Only `/v1/…` requests
-  that present a credential count (an anonymous request belongs to no organisation and is a 401);
-  health, metrics and the console never count.
+  whose credential authenticates count (the frame checks it first, credential_check.py): an
+  anonymous request or a garbage key belongs to no organisation and is a 401 that takes nothing,
+  so invalid keys cannot drain the allowance of the legitimate clients (before, six requests
+  with garbage keys did, when any credential header counted); health, metrics and the console
+  never count.
 - A token bucket per class (ratelimit.py's): `rate` a minute, and a burst of `burst_s` seconds'
   worth. Anthropic's docs say limits are enforced over short intervals (60 a minute may be
   enforced as 1 a second), so the burst is small: 3 seconds by default (60 reads, 15 writes).
 - Over the limit: 429 `rate_limit_error` with `retry-after` (whole seconds, rounded up) and
   `retry-after-ms`; a refused request takes nothing from the bucket.
-- It runs in the outermost frame (frame.py `RequestFrame`), before the fast paths (counter_path.py,
-  list_path.py), so the requests they answer count like any other and they stay on: their answers
-  are the same bytes as the full path's.
+- It runs in the outermost frame (frame.py `RequestFrame`), after the credential check and the
+  body, before the fast paths (counter_path.py, list_path.py), so the requests they answer count
+  like any other and they stay on: their answers are the same bytes as the full path's.
 - Across replicas: with a `shared` taker (PostgreSQL: one row per class, updated in one statement,
   `postgres_storage.org_take`) the buckets live in the database; else they are per process.
 """
@@ -36,7 +39,6 @@ DEFAULT_WRITES_PER_MIN = 300
 DEFAULT_BURST_S = 3.0
 CLASSES = ("read", "write")
 _METHOD_CLASS = {"GET": "read", "HEAD": "read", "POST": "write", "DELETE": "write"}
-_CREDENTIAL_HEADERS = (b"x-api-key", b"authorization")
 
 # (class, rate per second, burst) -> seconds until a token, or None when one was taken
 SharedTaker = Callable[[str, float, int], "float | None"]
@@ -82,11 +84,10 @@ class OrgLimits:
 
     @staticmethod
     def classify(scope) -> str | None:
-        """The class a request counts in, or None when it does not count."""
+        """The class a request counts in if its credential authenticates, or None when it never
+        counts (the frame counts it only once the credential is known to authenticate)."""
         cls = _METHOD_CLASS.get(scope["method"])
         if cls is None or not scope["path"].startswith("/v1/"):
-            return None
-        if not any(name in _CREDENTIAL_HEADERS for name, _ in scope["headers"]):
             return None
         return cls
 

@@ -217,8 +217,17 @@ def register(real_root: str, state_dir: "Path", pid: int, given: str | None = No
     for key in keys:
         path = _registry_file(key, directory)
         tmp = f"{path}.tmp{os.getpid()}"
-        with open(tmp, "w") as f:
-            f.write(body)
+        try:  # a leftover of a process that had this pid: never written through
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        # 0600 whatever the umask (it names a state dir, which holds every store's content)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        try:
+            os.fchmod(fd, 0o600)
+            os.write(fd, body.encode())
+        finally:
+            os.close(fd)
         os.replace(tmp, path)
 
 

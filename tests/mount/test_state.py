@@ -79,6 +79,34 @@ def test_lock_refuses_a_second_owner(tmp_path):
     b.close()
 
 
+def test_the_lock_is_tightened_on_every_start_and_never_through_a_link(tmp_path):
+    """A lock left 0644 by an earlier version (or chmod'ed since) is 0600 after the next start;
+    a lock that is a symlink is refused, and what it points to is left alone."""
+    d = tmp_path / "s"
+    d.mkdir(mode=0o700)
+    (d / "lock").write_text("{}")
+    os.chmod(d / "lock", 0o644)
+    a = State(d)
+    a.lock("/mnt/memory")
+    assert oct(os.stat(d / "lock").st_mode & 0o777) == "0o600"
+    a.close()
+    os.chmod(d / "lock", 0o664)  # widened between two starts
+    a = State(d)
+    a.lock("/mnt/memory")
+    assert oct(os.stat(d / "lock").st_mode & 0o777) == "0o600"
+    a.close()
+    elsewhere = tmp_path / "not-the-lock"
+    elsewhere.write_text("keep")
+    os.chmod(elsewhere, 0o644)
+    (d / "lock").unlink()
+    (d / "lock").symlink_to(elsewhere)
+    b = State(d)
+    with pytest.raises(OSError):
+        b.lock("/mnt/memory")
+    b.close()
+    assert oct(os.stat(elsewhere).st_mode & 0o777) == "0o644" and elsewhere.read_text() == "keep"
+
+
 def test_lock_is_released_when_the_owner_dies(tmp_path):
     code = f"from memfs.mount.state import State; import time; State({str(tmp_path / 's')!r}).lock('/r'); print('ok', flush=True); time.sleep(60)"
     p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)

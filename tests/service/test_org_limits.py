@@ -211,3 +211,32 @@ def test_flags_and_parsing(tmp_path):
     ]:
         with pytest.raises(RuntimeError, match=re.escape(needle)):
             ServiceProcess(tmp_path / "bad", extra_args=args)
+
+
+def test_a_credential_that_fails_authentication_takes_nothing(emulator):
+    """Garbage keys, a missing key, a bearer token nobody holds: each a 401 that takes nothing from
+    the organisation's reads or writes (before, any credential header counted, and six garbage
+    requests left the legitimate clients at 429). The legitimate burst is then whole."""
+    store = emulator.create_store("s")["id"]  # 1 write of the burst of 5
+    url = f"/v1/memory_stores/{store}/memories"
+    with httpx.Client(base_url=emulator.base_url, timeout=30) as anyone:
+        codes = []
+        for i in range(30):
+            headers = {"anthropic-beta": MEMORY_BETA}
+            if i % 3 == 0:
+                headers["x-api-key"] = f"sk-garbage-{i}"
+            elif i % 3 == 1:
+                headers["authorization"] = f"Bearer not-a-token-{i}"
+            codes.append(anyone.get(url, headers=headers).status_code)
+            codes.append(
+                anyone.post(url, headers=headers, json={"path": f"/g{i}", "content": "x"}).status_code
+            )
+    assert set(codes) == {401}, codes
+    assert org_count(emulator.base_url, "read", "ok") == 0
+    assert org_count(emulator.base_url, "read", "limited") == 0
+    assert org_count(emulator.base_url, "write", "limited") == 0
+    with client(emulator.base_url, emulator.admin_key) as admin:
+        reads = [admin.get(url).status_code for _ in range(10)]  # the whole read burst
+        writes = [admin.post(url, json={"path": f"/m{i}", "content": "x"}).status_code for i in range(4)]
+    assert reads == [200] * 10, reads
+    assert writes == [200] * 4, writes  # the rest of the write burst

@@ -55,3 +55,25 @@ def test_memfs_unmount_removes_the_registry_entries(world):
     assert oct(os.stat(run).st_mode & 0o777) == "0o700"
     box.unmount()
     assert list(run.glob("*.json")) == []
+
+
+@pytest.mark.parametrize("umask", [0o000, 0o022])
+def test_registry_entries_are_0600_whatever_the_umask(tmp_path, monkeypatch, umask):
+    """An entry names a mount's state dir (every store's content): before, it took the umask's
+    mode (0666 under umask 000, 0644 under 022)."""
+    from memfs.session import control
+
+    monkeypatch.setenv("MEMFS_RUNTIME_DIR", str(tmp_path / "run"))
+    root, given = tmp_path / "root", tmp_path / "link-to-root"
+    root.mkdir()
+    given.symlink_to(root)
+    old = os.umask(umask)
+    try:
+        control.register(str(root), tmp_path / "state", os.getpid(), given=str(given))
+        control.register(str(root), tmp_path / "state", os.getpid())  # again: replaced, still 0600
+    finally:
+        os.umask(old)
+    entries = sorted((tmp_path / "run").iterdir())
+    assert len(entries) == 2 and all(e.suffix == ".json" for e in entries), entries
+    assert {oct(e.stat().st_mode & 0o777) for e in entries} == {"0o600"}
+    assert control.registry_entry(root)["state_dir"] == str(tmp_path / "state")

@@ -394,7 +394,7 @@ class Console:
         f = upload.file
         plan = await anyio.to_thread.run_sync(
             lambda: transfer.validate(
-                iter(f), check_path=self.backend.check_path, check_content=self.backend.check_content,
+                transfer.lines_of(f), check_path=self.backend.check_path, check_content=self.backend.check_content,
                 max_memories=self.backend.max_memories,
             )
         )  # fmt: skip
@@ -418,7 +418,7 @@ class Console:
 
         def items():
             f.seek(0)
-            return transfer.memories(iter(f))
+            return transfer.memories(transfer.lines_of(f))
 
         try:
             count = await self.backend.import_memories(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 
 import anyio
@@ -96,3 +97,36 @@ def test_every_broken_line_is_named(lines, expected):
 def test_more_memories_than_the_service_allows_is_refused_up_front():
     plan = _validate(_file(HEADER, mem("/a"), mem("/b"), mem("/c"), end(3)), max_memories=2)
     assert any("3 memories; this service allows 2" in e for e in plan.errors)
+
+
+def test_a_line_past_the_cap_is_read_past_and_named():
+    big = b'{"type": "memory", "content": "' + b"x" * transfer.MAX_LINE_BYTES + b'"}\n'
+    f = io.BytesIO(json.dumps(HEADER).encode() + b"\n" + big + b"x" * (3 * transfer.MAX_LINE_BYTES))
+    lines = list(transfer.lines_of(f))
+    assert lines[0] == json.dumps(HEADER).encode() + b"\n"
+    assert lines[1:] == [transfer.TOO_LONG, transfer.TOO_LONG]  # the last one has no newline
+    plan = _validate(lines)
+    assert plan.errors[:2] == [
+        "line 2: longer than 1 MiB (no memory's line is)",
+        "line 3: longer than 1 MiB (no memory's line is)",
+    ]
+    # a line at the cap exactly is read (and judged on its content)
+    f = io.BytesIO(b"y" * (transfer.MAX_LINE_BYTES - 1) + b"\n")
+    assert [len(x) for x in transfer.lines_of(f)] == [transfer.MAX_LINE_BYTES]  # type: ignore[arg-type]
+
+
+def test_only_the_first_problems_are_kept_and_the_rest_counted():
+    lines = [json.dumps(HEADER).encode() + b"\n"] + [b"\n"] * 1000 + _file(end(0))
+    plan = _validate(lines)
+    assert plan.problem_count == 1000 and len(plan.problems) == transfer.MAX_REPORTED_ERRORS
+    assert plan.errors[0].startswith("line 2: empty line") and plan.errors[-1] == "… and 980 more"
+    # kept in line order even when a later check reports an earlier line (the overlaps, at the end)
+    lines = _file(HEADER, mem("/a"), mem("/a/b")) + [b"\n"] * 50 + _file(end(2))
+    plan = _validate(lines)
+    assert plan.errors[0].startswith("line 3: /a/b is below the memory /a")
+
+
+def test_paths_are_kept_only_up_to_the_maximum():
+    plan = _validate(_file(HEADER, *[mem(f"/m{i}") for i in range(50)], end(50)), max_memories=10)
+    assert plan.memory_count == 50 and len(plan.memories) == 11
+    assert any("50 memories; this service allows 10" in e for e in plan.errors)
