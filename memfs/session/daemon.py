@@ -337,6 +337,8 @@ class Daemon:
             return await self.engine.sync_now(
                 force=bool(request.get("force")), wait=bool(request.get("wait"))
             )
+        if op == "write_through":
+            return await self.write_through(request.get("path"))
         if op == "status":
             return {
                 "ok": True,
@@ -356,6 +358,19 @@ class Daemon:
                 **(self.final or {}),
             }
         return {"ok": False, "error": f"unknown request {op!r}"}
+
+    async def write_through(self, path: object) -> dict[str, Any]:
+        """The worker's `write`/`edit` of a memory file (SEMANTICS.md#d-merge): push it now and
+        say what became of it. `path`: the file's absolute path in the mount."""
+        if not isinstance(path, str) or not os.path.isabs(path):
+            return {"ok": False, "error": "write_through needs the file's absolute path"}
+        root = os.path.realpath(self.opts.root)
+        rel = os.path.relpath(os.path.normpath(path), root)
+        slug, _, inner = rel.partition(os.sep)
+        store = next((s for s in self.engine.stores if s.slug == slug), None)
+        if rel.startswith("..") or store is None or not inner:
+            return {"ok": False, "error": f"{path} is not a memory file of a store mounted at {root}"}
+        return await self.engine.write_through(store.store_id, "/" + inner)
 
 
 # -- the sync-only socket (SEMANTICS.md#d-worker) ----------------------------------------------------------------

@@ -230,6 +230,7 @@ class Notice:
     path: str
     details: str = field(default="", compare=False)
     kept: bool = False
+    copy: str = field(default="", compare=False)  # a conflict-copy notice: where the agent's version went
 
 
 ViewAction = KeepLocal | RemoveLocal | MoveLocal | Materialise | PlaceCopy

@@ -38,6 +38,7 @@ from memfs.sync.remote import Prefetched, StoreReader
 from memfs.sync.report import StoreSync, TickFailed, TickReport
 from memfs.sync.schedule import PollSchedule
 from memfs.sync.store_pull import StorePull
+from memfs.sync.write_through import outcome
 
 log = logging.getLogger("memfs.sync")
 
@@ -47,6 +48,7 @@ TIMER_STEP = 0.1  # seconds between the timer's looks (a watch's answer wakes it
 # The final sync tries a failed tick again this many times, after 0.5 s, then 1 s (within its bound).
 FINAL_RETRIES = 2
 FINAL_RETRY_PAUSE = 0.5
+WRITE_THROUGH_TRIES = 3  # a write-through's pushes: the first on what the mount knows, then merged again
 FINAL_TICKS = 6  # the final sync's ticks that went through, at most (each merges what met a 409)
 
 Pushes = list[tuple[StoreInfo, list[tuple[P.PushAction, ...]]]]  # what a tick's pulls left to push, by store
@@ -298,6 +300,43 @@ class SyncEngine:
             )
         s.last_result = result
         s.last_error = error
+
+    # -- the worker's write and edit (SEMANTICS.md#d-merge, "told in band") ------------------------
+    async def write_through(self, store_id: str, path: str) -> dict[str, Any]:
+        """Push `path`'s store now and say what became of `path` (sync/write_through.py). The
+        first try plans on the store as the mount last read it and costs one write request; a
+        409 (the store moved) reads the store, merges and pushes again, WRITE_THROUGH_TRIES at
+        most. Other staged changes of the store go with it, as they would at the next tick."""
+        store = next((s for s in self.stores if s.store_id == store_id), None)
+        if store is None or store.access != "read_write":
+            return {"ok": False, "error": f"no read_write store {store_id!r} in this mount"}
+        self.schedule.used()
+        report = TickReport()
+        async with self.tick_lock:
+            await self.push_done.wait()
+            for attempt in range(WRITE_THROUGH_TRIES):
+                superseded = report.superseded
+                try:
+                    stages = await self.store_pull.pull(
+                        store,
+                        None,
+                        report,
+                        has_counter=self.has_counter,
+                        tally=self.sync[store_id],
+                        read=attempt > 0,
+                    )
+                except (ApiError, Unreachable) as exc:
+                    report.ok, report.error = False, str(exc)
+                    break
+                await self.fs.wait_invalidated()
+                if stages:
+                    self.push_done = trio.Event()
+                    await self._push_all([(store, stages)], report)
+                if not report.ok or report.superseded == superseded:
+                    break
+        base = {b.memory_id: b for b in self.state.baseline(store_id).values()}
+        local = self.fs.local_file(store_id, path)
+        return outcome(path, local, base.get(local.memory_id) if local and local.memory_id else None, report)
 
     # -- push -------------------------------------------------------------------------------
     async def _push_all(self, pushes: Pushes, report: TickReport) -> None:

@@ -325,7 +325,9 @@ class _Planner:
                 o.keep = True
                 o.notes.append(Notice("store-won-conflict", lo.path, why, kept=True))
             else:
-                o.notes.append(Notice("conflict-copy", lo.path, f"{why}; yours is at {o.copy.path}"))
+                o.notes.append(
+                    Notice("conflict-copy", lo.path, f"{why}; yours is at {o.copy.path}", copy=o.copy.path)
+                )
 
     def _copy_for(self, f: LocalFile, path: str) -> PlaceCopy | None:
         """Where the agent's version of `path` goes onto the store as a new memory beside it (None:
@@ -507,7 +509,10 @@ class _Planner:
             self.new_copies[f.path] = copy
             self.new_notes.append(
                 Notice(
-                    "conflict-copy", f.path, f"{why}: the store's version is here; yours is at {copy.path}"
+                    "conflict-copy",
+                    f.path,
+                    f"{why}: the store's version is here; yours is at {copy.path}",
+                    copy=copy.path,
                 )
             )
 

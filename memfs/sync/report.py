@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from memfs.records import StoreInfo
 from memfs.sync import plan as P
@@ -48,3 +48,6 @@ class TickReport:
     pushed: int = 0
     requests: int = 0
     superseded: int = 0  # pushes answered 404/409: the store moved; the next pull settles (merges) them
+    notices: list[P.Notice] = field(
+        default_factory=list
+    )  # what the applied plans said (write_through reads them)

@@ -44,16 +44,18 @@ class StorePull:
         has_counter: bool | None,
         turns: tuple[str | None, str | None] = (None, None),
         tally: StoreSync | None = None,
+        read: bool = True,
     ) -> list[tuple[P.PushAction, ...]]:
         """One store's pull: read what moved, fetch what the plan needs, apply; returns the push
         stages the plan left (none for a read-only store, or when the apply was deferred).
         `counters`: the stores' counters (None: no counter, SEMANTICS.md#d-no-counter); `turns`:
         the safety net's (the store whose feed is read over the wide window, the store listed whole);
-        `tally`: where the store's merges and conflicts are counted (`memfs status`)."""
+        `tally`: where the store's merges and conflicts are counted (`memfs status`); `read` False:
+        plan on the store as last read, asking it nothing (a write-through's first try)."""
         sid = store.store_id
         applied = self.state.store_counter(sid)
         remote_counter = counters.get(sid) if counters is not None else None
-        moved = counters is None or applied is None or remote_counter != applied
+        moved = read and (counters is None or applied is None or remote_counter != applied)
         generation = self.state.generation(sid)
         if not moved and self.clean.get(sid) == generation:
             return []  # idle: nothing on either side changed since this store was last found clean
@@ -109,6 +111,7 @@ class StorePull:
             return []
         if tally is not None:
             tally.count_conflicts(plan)
+        report.notices += plan.notices
         if narrowed and not plan.push_stages and leaves_view_as_base(plan):
             # The view was the baseline and the plan made both the store's: clean still, and the
             # cached baseline moved as the journal's did (no read of the whole store next time).

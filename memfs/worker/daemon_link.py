@@ -43,6 +43,8 @@ PRE_CALL_TIMEOUT = 20.0
 # without the sync: a live daemon answers the ping in tens of microseconds.
 PRE_CALL_PING_TIMEOUT = 2.0
 STATUS_TIMEOUT = 10.0
+# A write-through is up to three pushes (and two reads) of one store: bounded like a pre-call sync.
+WRITE_THROUGH_TIMEOUT = 20.0
 # How long an answer may take before a ping on a second connection checks the daemon is alive.
 ANSWER_PATIENCE = 0.1
 _PING = b'{"op":"ping"}\n'
@@ -113,6 +115,10 @@ class DaemonLink:
         return await self.request(
             {"op": "sync", "force": force, "wait": wait}, timeout=timeout, ping_timeout=ping_timeout
         )
+
+    async def async_write_through(self, path: str, timeout: float = WRITE_THROUGH_TIMEOUT) -> dict[str, Any]:
+        """Push the memory file at `path` now (SEMANTICS.md#d-merge); the answer says what became of it."""
+        return await self.request({"op": "write_through", "path": path}, timeout=timeout)
 
     async def async_status(self, timeout: float = STATUS_TIMEOUT) -> dict[str, Any]:
         return await self.request({"op": "status"}, timeout=timeout)

@@ -11,7 +11,12 @@ Per session (the factory is called once per claimed session, with its `AgentTool
    remote edits are seen between calls;
 4. a `write` or `edit` whose result would not fit in a memory is refused before the file is touched
    (the official tools truncate first and only then meet EFBIG);
-5. when the runner closes the tools (after `bash` is stopped, before the work item is stopped) the
+5. a `write` or `edit` of a memory file in a read_write store is pushed before the tool returns
+   (SEMANTICS.md#d-merge, "told in band"): merged with a newer version → the result says so; the
+   same lines changed by another writer → the tool fails, the store's version in the file and the
+   agent's in a conflict copy the message names; the store unreachable → the result says the change
+   is staged. One write request when nothing else changed, what the stock 2.17 worker spends;
+6. when the runner closes the tools (after `bash` is stopped, before the work item is stopped) the
    last close runs the final sync: forced, waiting for uploads, bounded by 30 s — unless the lease
    was lost, when another worker owns the session's memory now.
 """
@@ -228,6 +233,56 @@ class SessionMemory:
         if size > limits.MAX_CONTENT_BYTES:
             raise self._too_big("edit", str(file_path), size, what="the edited file")
 
+    # -- after a write or an edit (SEMANTICS.md#d-merge) -------------------------------------------
+    async def after_call(self, name: str, input_: dict[str, Any], result: Any) -> Any:
+        """A `write`/`edit` of a memory file that went through: pushed now, and the agent told
+        what became of it, in band."""
+        if name not in ("write", "edit"):
+            return result
+        target = self._memory_file(input_.get("file_path"))
+        if target is None or any(target.is_relative_to(d.resolve()) for d in self.read_only_dirs):
+            return result
+        shown = str(input_.get("file_path"))
+        try:
+            answer = await self.link.async_write_through(str(target))
+        except DaemonUnavailable as exc:
+            log.warning("write-through of %s failed: %s", target, exc)
+            return _noted(
+                result,
+                f"memfs: {shown} is written here but was not pushed to the memory store "
+                "now (the mount did not answer); it goes out with the next sync.",
+            )
+        kind = answer.get("result")
+        if kind == "merged":
+            return _noted(
+                result,
+                f"memfs: the memory store had a newer version of {shown}; your change was merged "
+                "with it and the merge is on the store. Read the file again to see it whole.",
+            )
+        if kind == "conflict":
+            copy = answer.get("copy")
+            where = (
+                f"yours is kept on the store beside it as {copy}"
+                if copy
+                else "yours is kept in the mount's state dir"
+            )
+            raise ToolError(
+                f"{name}: {shown}: another writer changed the same lines of this memory file on the store "
+                f"meanwhile. The file now holds the store's version; {where}. Read the file again before you retry."
+            )
+        if kind == "gone":
+            raise ToolError(
+                f"{name}: {shown}: the memory was deleted on the store meanwhile ({answer.get('details')}); "
+                "your version is kept in the mount's state dir. Write the file again to create it anew."
+            )
+        if kind == "staged":
+            return _noted(
+                result,
+                f"memfs: {shown} is written here but not on the memory store yet "
+                f"({answer.get('error')}); it goes out with the next sync.",
+            )
+        return result
+
     # -- at the end -----------------------------------------------------------------------------
     async def tool_closed(self) -> None:
         """Called by each wrapped tool's close; the last one runs the final sync."""
@@ -287,6 +342,15 @@ class SessionMemory:
             )
 
 
+def _noted(result: Any, note: str) -> Any:
+    """The tool's result with memfs's note after it (a string, or a list of content blocks)."""
+    if isinstance(result, str):
+        return f"{result}\n\n{note}"
+    if isinstance(result, list):
+        return [*result, {"type": "text", "text": note}]
+    return result
+
+
 class MemfsTool(BetaAsyncBuiltinFunctionTool):
     """One official tool, with the pre-call sync and the size guard in front of it."""
 
@@ -305,10 +369,11 @@ class MemfsTool(BetaAsyncBuiltinFunctionTool):
         input_ = dict(input) if isinstance(input, dict) else {}
         await self.memory.before_call(self.name, input_)
         if inspect.iscoroutinefunction(self.inner.call):
-            return await self.inner.call(input)
-        # A synchronous tool: the runner would run it on a thread, so do the same.
-        result = await anyio.to_thread.run_sync(self.inner.call, input)
-        return await result if inspect.isawaitable(result) else result
+            result = await self.inner.call(input)
+        else:  # a synchronous tool: the runner would run it on a thread, so do the same
+            result = await anyio.to_thread.run_sync(self.inner.call, input)
+            result = await result if inspect.isawaitable(result) else result
+        return await self.memory.after_call(self.name, input_, result)
 
     async def aclose(self) -> None:
         try:

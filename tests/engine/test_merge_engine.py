@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 
 from tests.engine.test_engine_rules import MEMORY_BY_ID, single_requests
+from tests.support.stores import unreachable
 
 pytestmark = [pytest.mark.trio, pytest.mark.timeout(30)]
 
@@ -133,3 +134,48 @@ async def test_a_merge_whose_push_meets_another_409_merges_again_on_the_base_it_
     assert (await world.svc.contents(world.notes)) == {"/log.md": want}
     assert m.read("/notes/log.md") == want.encode()
     assert m.store_status("notes")["merges"] == 2 and m.store_status("notes")["conflicts"] == 0
+
+
+# -- write-through: what the worker's write/edit is told (SEMANTICS.md#d-merge) ------------------
+
+
+async def test_write_through_of_a_file_nobody_else_changed_is_one_write_request(world):
+    m = await world.setup({"/log.md": NOTES})
+    single_requests(m)  # as on the hosted API: the write is one request of its own
+    m.write("/notes/log.md", (NOTES + "- mine\n").encode())
+    m.transport.clear()
+    answer = await m.engine.write_through(world.notes, "/log.md")
+    assert answer["result"] == "pushed", answer
+    assert m.transport.requests == [("POST", f"/v1/memory_stores/{world.notes}/memories/{world.ids['/log.md']}")]
+    assert (await world.svc.contents(world.notes)) == {"/log.md": NOTES + "- mine\n"}
+
+
+async def test_write_through_meets_a_newer_version_merges_and_says_so(world):
+    m = await world.setup({"/log.md": NOTES})
+    await world.svc.update(world.notes, world.ids["/log.md"], content="# notes\n- one\n- two, theirs\n")
+    m.write("/notes/log.md", (NOTES + "- mine\n").encode())
+    answer = await m.engine.write_through(world.notes, "/log.md")
+    assert answer["result"] == "merged", answer
+    want = "# notes\n- one\n- two, theirs\n- mine\n"
+    assert (await world.svc.contents(world.notes)) == {"/log.md": want}
+    assert m.read("/notes/log.md") == want.encode()
+
+
+async def test_write_through_of_the_lines_another_writer_changed_is_a_conflict_named(world):
+    m = await world.setup({"/log.md": NOTES})
+    await world.svc.update(world.notes, world.ids["/log.md"], content="# notes\n- one\n- two, theirs\n")
+    m.write("/notes/log.md", b"# notes\n- one\n- two, mine\n")
+    answer = await m.engine.write_through(world.notes, "/log.md")
+    assert answer["result"] == "conflict" and answer["copy"].startswith("/log.conflict-"), answer
+    assert m.read("/notes/log.md") == b"# notes\n- one\n- two, theirs\n"  # the store's version
+    assert (await world.svc.contents(world.notes))[answer["copy"]] == "# notes\n- one\n- two, mine\n"
+
+
+async def test_write_through_with_the_store_unreachable_stays_staged_and_says_why(world):
+    m = await world.setup({"/log.md": NOTES})
+    m.write("/notes/log.md", (NOTES + "- mine\n").encode())
+    m.store.fail("write_batch", unreachable(), times=None)
+    m.store.fail("update_memory", unreachable(), times=None)
+    answer = await m.engine.write_through(world.notes, "/log.md")
+    assert answer["result"] == "staged" and "dropped" in answer["error"], answer
+    assert m.engine.not_on_store()[world.notes].count == 1
