@@ -19,7 +19,7 @@
  * The daemon's socket protocol is docs/API.md's "The daemon's socket".
  */
 import * as fs from 'node:fs/promises';
-import { readFileSync, realpathSync } from 'node:fs';
+import { closeSync, openSync, readFileSync, readSync, realpathSync, writeSync } from 'node:fs';
 import * as net from 'node:net';
 import * as os from 'node:os';
 import * as path from 'node:path';
@@ -58,6 +58,103 @@ export class DaemonUnavailable extends Error {}
 
 type Log = (level: 'info' | 'warn' | 'error', message: string) => void;
 const defaultLog: Log = (level, message) => console[level](`memfs.worker: ${message}`);
+
+// -- the worker's credentials (docs/OPERATIONS.md 7.3, "Security") -----------------------------------
+
+/** The pipe `memfs worker-launch` hands the credentials over on (memfs/worker/launch.py). */
+export const SECRETS_FD_ENV = 'MEMFS_SECRETS_FD';
+const SECRET_NAMES = [
+  'ANTHROPIC_WORK_SECRET',
+  'ANTHROPIC_ENVIRONMENT_KEY',
+  'ANTHROPIC_API_KEY',
+  'ANTHROPIC_AUTH_TOKEN',
+  'MEMFS_TOKEN',
+] as const;
+
+export interface WorkerSecrets {
+  /** For `handleItem({ workSecret })`. */
+  workSecret?: string;
+  /** For `new EnvironmentWorker({ environmentKey })` or `handleItem({ environmentKey })`. */
+  environmentKey?: string;
+  /** For `new Anthropic({ apiKey })`. */
+  apiKey?: string;
+  /** For `new Anthropic({ authToken })`. */
+  authToken?: string;
+  /** Whether they came from `memfs worker-launch`, which made this process non-dumpable. */
+  launched: boolean;
+}
+
+/** The worker's credentials, taken out of reach of the agent's processes: read from the pipe of
+ *  `memfs worker-launch` (then closed), or else from the environment. Either way no ANTHROPIC_*
+ *  credential is left in `process.env` (children would inherit it) nor in the environment block
+ *  /proc/<pid>/environ shows (overwritten through /proc/self/mem: deleting from process.env only
+ *  drops libc's pointer to it). Give them to the SDK as options. Without the launcher node stays
+ *  dumpable, and a process of the same uid can still read them from /proc/<pid>/mem: a warning
+ *  says so. Call it once, before anything is spawned. */
+export function takeSecrets(log: Log = defaultLog): WorkerSecrets {
+  const values: Record<string, string> = {};
+  const fdText = process.env[SECRETS_FD_ENV];
+  delete process.env[SECRETS_FD_ENV];
+  const launched = fdText !== undefined && /^\d+$/.test(fdText);
+  if (launched) {
+    const fd = Number(fdText);
+    try {
+      Object.assign(values, JSON.parse(readFileSync(fd, 'utf8') || '{}'));
+    } finally {
+      closeSync(fd); // an open pipe would be readable through /proc/<pid>/fd
+    }
+  }
+  const present = SECRET_NAMES.filter((name) => process.env[name] !== undefined);
+  for (const name of present) {
+    values[name] ??= process.env[name]!;
+    delete process.env[name];
+  }
+  if (present.length) wipeEnvironBlock(present);
+  if (!launched) {
+    log(
+      'warn',
+      'node is dumpable: a process of the same uid (the agent\'s bash) can read the credentials from ' +
+        '/proc/<pid>/mem; start the worker with `memfs worker-launch -- node …` (docs/OPERATIONS.md 7.3)',
+    );
+  }
+  const pick = (name: string) => values[name] || undefined;
+  return {
+    workSecret: pick('ANTHROPIC_WORK_SECRET'),
+    environmentKey: pick('ANTHROPIC_ENVIRONMENT_KEY'),
+    apiKey: pick('ANTHROPIC_API_KEY'),
+    authToken: pick('ANTHROPIC_AUTH_TOKEN'),
+    launched,
+  };
+}
+
+/** Overwrite the values of `names` in the environment block the process started with (what
+ *  /proc/<pid>/environ shows), through /proc/self/mem as memfs/secret_env.py does. Best effort. */
+function wipeEnvironBlock(names: readonly string[]): void {
+  let fd: number | undefined;
+  try {
+    const stat = readFileSync('/proc/self/stat', 'latin1');
+    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+    const start = Number(fields[47]); // env_start, the stat file's field 50
+    const end = Number(fields[48]); // env_end, field 51
+    if (!(end > start)) return;
+    fd = openSync('/proc/self/mem', 'r+');
+    const block = Buffer.alloc(end - start);
+    readSync(fd, block, 0, block.length, start);
+    for (const name of names) {
+      const prefix = Buffer.from(`${name}=`);
+      for (let at = block.indexOf(prefix); at >= 0; at = block.indexOf(prefix, at + 1)) {
+        if (at > 0 && block[at - 1] !== 0) continue; // inside another variable's value
+        const from = at + prefix.length;
+        const to = block.indexOf(0, from) < 0 ? block.length : block.indexOf(0, from);
+        if (to > from) writeSync(fd, Buffer.alloc(to - from), 0, to - from, start + from);
+      }
+    }
+  } catch {
+    // no /proc here: nothing shows the block either
+  } finally {
+    if (fd !== undefined) closeSync(fd);
+  }
+}
 
 // -- finding the daemon's socket (memfs/session/control.py) ----------------------------------------
 
