@@ -9,6 +9,7 @@ Node 22's `fs.glob`; Debian's node may be older)."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -383,3 +384,56 @@ def test_take_secrets_clears_the_environment_of_a_node_started_directly(ts_packa
     assert seen["s"] == {"workSecret": "sekrit-1234", "apiKey": "sekrit-1234-key", "launched": False}
     assert seen["block"] is False and seen["env"] is False, seen
     assert "node is dumpable" in proc.stderr
+
+
+@pytest.mark.parametrize("how", ["other-owner", "world-writable", "symlink"])
+def test_a_squatted_registry_dir_is_refused(tmp_path, ts_package, how):
+    # Before: the package read whatever registry entry it found, and its syncs went to the socket
+    # of a state dir another user chose. Now it checks the registry dir as memfs/session/control.py
+    # does (tests/session/test_registry_dir.py): owner, mode, no symlink.
+    from memfs.session.control import registry_key
+
+    root, attacker = tmp_path / "root", tmp_path / "attacker-state"
+    root.mkdir()
+    attacker.mkdir()
+    run = tmp_path / "run"
+    entries = run if how != "symlink" else tmp_path / "elsewhere"
+    entries.mkdir(mode=0o700)
+    if how == "other-owner":
+        os.chown(run, 65534, 65534)  # nobody made it first
+    elif how == "world-writable":
+        os.chmod(run, 0o777)
+    else:
+        run.symlink_to(entries)
+    name = hashlib.sha256(registry_key(str(root)).encode()).hexdigest()[:20]
+    (entries / f"{name}.json").write_text(
+        json.dumps({"root": str(root), "state_dir": str(attacker), "pid": 1})
+    )
+    script = (
+        "const { DaemonLink } = require(process.argv[1]);"
+        "try { console.log('socket ' + new DaemonLink(process.argv[2]).socketPath); }"
+        "catch (e) { console.log('refused ' + e.message); }"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "MEMFS_SYNC_SOCKET"}
+    env["MEMFS_RUNTIME_DIR"] = str(run)
+    proc = subprocess.run(
+        [
+            str(ts_package / "node_modules" / ".bin" / "node"),
+            "-e",
+            script,
+            str(ts_package / "dist"),
+            str(root),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert proc.returncode == 0, proc.stderr
+    why = {
+        "other-owner": "belongs to uid 65534",
+        "world-writable": "writable by other users",
+        "symlink": "not a directory",
+    }
+    assert proc.stdout.startswith(f"refused the memfs registry dir {run} "), proc.stdout
+    assert why[how] in proc.stdout and str(attacker) not in proc.stdout, proc.stdout

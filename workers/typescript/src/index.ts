@@ -19,7 +19,7 @@
  * The daemon's socket protocol is docs/API.md's "The daemon's socket".
  */
 import * as fs from 'node:fs/promises';
-import { closeSync, openSync, readFileSync, readSync, realpathSync, writeSync } from 'node:fs';
+import { closeSync, lstatSync, openSync, readFileSync, readSync, realpathSync, writeSync } from 'node:fs';
 import * as net from 'node:net';
 import * as os from 'node:os';
 import * as path from 'node:path';
@@ -162,6 +162,33 @@ function runtimeDir(): string {
   return process.env.MEMFS_RUNTIME_DIR || (process.getuid?.() === 0 ? '/run/memfs' : `/tmp/memfs-${process.getuid?.()}`);
 }
 
+/** Why the registry dir cannot be trusted, or undefined (memfs/session/control.py,
+ *  runtime_dir_problem): another local user who made /tmp/memfs-<uid> first (or a symlink there)
+ *  would otherwise choose the socket this worker's syncs go to. Root's own directories are trusted. */
+export function runtimeDirProblem(dir: string): string | undefined {
+  let st;
+  try {
+    st = lstatSync(dir);
+  } catch {
+    return undefined; // none: no registry entry, the default state dir
+  }
+  const me = process.geteuid?.() ?? -1;
+  if (!st.isDirectory()) return `the memfs registry dir ${dir} is not a directory (a symlink or a file)`;
+  if (st.uid !== me && st.uid !== 0) {
+    return (
+      `the memfs registry dir ${dir} belongs to uid ${st.uid}, not to you (uid ${me}): another user may ` +
+      'have made it to redirect memfs commands; remove it, or set MEMFS_RUNTIME_DIR to a directory of yours'
+    );
+  }
+  if (st.mode & 0o022) {
+    return (
+      `the memfs registry dir ${dir} is writable by other users (mode 0o${(st.mode & 0o777).toString(8)}); ` +
+      `make it private: chmod 700 ${dir}`
+    );
+  }
+  return undefined;
+}
+
 /** The root's name in the registry: absolute, normalised, symlinks resolved in its parents only
  *  (never in the root itself: a stopped mount would hang that call). */
 export function registryKey(root: string): string {
@@ -180,6 +207,8 @@ export function registryKey(root: string): string {
 
 export function stateDirOf(root: string): string {
   const key = registryKey(root);
+  const problem = runtimeDirProblem(runtimeDir());
+  if (problem) throw new MemfsSessionError(problem);
   const file = path.join(runtimeDir(), `${createHash('sha256').update(key).digest('hex').slice(0, 20)}.json`);
   try {
     const entry = JSON.parse(readFileSync(file, 'utf8'));
