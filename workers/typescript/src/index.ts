@@ -1,10 +1,14 @@
 /**
  * memfs as the memory of the official TypeScript worker (`EnvironmentWorker` of `@anthropic-ai/sdk`):
  *
+ *   const secrets = takeSecrets();
  *   const lease = new LeaseWatch();
- *   const client = new Anthropic({ middleware: [lease.middleware] });
+ *   const client = new Anthropic({ apiKey: secrets.apiKey ?? 'unused', middleware: [lease.middleware] });
  *   const worker = new EnvironmentWorker({ client, tools: memfsTools({ lease }), memorySyncIntervalMs: null });
- *   await worker.handleItem();
+ *   await worker.handleItem({ workSecret: secrets.workSecret, environmentKey: secrets.environmentKey });
+ *
+ * run as `memfs worker-launch -- node worker.js`, which starts node non-dumpable with the
+ * credentials on a pipe (`takeSecrets()`), out of reach of the agent's processes.
  *
  * The same behaviour as the Python factory (memfs/worker/tools.py), per session:
  * 1. the stores mounted at the root must be exactly the session's memory stores (ids, folders,
