@@ -437,3 +437,28 @@ def test_a_squatted_registry_dir_is_refused(tmp_path, ts_package, how):
     }
     assert proc.stdout.startswith(f"refused the memfs registry dir {run} "), proc.stdout
     assert why[how] in proc.stdout and str(attacker) not in proc.stdout, proc.stdout
+
+
+def test_memfs_tools_refuses_to_start_while_the_launchers_pipe_is_unread(ts_package):
+    # The pipe is not close-on-exec (node inherits it): left open, the agent's bash would too.
+    script = "const { memfsTools } = require(process.argv[1]); memfsTools(); console.log('made');"
+    env = {**os.environ, "ANTHROPIC_WORK_SECRET": "sekrit-1234"}
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "memfs",
+            "worker-launch",
+            "--",
+            str(ts_package / "node_modules" / ".bin" / "node"),
+            "-e",
+            script,
+            str(ts_package / "dist"),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert proc.returncode != 0 and "made" not in proc.stdout, proc.stdout
+    assert "call takeSecrets() before memfsTools()" in proc.stderr, proc.stderr

@@ -524,6 +524,13 @@ function sameStores(a: Stores, b: Stores): boolean {
 export function memfsTools(options: MemfsToolsOptions = {}): (ctx: AgentToolContext) => BetaRunnableTool[] {
   const root = options.root ?? DEFAULT_ROOT;
   const log = options.log ?? defaultLog;
+  if (process.env[SECRETS_FD_ENV] !== undefined) {
+    // The launcher's pipe is still open: every child (the agent's bash) would inherit it.
+    throw new MemfsSessionError(
+      '`memfs worker-launch` handed the credentials over on a pipe that nothing read: call takeSecrets() ' +
+        'before memfsTools() and give them to the SDK (handleItem({ workSecret }))',
+    );
+  }
   return (ctx) => {
     // Before the tools are made: the roots go on the context they are made with.
     const memory = SessionMemory.attach(ctx, root, options.lease, log);
