@@ -82,3 +82,33 @@ def test_no_program_or_a_missing_one_is_an_error():
     proc = launch("/nonexistent/node")
     _out, err = proc.communicate(timeout=30)
     assert proc.returncode == 127 and "cannot start /nonexistent/node" in err, err
+
+
+def test_a_program_it_cannot_make_non_dumpable_is_not_started_unless_allowed(tmp_path):
+    # As on another architecture, or where a seccomp profile refuses ptrace.
+    marker = tmp_path / "ran"
+    code = (
+        "import sys; from memfs.worker import non_dumpable_child as c;"
+        "c.supported = lambda: 'not supported here (the test says so)';"
+        "from memfs.cli import main; sys.exit(main(sys.argv[1:]))"
+    )
+    program = ["--", "/bin/sh", "-c", f"cat <&$MEMFS_SECRETS_FD > {marker}"]
+    env = {**os.environ, "ANTHROPIC_WORK_SECRET": SECRET}
+    refused = subprocess.run(
+        [sys.executable, "-c", code, "worker-launch", *program],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert refused.returncode == 70 and "cannot be made non-dumpable" in refused.stderr, refused.stderr
+    assert not marker.exists()
+    allowed = subprocess.run(
+        [sys.executable, "-c", code, "worker-launch", "--allow-dumpable", *program],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert allowed.returncode == 0 and "runs dumpable" in allowed.stderr, allowed.stderr
+    assert SECRET in marker.read_text()
