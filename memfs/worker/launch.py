@@ -6,8 +6,10 @@ agent's bash (its child, same uid) reads the secret from /proc/<node>/environ or
 This launcher, which `ant beta:worker poll --on-work` runs instead:
 1. makes itself non-dumpable and takes the credentials out of its environment (secret_env.take);
 2. starts the program without them, non-dumpable from its first instruction
-   (non_dumpable_child.spawn), the credentials as JSON on a pipe whose read end it gets as
-   MEMFS_SECRETS_FD (`takeSecrets()` of @memfs/worker reads and closes it);
+   (non_dumpable_child.spawn), and writes the credentials as JSON on a pipe whose read end it gets
+   as MEMFS_SECRETS_FD, with the pid and executable it made non-dumpable: `takeSecrets()` of
+   @memfs/worker reads and closes it, and refuses them in another process or executable (a script
+   whose interpreter, or a wrapper that, exec'd node: dumpable again);
 3. forwards SIGTERM, SIGINT and SIGHUP to it and exits with its status (128+N for a signal).
 Where the program cannot be made non-dumpable it is not started (exit 70) unless
 --allow-dumpable says the agent runs as another user (then a dumpable worker is out of its reach).
@@ -57,19 +59,15 @@ def cmd_worker_launch(args: argparse.Namespace) -> int:
         return 2
     secret_env.make_non_dumpable()  # it holds the secrets until the child has them
     secrets = secret_env.take(LAUNCH_SECRET_NAMES)
-    payload = json.dumps(secrets).encode()
-    if len(payload) >= PIPE_CAPACITY:
-        _say(f"the credentials take {len(payload)} bytes, more than a pipe holds")
+    if len(json.dumps(secrets)) >= PIPE_CAPACITY - 4096:
+        _say("the credentials take more than a pipe holds")
         return 2
-    read_fd, write_fd = os.pipe()
-    try:
-        os.write(write_fd, payload)
-    finally:
-        os.close(write_fd)
+    read_fd, write_fd = os.pipe()  # both close-on-exec; the child gets the read end by pass_fds
     env = {**os.environ, SECRETS_FD_ENV: str(read_fd)}
+    exe: str | None = None
     try:
         try:
-            proc = non_dumpable_child.spawn(program, env=env, pass_fds=(read_fd,))
+            proc, exe = non_dumpable_child.spawn(program, env=env, pass_fds=(read_fd,))
         except non_dumpable_child.NotMadeNonDumpable as exc:
             if not args.allow_dumpable:
                 _say(
@@ -84,6 +82,13 @@ def cmd_worker_launch(args: argparse.Namespace) -> int:
         return 127
     finally:
         os.close(read_fd)
+    handed = {"secrets": secrets, "pid": proc.pid, "exe": exe, "non_dumpable": exe is not None}
+    try:
+        os.write(write_fd, json.dumps(handed).encode())
+    except BrokenPipeError:
+        pass  # the program closed it (or ended) without reading
+    finally:
+        os.close(write_fd)
     for signum in FORWARDED:
         signal.signal(signum, lambda n, _f: _forward(proc, n))
     code = proc.wait()

@@ -67,9 +67,14 @@ def _traceme() -> None:  # in the child, between fork and exec
         raise OSError(ctypes.get_errno(), "ptrace(PTRACE_TRACEME) refused")
 
 
-def spawn(argv: list[str], *, env: dict[str, str], pass_fds: tuple[int, ...] = ()) -> subprocess.Popen:
+def spawn(
+    argv: list[str], *, env: dict[str, str], pass_fds: tuple[int, ...] = ()
+) -> tuple[subprocess.Popen, str]:
     """subprocess.Popen(argv) whose process is non-dumpable before it runs an instruction of its
-    own; NotMadeNonDumpable when that cannot be done (the child is then killed and reaped)."""
+    own, and the executable it was made non-dumpable as (/proc/<pid>/exe then: an exec after that,
+    a script's interpreter or a wrapper's, makes it dumpable again, and the program can tell by
+    comparing its own). NotMadeNonDumpable when that cannot be done (the child is then killed
+    and reaped)."""
     why = supported()
     if why:
         raise NotMadeNonDumpable(why)
@@ -78,7 +83,7 @@ def spawn(argv: list[str], *, env: dict[str, str], pass_fds: tuple[int, ...] = (
     except subprocess.SubprocessError as exc:  # the preexec's OSError: ptrace refused
         raise NotMadeNonDumpable(f"ptrace is refused here ({exc})") from exc
     try:
-        _set_non_dumpable(proc.pid)
+        exe = _set_non_dumpable(proc.pid)
     except BaseException:
         try:
             os.kill(proc.pid, signal.SIGKILL)
@@ -86,7 +91,7 @@ def spawn(argv: list[str], *, env: dict[str, str], pass_fds: tuple[int, ...] = (
             pass
         proc.wait()
         raise
-    return proc
+    return proc, exe
 
 
 def _wait_stop(pid: int) -> None:
@@ -111,7 +116,7 @@ def _syscall_instruction(pid: int, rip: int) -> int:
     raise NotMadeNonDumpable("no syscall instruction found in the program's loader")
 
 
-def _set_non_dumpable(pid: int) -> None:
+def _set_non_dumpable(pid: int) -> str:
     libc = _libc()
 
     def call(request: int, data: object = None) -> None:
@@ -119,6 +124,10 @@ def _set_non_dumpable(pid: int) -> None:
             raise NotMadeNonDumpable(f"ptrace request {request} failed: {os.strerror(ctypes.get_errno())}")
 
     _wait_stop(pid)  # the SIGTRAP a traced process gets once its exec succeeded
+    try:
+        exe = os.readlink(f"/proc/{pid}/exe")  # readable now, not once it is non-dumpable
+    except OSError as exc:
+        raise NotMadeNonDumpable(f"cannot read the program's executable: {exc}") from exc
     saved = _Regs()
     call(PTRACE_GETREGS, ctypes.byref(saved))
     try:
@@ -140,3 +149,4 @@ def _set_non_dumpable(pid: int) -> None:
             f"prctl(PR_SET_DUMPABLE, 0) in the program answered {ctypes.c_long(after.rax).value}"
         )
     call(PTRACE_DETACH)
+    return exe

@@ -462,3 +462,30 @@ def test_memfs_tools_refuses_to_start_while_the_launchers_pipe_is_unread(ts_pack
     )
     assert proc.returncode != 0 and "made" not in proc.stdout, proc.stdout
     assert "call takeSecrets() before memfsTools()" in proc.stderr, proc.stderr
+
+
+def test_credentials_that_reach_node_through_another_exec_are_refused(ts_package):
+    # `memfs worker-launch -- env node …` (or a script's interpreter, npm): the launcher made `env`
+    # non-dumpable, and its exec of node made node dumpable again.
+    node = str(ts_package / "node_modules" / ".bin" / "node")
+    script = "const { takeSecrets } = require(process.argv[1]); takeSecrets(); console.log('taken');"
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "memfs",
+            "worker-launch",
+            "--",
+            "/usr/bin/env",
+            node,
+            "-e",
+            script,
+            str(ts_package / "dist"),
+        ],
+        env={**os.environ, "ANTHROPIC_WORK_SECRET": "sekrit-1234"},
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert proc.returncode != 0 and "taken" not in proc.stdout, proc.stdout
+    assert "made /usr/bin/env (pid" in proc.stderr and "which is dumpable" in proc.stderr, proc.stderr

@@ -5,6 +5,7 @@ a pipe. Here the program is a shell, so what it shows is the launcher's doing al
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -22,7 +23,7 @@ SECRET = "work-secret-0123456789"
 NO_CAPABILITIES = ["setpriv", "--bounding-set=-all", "--inh-caps=-all", "--"]
 # The "worker": what it was handed, then what a child of it (the agent) can read of it.
 WORKER = (
-    'echo "env: $(env | grep -c ANTHROPIC_WORK_SECRET)"; '
+    'echo "env: $(env | grep -c ANTHROPIC_WORK_SECRET)"; echo "pid: $$"; '
     'echo "pipe: $(cat <&$MEMFS_SECRETS_FD)"; '
     'cat /proc/$$/environ >/dev/null 2>&1 && echo "agent reads environ" || echo "agent denied environ"; '
     "exit 7"
@@ -46,7 +47,10 @@ def test_the_program_gets_the_secret_on_a_pipe_and_its_agent_cannot_read_it():
     out, err = proc.communicate(timeout=30)
     assert proc.returncode == 7, err  # the program's own status
     assert "env: 0" in out, out
-    assert f'pipe: {{"ANTHROPIC_WORK_SECRET": "{SECRET}"}}' in out, out
+    handed = json.loads(out.split("pipe: ", 1)[1].splitlines()[0])
+    assert handed["secrets"] == {"ANTHROPIC_WORK_SECRET": SECRET} and handed["non_dumpable"], handed
+    assert handed["pid"] == int(out.split("pid: ", 1)[1].split()[0])  # the shell itself, nothing between
+    assert os.path.basename(handed["exe"]) in ("sh", "dash", "bash"), handed
     assert "agent denied environ" in out, out
 
 

@@ -23,7 +23,7 @@
  * The daemon's socket protocol is docs/API.md's "The daemon's socket".
  */
 import * as fs from 'node:fs/promises';
-import { closeSync, lstatSync, openSync, readFileSync, readSync, realpathSync, writeSync } from 'node:fs';
+import { closeSync, lstatSync, openSync, readFileSync, readSync, readlinkSync, realpathSync, writeSync } from 'node:fs';
 import * as net from 'node:net';
 import * as os from 'node:os';
 import * as path from 'node:path';
@@ -99,13 +99,33 @@ export function takeSecrets(log: Log = defaultLog): WorkerSecrets {
   const values: Record<string, string> = {};
   const fdText = process.env[SECRETS_FD_ENV];
   delete process.env[SECRETS_FD_ENV];
-  const launched = fdText !== undefined && /^\d+$/.test(fdText);
-  if (launched) {
+  let launched = false;
+  if (fdText !== undefined && /^\d+$/.test(fdText)) {
     const fd = Number(fdText);
+    let handed: any;
     try {
-      Object.assign(values, JSON.parse(readFileSync(fd, 'utf8') || '{}'));
+      handed = JSON.parse(readFileSync(fd, 'utf8') || '{}');
     } finally {
-      closeSync(fd); // an open pipe would be readable through /proc/<pid>/fd
+      closeSync(fd); // an open pipe would be readable through /proc/<pid>/fd, and inherited
+    }
+    Object.assign(values, handed?.secrets ?? {});
+    launched = handed?.non_dumpable === true;
+    if (launched) {
+      // What the launcher made non-dumpable must be this very process: an exec since (a script's
+      // interpreter, `env node …`, npm) made it dumpable again.
+      let self = '?';
+      try {
+        self = readlinkSync('/proc/self/exe');
+      } catch {
+        // no /proc: the comparison fails below
+      }
+      if (handed.pid !== process.pid || handed.exe !== self) {
+        throw new MemfsSessionError(
+          `memfs worker-launch made ${handed.exe} (pid ${handed.pid}) non-dumpable, but its credentials ` +
+            `reached ${self} (pid ${process.pid}), which is dumpable: start node itself, ` +
+            '`memfs worker-launch -- node worker.js` (not a script, npm or a wrapper that starts or execs node)',
+        );
+      }
     }
   }
   const present = SECRET_NAMES.filter((name) => process.env[name] !== undefined);
