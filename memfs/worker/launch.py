@@ -64,24 +64,16 @@ def cmd_worker_launch(args: argparse.Namespace) -> int:
         return 2
     read_fd, write_fd = os.pipe()  # both close-on-exec; the child gets the read end by pass_fds
     env = {**os.environ, SECRETS_FD_ENV: str(read_fd)}
-    exe: str | None = None
     try:
-        try:
-            proc, exe = non_dumpable_child.spawn(program, env=env, pass_fds=(read_fd,))
-        except non_dumpable_child.NotMadeNonDumpable as exc:
-            if not args.allow_dumpable:
-                _say(
-                    f"{program[0]} cannot be made non-dumpable: {exc}; not started (the agent's processes "
-                    "could read its credentials). Run the agent as another user and pass --allow-dumpable"
-                )
-                return EX_SOFTWARE
-            _say(f"{program[0]} runs dumpable: {exc} (--allow-dumpable)")
-            proc = subprocess.Popen(program, env=env, pass_fds=(read_fd,))
-    except OSError as exc:
-        _say(f"cannot start {program[0]}: {exc}")
-        return 127
+        proc, exe = _start(program, env, read_fd, args.allow_dumpable)
+    except _NotStarted as exc:
+        os.close(write_fd)
+        _say(exc.message)
+        return exc.code
     finally:
         os.close(read_fd)
+    for signum in FORWARDED:
+        signal.signal(signum, lambda n, _f: _forward(proc, n))
     handed = {"secrets": secrets, "pid": proc.pid, "exe": exe, "non_dumpable": exe is not None}
     try:
         os.write(write_fd, json.dumps(handed).encode())
@@ -89,10 +81,34 @@ def cmd_worker_launch(args: argparse.Namespace) -> int:
         pass  # the program closed it (or ended) without reading
     finally:
         os.close(write_fd)
-    for signum in FORWARDED:
-        signal.signal(signum, lambda n, _f: _forward(proc, n))
     code = proc.wait()
     return 128 - code if code < 0 else code
+
+
+class _NotStarted(Exception):
+    def __init__(self, message: str, code: int):
+        super().__init__(message)
+        self.message, self.code = message, code
+
+
+def _start(
+    program: list[str], env: dict[str, str], read_fd: int, allow_dumpable: bool
+) -> tuple[subprocess.Popen, str | None]:
+    """The program started, and the executable it was made non-dumpable as (None: it was not)."""
+    try:
+        try:
+            return non_dumpable_child.spawn(program, env=env, pass_fds=(read_fd,))
+        except non_dumpable_child.NotMadeNonDumpable as exc:
+            if not allow_dumpable:
+                raise _NotStarted(
+                    f"{program[0]} cannot be made non-dumpable: {exc}; not started (the agent's processes "
+                    "could read its credentials). Run the agent as another user and pass --allow-dumpable",
+                    EX_SOFTWARE,
+                ) from exc
+            _say(f"{program[0]} runs dumpable: {exc} (--allow-dumpable)")
+            return subprocess.Popen(program, env=env, pass_fds=(read_fd,)), None
+    except OSError as exc:
+        raise _NotStarted(f"cannot start {program[0]}: {exc}", 127) from exc
 
 
 def _forward(proc: subprocess.Popen, signum: int) -> None:
