@@ -11,7 +11,6 @@ import ctypes
 import functools
 import json
 import logging
-import math
 import os
 import signal
 import time
@@ -37,6 +36,7 @@ from memfs.session.preflight import MOUNT_PARENT as MOUNT_PARENT
 from memfs.session.preflight import REQUEST_TIMEOUT, MountError, preflight_root, stores_from_session
 from memfs.session.preflight import check_interval as check_interval
 from memfs.session.preflight import clear_stale_mount as clear_stale_mount
+from memfs.session.sync_only import SYNC_ONLY_SOCKET_ENV, serve_sync_only
 
 log = logging.getLogger("memfs.mount")
 
@@ -371,119 +371,6 @@ class Daemon:
         if rel.startswith("..") or store is None or not inner:
             return {"ok": False, "error": f"{path} is not a memory file of a store mounted at {root}"}
         return await self.engine.write_through(store.store_id, "/" + inner)
-
-
-# -- the sync-only socket (SEMANTICS.md#d-worker) ----------------------------------------------------------------
-# The sandbox image's worker runs as the agent's user, who must not reach the full control socket
-# (it can unmount). This second listener answers `sync` and `status` only, may be opened by anyone
-# who can reach its path, and spaces forced ticks at least SYNC_ONLY_FORCED_GAP apart: a forced
-# request that comes sooner waits its turn (it is never downgraded, so a final sync still pushes).
-SYNC_ONLY_SOCKET_ENV = "MEMFS_SYNC_SOCKET"
-SYNC_ONLY_FORCED_GAP = 1.0
-SYNC_ONLY_CONNECTIONS = 4
-SYNC_ONLY_MAX_REQUEST = 4096
-SYNC_ONLY_IDLE = 60.0  # an idle connection is closed after this; the worker re-opens it
-
-
-async def serve_sync_only(daemon: Daemon, path: str | None, task_status=trio.TASK_STATUS_IGNORED) -> None:
-    if not path:
-        task_status.started()
-        return
-    sock_path = Path(path)
-    sock_path.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        sock_path.unlink()
-    except FileNotFoundError:
-        pass
-    listener_sock = trio.socket.socket(trio.socket.AF_UNIX, trio.socket.SOCK_STREAM)
-    await listener_sock.bind(str(sock_path))
-    os.chmod(sock_path, 0o666)  # it grants nothing but sync and status
-    listener_sock.listen(16)
-    forced = {"lock": trio.Lock(), "last": -math.inf}
-    limiter = trio.CapacityLimiter(SYNC_ONLY_CONNECTIONS)
-
-    async def handle(stream: trio.SocketStream) -> None:
-        async with stream:
-            if limiter.available_tokens == 0:
-                await _send_line(stream, {"ok": False, "error": "busy: too many open requests"})
-                return
-            async with limiter:
-                await _sync_only_connection(daemon, stream, forced)
-
-    async def guarded(stream: trio.SocketStream) -> None:
-        try:
-            await handle(stream)
-        except Exception:  # a bad request must never take the daemon down
-            log.exception("sync-only socket request failed")
-
-    task_status.started()
-    try:
-        await trio.serve_listeners(guarded, [trio.SocketListener(listener_sock)])
-    finally:
-        try:
-            sock_path.unlink()
-        except FileNotFoundError:
-            pass
-
-
-async def _sync_only_connection(daemon: Daemon, stream: trio.SocketStream, forced: dict[str, Any]) -> None:
-    """One connection of the sync-only socket: request lines, each answered in order, until the
-    client closes, a line is refused as too long, or it stays idle SYNC_ONLY_IDLE seconds (the
-    worker holds its connection between tool calls and re-opens it when it finds it closed)."""
-    buf = b""
-    while True:
-        with trio.move_on_after(SYNC_ONLY_IDLE):
-            while b"\n" not in buf and len(buf) <= SYNC_ONLY_MAX_REQUEST:
-                try:
-                    chunk = await stream.receive_some(SYNC_ONLY_MAX_REQUEST)
-                except trio.BrokenResourceError:
-                    return
-                if not chunk:
-                    return
-                buf += chunk
-        if b"\n" not in buf and len(buf) <= SYNC_ONLY_MAX_REQUEST:
-            return  # idle, or a line never finished
-        line, sep, rest = buf.partition(b"\n")
-        too_long = len(line) > SYNC_ONLY_MAX_REQUEST
-        buf = b"" if too_long else rest
-        try:
-            request = None if too_long else json.loads(line)
-        except ValueError:
-            request = None
-        if not isinstance(request, dict):
-            request = {}
-        op = request.get("op")
-        answer: dict[str, Any]
-        if op == "ping":  # at once, from the event loop: tells a stopped daemon from a busy one
-            answer = {"ok": True, "pong": True}
-        elif op == "status":
-            answer = await daemon._answer({"op": "status"})
-        elif op == "sync":
-            force, wait = bool(request.get("force")), bool(request.get("wait"))
-            waited = 0.0
-            if force:
-                async with forced["lock"]:
-                    waited = max(0.0, forced["last"] + SYNC_ONLY_FORCED_GAP - trio.current_time())
-                    await trio.sleep(waited)
-                    forced["last"] = trio.current_time()
-            answer = await daemon.engine.sync_now(force=force, wait=wait)
-            if waited:
-                answer = {**answer, "rate_limited_for": round(waited, 3)}
-        else:
-            answer = {"ok": False, "error": 'this socket answers only {"op": "sync"} and {"op": "status"}'}
-        try:
-            await stream.send_all(json.dumps(answer).encode() + b"\n")
-        except trio.BrokenResourceError:
-            return
-        if too_long:
-            return  # where the next line starts is unknown: the connection ends
-
-
-async def _send_line(stream: trio.SocketStream, answer: dict[str, Any]) -> None:
-    try:
-        await stream.send_all(json.dumps(answer).encode() + b"\n")
-    except trio.BrokenResourceError:
-        pass
 
 
 def _release_freed_memory() -> None:

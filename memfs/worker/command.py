@@ -65,6 +65,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="only force-stop the work item and exit (a sandbox whose mount failed)",
     )
     p.set_defaults(func=cmd_worker)
+    from memfs.worker import launch  # `memfs worker-launch`: the TypeScript worker's protection
+
+    launch.register(sub)
 
 
 def _calls(value: str) -> int | str:

@@ -34,7 +34,7 @@ import anyio.abc
 from memfs.session import control
 
 # The sandbox image points the worker at the daemon's sync-only socket with this variable; it
-# answers "ping", "sync" and "status" and nothing else (memfs/session/daemon.py, `serve_sync_only`).
+# answers "ping", "sync" and "status" and nothing else (memfs/session/sync_only.py).
 SOCKET_ENV = "MEMFS_SYNC_SOCKET"
 
 # A tick that is due pulls before it answers: bounded by the mount's own request timeouts.

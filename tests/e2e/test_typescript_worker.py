@@ -9,11 +9,13 @@ Node 22's `fs.glob`; Debian's node may be older)."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -42,10 +44,16 @@ def ts_package() -> Path:
 
 
 def run_ts_item(
-    wworld, package: Path, script: list[Step], timeout: float = 90, max_concurrent_calls: int = 2
+    wworld,
+    package: Path,
+    script: list[Step],
+    timeout: float = 90,
+    max_concurrent_calls: int = 2,
+    prefix: tuple[str, ...] = (),
 ) -> tuple:
     """One scripted session served by node; (ItemRun-like work, the process's output). The worker runs
-    calls of different threads `max_concurrent_calls` at a time (test/run-item.js)."""
+    calls of different threads `max_concurrent_calls` at a time (test/run-item.js); `prefix`: a
+    command the worker runs under (setpriv)."""
     from tests.support.worker_world import ItemRun
 
     work = wworld.item(script)
@@ -63,8 +71,15 @@ def run_ts_item(
             "MEMFS_TEST_MAX_CONCURRENT_CALLS": str(max_concurrent_calls),
         }
     )
+    # As `ant beta:worker poll --on-work` would run it in production: through `memfs worker-launch`.
+    launch = [sys.executable, "-m", "memfs", "worker-launch", "--"]
     proc = subprocess.run(
-        [str(package / "node_modules" / ".bin" / "node"), str(package / "test" / "run-item.js")],
+        [
+            *prefix,
+            *launch,
+            str(package / "node_modules" / ".bin" / "node"),
+            str(package / "test" / "run-item.js"),
+        ],
         env=env,
         capture_output=True,
         text=True,
@@ -356,3 +371,203 @@ def test_a_mount_of_other_stores_fails_the_item_clearly(wworld, api, ts_package)
     assert "not this session's" in proc.stderr and wworld.ro in proc.stderr and "memfs mount" in proc.stderr
     assert run.results() == []
     assert run.work.stop_requests and run.work.stop_requests[0].get("force") is True
+
+
+NO_CAPABILITIES = ("setpriv", "--bounding-set=-all", "--inh-caps=-all", "--")
+# What the agent's bash tries, without any capability (as an unprivileged agent would be): the
+# worker's credentials in its environment block or anywhere in its memory.
+AGENT_SCAN = r"""
+import sys
+pid, needles = sys.argv[1], open(sys.argv[2], "rb").read().split(b"\n")
+
+def verdict(found):
+    try:
+        return "LEAK" if found() else "clean"
+    except OSError as exc:
+        return f"denied ({exc.strerror})"
+
+def in_environ():
+    with open(f"/proc/{pid}/environ", "rb") as f:
+        data = f.read()
+    return any(n in data for n in needles)
+
+def in_memory():
+    with open(f"/proc/{pid}/maps") as maps, open(f"/proc/{pid}/mem", "rb", 0) as mem:
+        for line in maps.read().splitlines():
+            span, perms = line.split()[:2]
+            if not perms.startswith("r"):
+                continue
+            lo, hi = (int(x, 16) for x in span.split("-"))
+            for at in range(lo, hi, 1 << 24):
+                try:
+                    mem.seek(at)
+                    chunk = mem.read(min(1 << 24, hi - at) + 4096)
+                except OSError:
+                    break
+                if any(n in chunk for n in needles):
+                    return True
+    return False
+
+print("environ:", verdict(in_environ))
+print("memory:", verdict(in_memory))
+"""
+
+
+def test_the_agent_cannot_read_the_work_secret_from_node(wworld, ts_package):
+    # Before: node started with ANTHROPIC_WORK_SECRET kept it in /proc/<node>/environ and was
+    # dumpable, so `cat /proc/$PPID/environ` in the agent's bash showed it. Now `memfs
+    # worker-launch` hands it over on a pipe and starts node non-dumpable.
+    wworld.mount()
+    scan, needles = wworld.tmp / "agent-scan.py", wworld.tmp / "needles"
+    scan.write_text(AGENT_SCAN)
+    original = wworld.item
+
+    def item(script, **kw):
+        work = original(script, **kw)
+        needles.write_bytes(b"\n".join([work.secret.encode(), wworld.token.encode()]))
+        return work
+
+    wworld.item = item
+    # The worker and so its agent run as root without any capability: one uid, one (empty) set of
+    # capabilities, as an unprivileged user's worker and agent (root's capabilities alone would
+    # keep a capability-less reader out of a root process, dumpable or not).
+    command = f"{sys.executable} {scan} $PPID {needles}"
+    run, proc = run_ts_item(wworld, ts_package, [Step("bash", {"command": command})], prefix=NO_CAPABILITIES)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out
+    texts = run.texts()
+    assert [r["is_error"] for r in run.results()] == [False], texts
+    assert "environ: " in texts[0] and "memory: " in texts[0], texts
+    assert "LEAK" not in texts[0], texts
+    assert "node is dumpable" not in out, out
+    assert run.work.stop_requests and run.work.stop_requests[0].get("force") is True  # the secret still works
+
+
+def test_take_secrets_clears_the_environment_of_a_node_started_directly(ts_package):
+    # Without the launcher: no credential is left in process.env (children inherit it) nor in the
+    # block /proc/<pid>/environ shows, and a warning says node stays dumpable.
+    script = (
+        "const { takeSecrets } = require(process.argv[1]);"
+        "const s = takeSecrets();"
+        "const block = require('fs').readFileSync('/proc/self/environ');"
+        "console.log(JSON.stringify({ s, block: block.includes('sekrit-1234'),"
+        " env: JSON.stringify(process.env).includes('sekrit-1234') }));"
+    )
+    env = {**os.environ, "ANTHROPIC_WORK_SECRET": "sekrit-1234", "ANTHROPIC_API_KEY": "sekrit-1234-key"}
+    proc = subprocess.run(
+        [str(ts_package / "node_modules" / ".bin" / "node"), "-e", script, str(ts_package / "dist")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert proc.returncode == 0, proc.stderr
+    seen = json.loads(proc.stdout)
+    assert seen["s"] == {"workSecret": "sekrit-1234", "apiKey": "sekrit-1234-key", "launched": False}
+    assert seen["block"] is False and seen["env"] is False, seen
+    assert "node is dumpable" in proc.stderr
+
+
+@pytest.mark.parametrize("how", ["other-owner", "world-writable", "symlink"])
+def test_a_squatted_registry_dir_is_refused(tmp_path, ts_package, how):
+    # Before: the package read whatever registry entry it found, and its syncs went to the socket
+    # of a state dir another user chose. Now it checks the registry dir as memfs/session/control.py
+    # does (tests/session/test_registry_dir.py): owner, mode, no symlink.
+    from memfs.session.control import registry_key
+
+    root, attacker = tmp_path / "root", tmp_path / "attacker-state"
+    root.mkdir()
+    attacker.mkdir()
+    run = tmp_path / "run"
+    entries = run if how != "symlink" else tmp_path / "elsewhere"
+    entries.mkdir(mode=0o700)
+    if how == "other-owner":
+        os.chown(run, 65534, 65534)  # nobody made it first
+    elif how == "world-writable":
+        os.chmod(run, 0o777)
+    else:
+        run.symlink_to(entries)
+    name = hashlib.sha256(registry_key(str(root)).encode()).hexdigest()[:20]
+    (entries / f"{name}.json").write_text(
+        json.dumps({"root": str(root), "state_dir": str(attacker), "pid": 1})
+    )
+    script = (
+        "const { DaemonLink } = require(process.argv[1]);"
+        "try { console.log('socket ' + new DaemonLink(process.argv[2]).socketPath); }"
+        "catch (e) { console.log('refused ' + e.message); }"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "MEMFS_SYNC_SOCKET"}
+    env["MEMFS_RUNTIME_DIR"] = str(run)
+    proc = subprocess.run(
+        [
+            str(ts_package / "node_modules" / ".bin" / "node"),
+            "-e",
+            script,
+            str(ts_package / "dist"),
+            str(root),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert proc.returncode == 0, proc.stderr
+    why = {
+        "other-owner": "belongs to uid 65534",
+        "world-writable": "writable by other users",
+        "symlink": "not a directory",
+    }
+    assert proc.stdout.startswith(f"refused the memfs registry dir {run} "), proc.stdout
+    assert why[how] in proc.stdout and str(attacker) not in proc.stdout, proc.stdout
+
+
+def test_memfs_tools_refuses_to_start_while_the_launchers_pipe_is_unread(ts_package):
+    # The pipe is not close-on-exec (node inherits it): left open, the agent's bash would too.
+    script = "const { memfsTools } = require(process.argv[1]); memfsTools(); console.log('made');"
+    env = {**os.environ, "ANTHROPIC_WORK_SECRET": "sekrit-1234"}
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "memfs",
+            "worker-launch",
+            "--",
+            str(ts_package / "node_modules" / ".bin" / "node"),
+            "-e",
+            script,
+            str(ts_package / "dist"),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert proc.returncode != 0 and "made" not in proc.stdout, proc.stdout
+    assert "call takeSecrets() before memfsTools()" in proc.stderr, proc.stderr
+
+
+def test_credentials_that_reach_node_through_another_exec_are_refused(ts_package):
+    # `memfs worker-launch -- env node …` (or a script's interpreter, npm): the launcher made `env`
+    # non-dumpable, and its exec of node made node dumpable again.
+    node = str(ts_package / "node_modules" / ".bin" / "node")
+    script = "const { takeSecrets } = require(process.argv[1]); takeSecrets(); console.log('taken');"
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "memfs",
+            "worker-launch",
+            "--",
+            "/usr/bin/env",
+            node,
+            "-e",
+            script,
+            str(ts_package / "dist"),
+        ],
+        env={**os.environ, "ANTHROPIC_WORK_SECRET": "sekrit-1234"},
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert proc.returncode != 0 and "taken" not in proc.stdout, proc.stdout
+    assert "made /usr/bin/env (pid" in proc.stderr and "which is dumpable" in proc.stderr, proc.stderr

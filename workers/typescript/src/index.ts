@@ -1,10 +1,14 @@
 /**
  * memfs as the memory of the official TypeScript worker (`EnvironmentWorker` of `@anthropic-ai/sdk`):
  *
+ *   const secrets = takeSecrets();
  *   const lease = new LeaseWatch();
- *   const client = new Anthropic({ middleware: [lease.middleware] });
+ *   const client = new Anthropic({ apiKey: secrets.apiKey ?? 'unused', middleware: [lease.middleware] });
  *   const worker = new EnvironmentWorker({ client, tools: memfsTools({ lease }), memorySyncIntervalMs: null });
- *   await worker.handleItem();
+ *   await worker.handleItem({ workSecret: secrets.workSecret, environmentKey: secrets.environmentKey });
+ *
+ * run as `memfs worker-launch -- node worker.js`, which starts node non-dumpable with the
+ * credentials on a pipe (`takeSecrets()`), out of reach of the agent's processes.
  *
  * The same behaviour as the Python factory (memfs/worker/tools.py), per session:
  * 1. the stores mounted at the root must be exactly the session's memory stores (ids, folders,
@@ -19,7 +23,7 @@
  * The daemon's socket protocol is docs/API.md's "The daemon's socket".
  */
 import * as fs from 'node:fs/promises';
-import { readFileSync, realpathSync } from 'node:fs';
+import { closeSync, lstatSync, openSync, readFileSync, readSync, readlinkSync, realpathSync, writeSync } from 'node:fs';
 import * as net from 'node:net';
 import * as os from 'node:os';
 import * as path from 'node:path';
@@ -59,10 +63,154 @@ export class DaemonUnavailable extends Error {}
 type Log = (level: 'info' | 'warn' | 'error', message: string) => void;
 const defaultLog: Log = (level, message) => console[level](`memfs.worker: ${message}`);
 
+// -- the worker's credentials (docs/OPERATIONS.md 7.3, "Security") -----------------------------------
+
+/** The pipe `memfs worker-launch` hands the credentials over on (memfs/worker/launch.py). */
+export const SECRETS_FD_ENV = 'MEMFS_SECRETS_FD';
+const SECRET_NAMES = [
+  'ANTHROPIC_WORK_SECRET',
+  'ANTHROPIC_ENVIRONMENT_KEY',
+  'ANTHROPIC_API_KEY',
+  'ANTHROPIC_AUTH_TOKEN',
+  'MEMFS_TOKEN',
+] as const;
+
+export interface WorkerSecrets {
+  /** For `handleItem({ workSecret })`. */
+  workSecret?: string;
+  /** For `new EnvironmentWorker({ environmentKey })` or `handleItem({ environmentKey })`. */
+  environmentKey?: string;
+  /** For `new Anthropic({ apiKey })`. */
+  apiKey?: string;
+  /** For `new Anthropic({ authToken })`. */
+  authToken?: string;
+  /** Whether they came from `memfs worker-launch`, which made this process non-dumpable. */
+  launched: boolean;
+}
+
+/** The worker's credentials, taken out of reach of the agent's processes: read from the pipe of
+ *  `memfs worker-launch` (then closed), or else from the environment. Either way no ANTHROPIC_*
+ *  credential is left in `process.env` (children would inherit it) nor in the environment block
+ *  /proc/<pid>/environ shows (overwritten through /proc/self/mem: deleting from process.env only
+ *  drops libc's pointer to it). Give them to the SDK as options. Without the launcher node stays
+ *  dumpable, and a process of the same uid can still read them from /proc/<pid>/mem: a warning
+ *  says so. Call it once, before anything is spawned. */
+export function takeSecrets(log: Log = defaultLog): WorkerSecrets {
+  const values: Record<string, string> = {};
+  const fdText = process.env[SECRETS_FD_ENV];
+  delete process.env[SECRETS_FD_ENV];
+  let launched = false;
+  if (fdText !== undefined && /^\d+$/.test(fdText)) {
+    const fd = Number(fdText);
+    let handed: any;
+    try {
+      handed = JSON.parse(readFileSync(fd, 'utf8') || '{}');
+    } finally {
+      closeSync(fd); // an open pipe would be readable through /proc/<pid>/fd, and inherited
+    }
+    Object.assign(values, handed?.secrets ?? {});
+    launched = handed?.non_dumpable === true;
+    if (launched) {
+      // What the launcher made non-dumpable must be this very process: an exec since (a script's
+      // interpreter, `env node …`, npm) made it dumpable again.
+      let self = '?';
+      try {
+        self = readlinkSync('/proc/self/exe');
+      } catch {
+        // no /proc: the comparison fails below
+      }
+      if (handed.pid !== process.pid || handed.exe !== self) {
+        throw new MemfsSessionError(
+          `memfs worker-launch made ${handed.exe} (pid ${handed.pid}) non-dumpable, but its credentials ` +
+            `reached ${self} (pid ${process.pid}), which is dumpable: start node itself, ` +
+            '`memfs worker-launch -- node worker.js` (not a script, npm or a wrapper that starts or execs node)',
+        );
+      }
+    }
+  }
+  const present = SECRET_NAMES.filter((name) => process.env[name] !== undefined);
+  for (const name of present) {
+    values[name] ??= process.env[name]!;
+    delete process.env[name];
+  }
+  if (present.length) wipeEnvironBlock(present);
+  if (!launched) {
+    log(
+      'warn',
+      'node is dumpable: a process of the same uid (the agent\'s bash) can read the credentials from ' +
+        '/proc/<pid>/mem; start the worker with `memfs worker-launch -- node …` (docs/OPERATIONS.md 7.3)',
+    );
+  }
+  const pick = (name: string) => values[name] || undefined;
+  return {
+    workSecret: pick('ANTHROPIC_WORK_SECRET'),
+    environmentKey: pick('ANTHROPIC_ENVIRONMENT_KEY'),
+    apiKey: pick('ANTHROPIC_API_KEY'),
+    authToken: pick('ANTHROPIC_AUTH_TOKEN'),
+    launched,
+  };
+}
+
+/** Overwrite the values of `names` in the environment block the process started with (what
+ *  /proc/<pid>/environ shows), through /proc/self/mem as memfs/secret_env.py does. Best effort. */
+function wipeEnvironBlock(names: readonly string[]): void {
+  let fd: number | undefined;
+  try {
+    const stat = readFileSync('/proc/self/stat', 'latin1');
+    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+    const start = Number(fields[47]); // env_start, the stat file's field 50
+    const end = Number(fields[48]); // env_end, field 51
+    if (!(end > start)) return;
+    fd = openSync('/proc/self/mem', 'r+');
+    const block = Buffer.alloc(end - start);
+    readSync(fd, block, 0, block.length, start);
+    for (const name of names) {
+      const prefix = Buffer.from(`${name}=`);
+      for (let at = block.indexOf(prefix); at >= 0; at = block.indexOf(prefix, at + 1)) {
+        if (at > 0 && block[at - 1] !== 0) continue; // inside another variable's value
+        const from = at + prefix.length;
+        const to = block.indexOf(0, from) < 0 ? block.length : block.indexOf(0, from);
+        if (to > from) writeSync(fd, Buffer.alloc(to - from), 0, to - from, start + from);
+      }
+    }
+  } catch {
+    // no /proc here: nothing shows the block either
+  } finally {
+    if (fd !== undefined) closeSync(fd);
+  }
+}
+
 // -- finding the daemon's socket (memfs/session/control.py) ----------------------------------------
 
 function runtimeDir(): string {
   return process.env.MEMFS_RUNTIME_DIR || (process.getuid?.() === 0 ? '/run/memfs' : `/tmp/memfs-${process.getuid?.()}`);
+}
+
+/** Why the registry dir cannot be trusted, or undefined (memfs/session/control.py,
+ *  runtime_dir_problem): another local user who made /tmp/memfs-<uid> first (or a symlink there)
+ *  would otherwise choose the socket this worker's syncs go to. Root's own directories are trusted. */
+export function runtimeDirProblem(dir: string): string | undefined {
+  let st;
+  try {
+    st = lstatSync(dir);
+  } catch {
+    return undefined; // none: no registry entry, the default state dir
+  }
+  const me = process.geteuid?.() ?? -1;
+  if (!st.isDirectory()) return `the memfs registry dir ${dir} is not a directory (a symlink or a file)`;
+  if (st.uid !== me && st.uid !== 0) {
+    return (
+      `the memfs registry dir ${dir} belongs to uid ${st.uid}, not to you (uid ${me}): another user may ` +
+      'have made it to redirect memfs commands; remove it, or set MEMFS_RUNTIME_DIR to a directory of yours'
+    );
+  }
+  if (st.mode & 0o022) {
+    return (
+      `the memfs registry dir ${dir} is writable by other users (mode 0o${(st.mode & 0o777).toString(8)}); ` +
+      `make it private: chmod 700 ${dir}`
+    );
+  }
+  return undefined;
 }
 
 /** The root's name in the registry: absolute, normalised, symlinks resolved in its parents only
@@ -83,6 +231,8 @@ export function registryKey(root: string): string {
 
 export function stateDirOf(root: string): string {
   const key = registryKey(root);
+  const problem = runtimeDirProblem(runtimeDir());
+  if (problem) throw new MemfsSessionError(problem);
   const file = path.join(runtimeDir(), `${createHash('sha256').update(key).digest('hex').slice(0, 20)}.json`);
   try {
     const entry = JSON.parse(readFileSync(file, 'utf8'));
@@ -394,6 +544,13 @@ function sameStores(a: Stores, b: Stores): boolean {
 export function memfsTools(options: MemfsToolsOptions = {}): (ctx: AgentToolContext) => BetaRunnableTool[] {
   const root = options.root ?? DEFAULT_ROOT;
   const log = options.log ?? defaultLog;
+  if (process.env[SECRETS_FD_ENV] !== undefined) {
+    // The launcher's pipe is still open: every child (the agent's bash) would inherit it.
+    throw new MemfsSessionError(
+      '`memfs worker-launch` handed the credentials over on a pipe that nothing read: call takeSecrets() ' +
+        'before memfsTools() and give them to the SDK (handleItem({ workSecret }))',
+    );
+  }
   return (ctx) => {
     // Before the tools are made: the roots go on the context they are made with.
     const memory = SessionMemory.attach(ctx, root, options.lease, log);
