@@ -364,7 +364,10 @@ class Daemon:
         say what became of it. `path`: the file's absolute path in the mount."""
         if not isinstance(path, str) or not os.path.isabs(path):
             return {"ok": False, "error": "write_through needs the file's absolute path"}
-        root = os.path.realpath(self.opts.root)
+        # The worker names the file by its real path. Only the root's parent is resolved: a stat of
+        # the mount point itself would be a FUSE request to this very loop, which is busy here.
+        given = os.path.normpath(self.opts.root)
+        root = os.path.join(os.path.realpath(os.path.dirname(given)), os.path.basename(given))
         rel = os.path.relpath(os.path.normpath(path), root)
         slug, _, inner = rel.partition(os.sep)
         store = next((s for s in self.engine.stores if s.slug == slug), None)

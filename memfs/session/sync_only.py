@@ -1,8 +1,9 @@
 """The daemon's sync-only socket (docs/SEMANTICS.md#d-worker, docs/API.md "The daemon's socket").
 
 The sandbox image's worker runs as the agent's user, who must not reach the full control socket
-(it can unmount). This second listener, at MEMFS_SYNC_SOCKET, answers `ping`, `sync` and `status`
-and nothing else, to anyone who can reach its path (mode 0666). So it is built for a caller that
+(it can unmount). This second listener, at MEMFS_SYNC_SOCKET, answers `ping`, `sync`,
+`write_through` (a worker's write/edit pushed at once: what is staged, no forced read unless a push
+met a 409) and `status` and nothing else, to anyone who can reach its path (mode 0666). So it is built for a caller that
 may be hostile (the agent, same uid as the worker):
 - its directory must be the daemon user's (or root's) and writable by nobody else, never a
   symlink; the socket's mode is set on the socket itself, never through a link;
@@ -252,8 +253,13 @@ async def _connection(
             answer = await forced.sync()
         elif op == "sync":
             answer = await daemon.engine.sync_now(force=False, wait=bool(request.get("wait")))
+        elif op == "write_through":  # the worker's write/edit (SEMANTICS.md#d-merge): only what is staged goes
+            answer = await daemon.write_through(request.get("path"))
         else:
-            answer = {"ok": False, "error": 'this socket answers only {"op": "sync"} and {"op": "status"}'}
+            answer = {
+                "ok": False,
+                "error": 'this socket answers only {"op": "sync"}, {"op": "write_through"} and {"op": "status"}',
+            }
         try:
             await stream.send_all(json.dumps(answer).encode() + b"\n")
         except trio.BrokenResourceError:

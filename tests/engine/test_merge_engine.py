@@ -146,7 +146,9 @@ async def test_write_through_of_a_file_nobody_else_changed_is_one_write_request(
     m.transport.clear()
     answer = await m.engine.write_through(world.notes, "/log.md")
     assert answer["result"] == "pushed", answer
-    assert m.transport.requests == [("POST", f"/v1/memory_stores/{world.notes}/memories/{world.ids['/log.md']}")]
+    assert m.transport.requests == [
+        ("POST", f"/v1/memory_stores/{world.notes}/memories/{world.ids['/log.md']}")
+    ]
     assert (await world.svc.contents(world.notes)) == {"/log.md": NOTES + "- mine\n"}
 
 

@@ -45,6 +45,8 @@ export const MAX_CONTENT_BYTES = 100 * 1024;
 export const FINAL_SYNC_TIMEOUT_MS = 30_000;
 /** A due tick pulls before it answers: bounded by the mount's own request timeouts. */
 export const PRE_CALL_TIMEOUT_MS = 20_000;
+/** A write-through is up to three pushes (and two reads) of one store: bounded like a pre-call sync. */
+export const WRITE_THROUGH_TIMEOUT_MS = 20_000;
 const CONNECT_TIMEOUT_MS = 2_000;
 const STATUS_TIMEOUT_MS = 10_000;
 /** How long a tool call waits for a sign of life (the ping's answer) before it runs without the sync
@@ -257,6 +259,13 @@ type Answer = Record<string, any>;
  *  tick is doing, so no answer within the ping's deadline means it is stopped (SIGSTOP) or wedged and
  *  the request gives up then; a live daemon whose due tick pulls still gets the request's whole
  *  timeout (as memfs/worker/daemon_link.py does). */
+/** A tool's result with memfs's note after it (a string, or a list of content blocks). */
+function noted(result: any, note: string): any {
+  if (typeof result === 'string') return `${result}\n\n${note}`;
+  if (Array.isArray(result)) return [...result, { type: 'text', text: note }];
+  return result;
+}
+
 export class DaemonLink {
   readonly socketPath: string;
   #socket: net.Socket | null = null;
@@ -281,6 +290,11 @@ export class DaemonLink {
 
   status(timeoutMs = STATUS_TIMEOUT_MS): Promise<Answer> {
     return this.request({ op: 'status' }, timeoutMs);
+  }
+
+  /** Push the memory file at `filePath` now (docs/SEMANTICS.md#d-merge); the answer says what became of it. */
+  writeThrough(filePath: string, timeoutMs = WRITE_THROUGH_TIMEOUT_MS): Promise<Answer> {
+    return this.request({ op: 'write_through', path: filePath }, timeoutMs);
   }
 
   close(): void {
@@ -645,7 +659,8 @@ class SessionMemory {
         // A call stopped while its pre-call sync ran (the runner aborts its signal) does nothing: the
         // file tools do not look at the signal themselves, and the runner reports the stop.
         context?.signal?.throwIfAborted();
-        return inner.run(args, context);
+        const result = await inner.run(args, context);
+        return this.afterCall(inner.name as string, args ?? {}, result);
       };
       wrapped.close = async () => {
         try {
@@ -668,6 +683,46 @@ class SessionMemory {
     }
     if (name === 'write') await this.#refuseOversizedWrite(input);
     else if (name === 'edit') await this.#refuseOversizedEdit(input);
+  }
+
+  /** A `write`/`edit` of a memory file that went through is pushed now and the agent told, in band,
+   *  what became of it (docs/SEMANTICS.md#d-merge; memfs/worker/tools.py does the same). */
+  async afterCall(name: string, input: Record<string, unknown>, result: any): Promise<any> {
+    if (name !== 'write' && name !== 'edit') return result;
+    const target = await this.#memoryFile(input.file_path);
+    if (target === undefined) return result;
+    for (const dir of this.readOnlyDirs) {
+      const real = await fs.realpath(dir).catch(() => dir);
+      if (target === real || target.startsWith(real + path.sep)) return result;
+    }
+    const shown = String(input.file_path);
+    let answer: Answer;
+    try {
+      answer = await this.link.writeThrough(target);
+    } catch (e) {
+      this.log('warn', `write-through of ${target} failed: ${(e as Error).message}`);
+      return noted(result, `memfs: ${shown} is written here but was not pushed to the memory store now (the mount did not answer); it goes out with the next sync.`);
+    }
+    switch (answer.result) {
+      case 'merged':
+        return noted(result, `memfs: the memory store had a newer version of ${shown}; your change was merged with it and the merge is on the store. Read the file again to see it whole.`);
+      case 'conflict': {
+        const where = answer.copy ? `yours is kept on the store beside it as ${answer.copy}` : "yours is kept in the mount's state dir";
+        throw new ToolError(
+          `${name}: ${shown}: another writer changed the same lines of this memory file on the store meanwhile. ` +
+            `The file now holds the store's version; ${where}. Read the file again before you retry.`,
+        );
+      }
+      case 'gone':
+        throw new ToolError(
+          `${name}: ${shown}: the memory was deleted on the store meanwhile (${answer.details}); your version is ` +
+            "kept in the mount's state dir. Write the file again to create it anew.",
+        );
+      case 'staged':
+        return noted(result, `memfs: ${shown} is written here but not on the memory store yet (${answer.error}); it goes out with the next sync.`);
+      default:
+        return result;
+    }
   }
 
   async #memoryFile(filePath: unknown): Promise<string | undefined> {
