@@ -253,7 +253,9 @@ async def _connection(
             answer = await forced.sync()
         elif op == "sync":
             answer = await daemon.engine.sync_now(force=False, wait=bool(request.get("wait")))
-        elif op == "write_through":  # the worker's write/edit (SEMANTICS.md#d-merge): only what is staged goes
+        elif (
+            op == "write_through"
+        ):  # the worker's write/edit (SEMANTICS.md#d-merge): only what is staged goes
             answer = await daemon.write_through(request.get("path"))
         else:
             answer = {
