@@ -68,7 +68,15 @@ def test_propagation_both_ways(world, api):
     assert after.st_size != before.st_size and after.st_mtime != before.st_mtime
 
 
-def test_conflict_store_wins_and_keeps_the_agents_version(world, mounted, api):
+def store_wins(world):
+    """A mount with `--on-conflict store-wins`: the seeds' rule to the letter (SEMANTICS.md#d-merge)."""
+    box = world.sandbox("store-wins")
+    box.mount("--on-conflict", "store-wins")
+    return box
+
+
+def test_conflict_store_wins_and_keeps_the_agents_version(world, api):
+    mounted = store_wins(world)
     memory = api.memories(world.rw)["/profile.md"]
     (mounted.root / RW / "profile.md").write_text("local edit\n")
     api.update(world.rw, memory["id"], content="remote edit\n")
@@ -79,6 +87,36 @@ def test_conflict_store_wins_and_keeps_the_agents_version(world, mounted, api):
     [n] = notices(mounted, "store-won-conflict")
     assert n["path"] == "/profile.md"
     assert kept_copy(n).read_text() == "local edit\n"
+
+
+def test_conflict_in_the_same_lines_keeps_the_stores_version_and_puts_the_agents_beside_it(
+    world, mounted, api
+):
+    """Merge mode (the default): nothing exists only in this sandbox (SEMANTICS.md#d-merge)."""
+    memory = api.memories(world.rw)["/profile.md"]
+    (mounted.root / RW / "profile.md").write_text("local edit\n")
+    api.update(world.rw, memory["id"], content="remote edit\n")
+    mounted.sync()
+    assert (mounted.root / RW / "profile.md").read_text() == "remote edit\n"
+    store = api.contents(world.rw)
+    assert store["/profile.md"] == "remote edit\n"
+    [copy] = [p for p in store if p.startswith("/profile.conflict-")]
+    assert store[copy] == "local edit\n"
+    assert (mounted.root / RW / copy.lstrip("/")).read_text() == "local edit\n"
+    [n] = notices(mounted, "conflict-copy")
+    assert n["path"] == "/profile.md" and copy in n["details"]
+
+
+def test_edits_of_different_lines_merge(world, mounted, api):
+    memory = api.memories(world.rw)["/notes/todo.md"]
+    (mounted.root / RW / "notes" / "todo.md").write_text("# TODO\n- buy milk\n- write tests\n- mine\n")
+    api.update(world.rw, memory["id"], content="# TODO\n- buy oat milk\n- write tests\n")
+    mounted.sync()
+    merged = "# TODO\n- buy oat milk\n- write tests\n- mine\n"
+    assert api.contents(world.rw)["/notes/todo.md"] == merged
+    assert (mounted.root / RW / "notes" / "todo.md").read_text() == merged
+    [n] = notices(mounted, "merged")
+    assert n["path"] == "/notes/todo.md"
 
 
 def test_decision2_store_deleted_what_the_agent_modified(world, mounted, api):
@@ -93,7 +131,8 @@ def test_decision2_store_deleted_what_the_agent_modified(world, mounted, api):
     assert kept_copy(n).read_text() == "local edit of a doomed file\n"
 
 
-def test_decision3_store_created_where_the_agent_created(world, mounted, api):
+def test_decision3_store_created_where_the_agent_created(world, api):
+    mounted = store_wins(world)
     (mounted.root / RW / "clash.md").write_text("agent's new file\n")
     api.create(world.rw, "/clash.md", "store's new memory\n")
     mounted.sync()
@@ -101,6 +140,15 @@ def test_decision3_store_created_where_the_agent_created(world, mounted, api):
     assert api.contents(world.rw)["/clash.md"] == "store's new memory\n"
     [n] = notices(mounted, "overwritten-by-store")
     assert kept_copy(n).read_text() == "agent's new file\n"
+
+
+def test_both_created_one_path_merge_the_stores_text_first(world, mounted, api):
+    (mounted.root / RW / "clash.md").write_text("agent's new file\n")
+    api.create(world.rw, "/clash.md", "store's new memory\n")
+    mounted.sync()
+    both = "store's new memory\nagent's new file\n"
+    assert (mounted.root / RW / "clash.md").read_text() == both
+    assert api.contents(world.rw)["/clash.md"] == both
 
 
 def test_decision4_over_the_limits_materialises_in_list_order(world, api):

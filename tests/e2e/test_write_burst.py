@@ -9,11 +9,9 @@ three of the new files, so three uploads are refused per item (400) and must be 
 
 from __future__ import annotations
 
-import re
 import subprocess
 import threading
 import time
-from pathlib import Path
 
 import pytest
 
@@ -159,7 +157,8 @@ def test_a_service_without_the_batch_route_gets_single_requests_and_a_failed_bat
 def test_an_item_refused_409_inside_a_batch_is_settled_as_a_conflict_and_the_others_land(tmp_path):
     """The store changes a memory after the tick planned its upload: the batch's update for it
     answers 409 (its precondition), the batch's other items land, and the next tick settles the
-    conflict as SEMANTICS.md#d-three-way says: the store wins, the agent's content is kept and named."""
+    conflict as SEMANTICS.md#d-merge says: one line changed on both sides is a true conflict, the
+    store's version stays in the file and the agent's goes onto the store beside it, named."""
     svc = ServiceProcess(tmp_path / "service")
     api = Api(svc.base_url, svc.admin_key)
     proxy = Proxy(svc.base_url)
@@ -192,11 +191,12 @@ def test_an_item_refused_409_inside_a_batch_is_settled_as_a_conflict_and_the_oth
         assert contents["/other.md"] == "other\n" and contents["/third.md"] == "third\n"
         box.sync()
         assert (root / "shared.md").read_text() == "remote\n"
-        [line] = [x for x in box.notices(SLUG) if " store-won-conflict " in x]
+        [line] = [x for x in box.notices(SLUG) if " conflict-copy " in x]
         assert " /shared.md " in line
-        kept = re.search(r"kept at (\S+?)\)?$", line)
-        assert kept and Path(kept.group(1)).read_text() == "local\n"
-        assert api.contents(store)["/shared.md"] == "remote\n"
+        store_now = api.contents(store)
+        assert store_now["/shared.md"] == "remote\n"
+        [copy] = [p for p in store_now if p.startswith("/shared.conflict-")]
+        assert store_now[copy] == "local\n" and copy in line
     finally:
         if box is not None:
             box.close()
