@@ -204,8 +204,9 @@ class SyncEngine:
             sum(len(a) for _s, a in pushes),
         )
         pushing = {store.store_id for store, _ in pushes}
-        held = self.store_pull.held
-        self.live.after_pull(stores, report.ok, pushing, counters, applied_before, lambda sid: sid in held)
+        self.live.after_pull(
+            stores, report.ok, pushing, counters, applied_before, self.store_pull.pending_open
+        )
         await self.fs.wait_invalidated()  # "visible" means the kernel dropped what it cached
         if pushes and report.ok:
             self.push_done = trio.Event()

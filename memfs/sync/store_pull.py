@@ -35,6 +35,7 @@ class StorePull:
         self._staged_at: dict[str, int] = {}  # store id -> state generation at which something was
         # store id -> what its last live pull held back for open files, and the store's counter then
         self.held: dict[str, tuple[Held, int | None]] = {}
+        self._soon: set[str] = set()  # stores whose deferred live pull is looked at again at once
 
     def clean_at(self, sid: str) -> int | None:
         """The generation at which `sid` was last found clean (None: not since it changed)."""
@@ -116,8 +117,9 @@ class StorePull:
         with self.state.transaction():  # one commit per store and tick: all of the plan or none of it
             deferred = apply_plan(self.fs, self.state, store, plan, pulled, keep_open=keep_open)
         if deferred:
-            self.held.pop(sid, None)  # (a file opened while it fetched: looked at again in a second)
+            self._deferred(sid, soon=keep_open and clean)
             return []
+        self._soon.discard(sid)
         report.pulled += sum(
             1 for a in plan.view if isinstance(a, (P.Materialise, P.MoveLocal, P.RemoveLocal))
         )
@@ -139,6 +141,17 @@ class StorePull:
             self.clean[sid] = generation
         return list(plan.push_stages) if store.access == "read_write" else []
 
+    def _deferred(self, sid: str, *, soon: bool) -> None:
+        """The apply waited: nothing of this pull is in the view. `soon`: a live pull of a clean
+        store, whose plan touched a file opened while the content was fetched; the next look
+        (0.1 s) holds that file back. Every other time only: a plan that still touches an open
+        file (a snapshot replaced what was held) waits a second like any deferred pull."""
+        self.held.pop(sid, None)
+        if soon and sid not in self._soon:
+            self._soon.add(sid)
+        else:
+            self._soon.discard(sid)
+
     def _hold_open(
         self, sid: str, remote: dict[str, P.RemoteEntry], order: list[str], baseline: Baseline
     ) -> tuple[dict[str, P.RemoteEntry], list[str], Held]:
@@ -153,6 +166,11 @@ class StorePull:
             "pull %s: %d change(s) wait for %s to be closed", sid, len(held.memories), sorted(held.paths)
         )
         return kept, in_path_order(kept), held
+
+    def pending_open(self, sid: str) -> bool:
+        """The last live pull of `sid` left changes for open files (held back, or its apply
+        deferred by a file opened meanwhile): the next look decides, not a second's back-off."""
+        return sid in self.held or sid in self._soon
 
     def waits_for_close(self, sid: str, seen: int | None) -> bool:
         """The last live pull held changes back for open files (`_hold_open`), all of them are

@@ -66,3 +66,29 @@ async def test_memfs_sync_applies_everything_though_a_file_is_open(world):
         m.fs.release(reader)
         world.svc.app.watch_hub.close()
         nursery.cancel_scope.cancel()
+
+
+async def test_a_file_opened_while_the_pull_fetched_waits_and_the_rest_lands_at_the_next_look(world):
+    """The pull planned before the file was opened, so its apply waits (nothing half applied);
+    the next look (0.1 s later, not the second a deferred pull waits) holds that file back and
+    applies the rest."""
+    async with trio.open_nursery() as nursery:
+        m = await live_mount(world, nursery, {"/a.md": "alpha", "/b.md": "beta"})
+        busy(m)
+        opened: list[int] = []
+        deferred_at: list[float] = []
+
+        async def a_reader_opens_a(_request) -> None:  # while the pull fetches /a.md's content
+            opened.extend(hold(m, "/notes/a.md"))
+            deferred_at.append(trio.current_time())
+
+        m.transport.add("GET", "/memories/" + world.ids["/a.md"] + "$", before=a_reader_opens_a)
+        await world.svc.update(world.notes, world.ids["/a.md"], content="alpha 2")
+        await world.svc.update(world.notes, world.ids["/b.md"], content="beta 2")
+        assert await until(lambda: m.read("/notes/b.md") == b"beta 2"), m.store_status("notes")
+        assert deferred_at and trio.current_time() - deferred_at[0] < 0.8
+        assert m.fs.read(opened[0], 0, 100) == b"alpha" and m.read("/notes/a.md") == b"alpha"
+        m.fs.release(opened[0])
+        assert await until(lambda: m.read("/notes/a.md") == b"alpha 2"), m.store_status("notes")
+        world.svc.app.watch_hub.close()
+        nursery.cancel_scope.cancel()
