@@ -7,11 +7,11 @@ and keeps the rules of *when* (SEMANTICS.md#d-when, live mode included), failure
 (SEMANTICS.md#d-unreachable) and the end of the session (SEMANTICS.md#d-end).
 
 Two modes. **Polling**: a tick at most once per interval, at `memfs sync` or once the mount is
-quiet. **Live** (the service has the watch, SEMANTICS.md#d-counter): one held watch for all the stores tells which
-counters moved; a moved store is pulled at once, close-to-open (a file open now keeps its content
-until it is closed: sync/holds.py; a store with staged changes waits for a quiet mount), or at the
-next `memfs sync`, and what the agent changed is pushed after a short debounce. The interval then only paces the
-retries of what failed. A watch that fails counts as an attempt and the mount polls until a tick
+quiet. **Live** (the service has the watch, SEMANTICS.md#d-counter): one held watch for all the
+stores tells which counters moved; a moved store is pulled at once, close-to-open (a file open now
+keeps its content until it is closed: sync/holds.py; a store with staged changes waits for a
+quiet mount), or at the next `memfs sync`, and what the agent changed is pushed after a short
+debounce. The interval then only paces the retries of what failed. A watch that fails counts as an attempt and the mount polls until a tick
 succeeds again, then watches again.
 """
 
