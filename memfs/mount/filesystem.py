@@ -577,6 +577,9 @@ class Filesystem:
     def dirty_paths(self, store_id: str) -> set[str]:
         return self.sync_view.dirty_paths(store_id)
 
+    def open_paths(self, store_id: str) -> set[str]:
+        return self.sync_view.open_paths(store_id)
+
     def dir_paths(self, store_id: str) -> set[str]:
         return self.sync_view.dir_paths(store_id)
 

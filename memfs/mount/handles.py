@@ -56,6 +56,10 @@ class HandleTable:
         """Every open handle on `node`."""
         return (h for h in self._files.values() if h.node is node)
 
+    def open_nodes(self) -> Iterator[FileNode | MarkerNode | NoticesNode]:
+        """The node of every open file handle (a node open twice comes twice)."""
+        return (h.node for h in self._files.values())
+
     def others_wrote(self, h: FileHandle) -> bool:
         """Another handle on `h`'s file has writes in the shared buffer that its close stages."""
         return any(o is not h and o.wrote for o in self.on(h.node))

@@ -154,16 +154,22 @@ def _iso_to_ns(text: str | None) -> int | None:
         return None
 
 
-def apply_plan(fs: View, state: Journal, store: StoreInfo, plan: P.Plan, pulled: Pulled) -> bool:
+def apply_plan(
+    fs: View, state: Journal, store: StoreInfo, plan: P.Plan, pulled: Pulled, *, keep_open: bool = False
+) -> bool:
     """Apply the plan's view and bookkeeping actions. Runs without awaiting: atomic w.r.t. FUSE
-    handlers. Returns True when something was deferred (a file open with unflushed writes): then
-    nothing was applied."""
+    handlers. Returns True when something was deferred (a file open with unflushed writes; with
+    `keep_open`, a live pull's, any open file: close-to-open, sync/holds.py): then nothing was
+    applied."""
     if plan.empty:
         return False
     sid = store.store_id
-    if fs.dirty_paths(sid) & _touched(plan):
+    busy = fs.dirty_paths(sid) | fs.open_paths(sid) if keep_open else fs.dirty_paths(sid)
+    if busy & _touched(plan):
         # A file open with unflushed writes: leave the whole store for the next tick rather
-        # than override half an edit (the counter is not advanced, so nothing is missed).
+        # than override half an edit (the counter is not advanced, so nothing is missed). A live
+        # pull held back what touched its open files (sync/holds.py); one opened while it
+        # fetched is caught here.
         return True
     kept = _ViewSteps(fs, state, sid, pulled).run(plan.view)
     _apply_bookkeeping(fs, state, sid, plan.bookkeeping)

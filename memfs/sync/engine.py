@@ -7,10 +7,11 @@ and keeps the rules of *when* (SEMANTICS.md#d-when, live mode included), failure
 (SEMANTICS.md#d-unreachable) and the end of the session (SEMANTICS.md#d-end).
 
 Two modes. **Polling**: a tick at most once per interval, at `memfs sync` or once the mount is
-quiet. **Live** (the service has the watch, SEMANTICS.md#d-counter): one held watch for all the stores tells which
-counters moved; a moved store is pulled at the next `memfs sync` or as soon as the mount is quiet,
-and what the agent changed is pushed after a short debounce. The interval then only paces the
-retries of what failed. A watch that fails counts as an attempt and the mount polls until a tick
+quiet. **Live** (the service has the watch, SEMANTICS.md#d-counter): one held watch for all the
+stores tells which counters moved; a moved store is pulled at once, close-to-open (a file open now
+keeps its content until it is closed: sync/holds.py; a store with staged changes waits for a
+quiet mount), or at the next `memfs sync`, and what the agent changed is pushed after a short
+debounce. The interval then only paces the retries of what failed. A watch that fails counts as an attempt and the mount polls until a tick
 succeeds again, then watches again.
 """
 
@@ -129,11 +130,9 @@ class SyncEngine:
                     continue
                 quiet = time.monotonic() - self.fs.last_activity >= QUIET_SECONDS
                 try:
-                    live = self.live.stores_due(quiet=quiet, debounce=True, clean_at=self.store_pull.clean_at)
-                    if live:
-                        async with self.tick_lock:
-                            await self._tick(live, counters=self.live.counters(quiet=quiet), wait=False)
-                    elif self.due_in() == 0 and quiet and (not self.live.watching or self.live.unsettled):
+                    if not await self._live_tick(quiet=quiet) and (
+                        self.due_in() == 0 and quiet and (not self.live.watching or self.live.unsettled)
+                    ):
                         await self.sync_now(force=False, used=False)
                     # After the tick, not before: a polled or failed one holds it (use_signal_due).
                     if self.live.use_signal_due():
@@ -141,6 +140,21 @@ class SyncEngine:
                         nursery.start_soon(self.live.signal_use)
                 except Exception:  # a bug in a tick must never take the mount down
                     log.exception("sync tick crashed; the next one runs in %.0fs", self.interval)
+
+    async def _live_tick(self, *, quiet: bool) -> bool:
+        """The timer's live tick, if one is due: the moved stores it pulls now (close-to-open:
+        busy or not, the files open now keep their content, SEMANTICS.md#d-when) and the
+        debounced pushes. Whether it ran."""
+        pulls = self.store_pull
+        live = self.live.stores_due(pulls, quiet=quiet, debounce=True, keep_open=True)
+        if not live:
+            return False
+        async with self.tick_lock:
+            counters = self.live.counters(
+                lambda sid: self.live.pulls_now(sid, pulls, quiet=quiet, keep_open=True)
+            )
+            await self._tick(live, counters=counters, wait=False, keep_open=True)
+        return True
 
     async def sync_now(self, *, force: bool, wait: bool = False, used: bool = True) -> dict[str, Any]:
         """`memfs sync`: run a tick if due (or forced); return once remote changes are in the view.
@@ -152,7 +166,7 @@ class SyncEngine:
             self.schedule.used()
         async with self.tick_lock:
             if not force:
-                live = self.live.stores_due(quiet=True, debounce=False, clean_at=self.store_pull.clean_at)
+                live = self.live.stores_due(self.store_pull, quiet=True, debounce=False, keep_open=False)
                 if live:
                     return await self._tick(live, counters=self.live.counters(), wait=wait)
                 if self.due_in() > 0 or (self.live.watching and not self.live.unsettled):
@@ -162,10 +176,11 @@ class SyncEngine:
             return await self._tick(self.stores, counters=None, wait=wait)
 
     async def _tick(
-        self, stores: list[StoreInfo], *, counters: dict[str, int] | None, wait: bool
+        self, stores: list[StoreInfo], *, counters: dict[str, int] | None, wait: bool, keep_open: bool = False
     ) -> dict[str, Any]:
         """One tick over `stores` (the caller holds tick_lock). `counters`: what the watch
-        reported (live mode), so no counters request; None: ask them (a polling tick)."""
+        reported (live mode), so no counters request; None: ask them (a polling tick).
+        `keep_open`: the files open now keep their content (the timer's live ticks)."""
         await self.push_done.wait()  # one tick at a time, pushes included
         log.debug(
             "tick: %s, counters %s, quiet %.2fs",
@@ -179,7 +194,9 @@ class SyncEngine:
         turns = self.schedule.turns(stores, has_counter=self.has_counter, in_use=self.in_use())
         self.schedule.polled_at = time.monotonic()
         applied_before = {s.store_id: self.state.store_counter(s.store_id) for s in stores}
-        report, pushes = await self._pull_all(stores=stores, counters=counters, turns=turns)
+        report, pushes = await self._pull_all(
+            stores=stores, counters=counters, turns=turns, keep_open=keep_open
+        )
         if not report.ok:  # the interval runs from the failure: a hung service must not make
             self.schedule.attempted()  # every call wait out a timeout (SEMANTICS.md#d-unreachable)
         log.debug(
@@ -190,7 +207,9 @@ class SyncEngine:
             sum(len(a) for _s, a in pushes),
         )
         pushing = {store.store_id for store, _ in pushes}
-        self.live.after_pull(stores, report.ok, pushing, counters, applied_before)
+        self.live.after_pull(
+            stores, report.ok, pushing, counters, applied_before, self.store_pull.pending_open
+        )
         await self.fs.wait_invalidated()  # "visible" means the kernel dropped what it cached
         if pushes and report.ok:
             self.push_done = trio.Event()
@@ -243,6 +262,7 @@ class SyncEngine:
         stores: list[StoreInfo] | None = None,
         counters: dict[str, int] | None = None,
         turns: tuple[str | None, str | None] = (None, None),
+        keep_open: bool = False,
     ) -> tuple[TickReport, Pushes]:
         report = TickReport()
         before = self.client.requests_sent - self.live.requests  # the watch's own are not this tick's
@@ -263,6 +283,7 @@ class SyncEngine:
                         has_counter=self.has_counter,
                         turns=turns,
                         tally=self.sync[store.store_id],
+                        keep_open=keep_open,
                     )
                 except ApiError as exc:
                     if not exc.retryable and not initial:

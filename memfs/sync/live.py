@@ -18,6 +18,7 @@ import logging
 import math
 import time
 from collections.abc import Callable
+from typing import Protocol
 
 import trio
 
@@ -31,6 +32,14 @@ log = logging.getLogger("memfs.sync")
 WATCH_WAIT = 55.0  # seconds a watch is held by the service: renewed about once a minute (≤ 60)
 QUIET_SECONDS = 1.0  # the mount is quiet once no filesystem request came for this long
 PUSH_DEBOUNCE = 0.3  # a change is pushed once nothing changed for this long (SEMANTICS.md#d-when)
+
+
+class Pulls(Protocol):
+    """What the live ticks ask of the stores' pulls (store_pull.py `StorePull`)."""
+
+    def clean_at(self, sid: str) -> int | None: ...
+    def is_clean(self, sid: str) -> bool: ...
+    def waits_for_close(self, sid: str, seen: int | None) -> bool: ...
 
 
 class LiveWatch:
@@ -178,23 +187,34 @@ class LiveWatch:
             if s.access == "read_write" and staged(s):
                 self.unsettled.add(sid)
 
-    def stores_due(
-        self, *, quiet: bool, debounce: bool, clean_at: Callable[[str], int | None]
-    ) -> list[StoreInfo]:
-        """The stores a live tick would handle now: the moved ones when the mount is quiet (or
-        between commands: `memfs sync`), and those with changes not yet pushed once the debounce
-        has passed (`clean_at`: the generation a store was last found clean at). A moved store of
-        a busy mount is pushed without its pull (see `counters`): waiting for the pull would hold
-        every push of a mount that is never quiet for a second (its own first push moves the
-        counter too) until it stops; only what someone else changed meets a 409, and waits for
-        the pull."""
+    def pulls_now(self, sid: str, pulls: Pulls, *, quiet: bool, keep_open: bool) -> bool:
+        """Whether a live tick pulls the moved store `sid` now. Between commands (`memfs sync`,
+        `keep_open` False) always. The timer's (close-to-open, SEMANTICS.md#d-when): a store with
+        nothing staged at once, busy mount or not, unless its last pull held changes back for
+        files that are all still open (a pull now would hold the same); one with staged changes
+        once the mount is quiet, as before (its conflicts are settled between commands)."""
+        if sid not in self.moved:
+            return False
+        if not keep_open:
+            return True
+        if pulls.waits_for_close(sid, self.seen.get(sid)):
+            return False
+        return quiet or pulls.is_clean(sid)
+
+    def stores_due(self, pulls: Pulls, *, quiet: bool, debounce: bool, keep_open: bool) -> list[StoreInfo]:
+        """The stores a live tick would handle now: the moved ones it pulls now (`pulls_now`), and
+        those with changes not yet pushed once the debounce has passed. A moved store whose pull
+        waits (a busy mount with staged changes) is pushed without its pull (see `counters`):
+        waiting for the pull would hold every push of a mount that is never quiet for a second
+        (its own first push moves the counter too) until it stops; only what someone else
+        changed meets a 409, and waits for the pull."""
         if not self.watching or self.schedule.waiting(self.retry_at):
             return []
         settling = debounce and time.monotonic() - self._changed_at < PUSH_DEBOUNCE
         out = []
         for s in self.stores:
             sid = s.store_id
-            if sid in self.moved and quiet:
+            if self.pulls_now(sid, pulls, quiet=quiet, keep_open=keep_open):
                 out.append(s)
                 continue
             if sid in self.moved and self.state.store_counter(sid) is None:
@@ -203,22 +223,21 @@ class LiveWatch:
             if (
                 not settling
                 and s.access == "read_write"
-                and g != clean_at(sid)
+                and g != pulls.clean_at(sid)
                 and g != self.handled.get(sid)
             ):
                 out.append(s)
         return out
 
-    def counters(self, *, quiet: bool = True) -> dict[str, int]:
+    def counters(self, pulling: Callable[[str], bool] | None = None) -> dict[str, int]:
         """Each store's newest known counter: the watch's, or the applied one when a pull went
-        further (the changes feed answers up to the counter of its own read). A busy mount
-        (`quiet` False) pulls nothing: its stores get the applied counter, so the tick plans
-        their pushes against the baseline and the view stays as it is (never a pull in the
-        middle of a command); the move stays pending for the pull."""
+        further (the changes feed answers up to the counter of its own read). A store not
+        `pulling` now gets the applied counter, so the tick plans its pushes against the
+        baseline and its view stays as it is; the move stays pending for the pull."""
         out = {}
         for s in self.stores:
             applied = self.state.store_counter(s.store_id)
-            if not quiet and applied is not None:
+            if pulling is not None and not pulling(s.store_id) and applied is not None:
                 out[s.store_id] = applied
                 continue
             seen = self.seen.get(s.store_id)
@@ -235,13 +254,15 @@ class LiveWatch:
         pushing: set[str],
         counters: dict[str, int] | None,
         applied_before: dict[str, int | None],
+        held: Callable[[str], bool] = lambda sid: False,
     ) -> None:
         """Bookkeeping after a tick's pull (`ok`: it went through; `pushing`: the stores it left
         pushes for): which moves are applied, which stores are settled, and whether the watch may
         start again after a failure. A store the watch saw move again while it was pulled stays
         moved and is pulled again at once (the mount is quiet, or `memfs sync` is between
         commands): only a pull that applied nothing (deferred: a file open with unflushed writes)
-        waits a second before the next look."""
+        waits a second before the next look. A pull that `held` changes back for open files
+        waits for one of them to be closed instead (`pulls_now`)."""
         behind = False
         for s in stores:
             sid = s.store_id
@@ -250,7 +271,7 @@ class LiveWatch:
             pulled = counters is None or counters.get(sid) != before  # a push-only wave asks no pull
             if sid in self.moved and applied is not None and applied >= self.seen.get(sid, applied):
                 self.moved.discard(sid)
-            elif sid in self.moved and pulled and applied == before:
+            elif sid in self.moved and pulled and applied == before and not held(sid):
                 behind = True  # deferred (a file open with unflushed writes) or failed
             if sid not in pushing:
                 self.handled[sid] = self.state.generation(sid)

@@ -9,18 +9,22 @@ each one's apply step is synchronous, so every store's view still changes atomic
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from datetime import UTC, datetime
 
 from memfs.records import BaseEntry, StoreInfo
 from memfs.sync import plan as P
 from memfs.sync.apply import apply_plan, maybe_staged, plan_narrowed, plan_pull
+from memfs.sync.holds import NOTHING_HELD, Held, hold_open
 from memfs.sync.merging import merge_wanted, missing_content
 from memfs.sync.narrow import leaves_view_as_base
 from memfs.sync.options import EngineOptions
 from memfs.sync.ports import Journal, View
 from memfs.sync.remote import Baseline, Pulled, StoreReader, in_path_order, worth_a_snapshot
 from memfs.sync.report import StoreSync, TickReport
+
+log = logging.getLogger("memfs.sync")
 
 
 class StorePull:
@@ -30,6 +34,10 @@ class StorePull:
         self.fs = fs
         self.options = options
         self.clean: dict[str, int] = {}  # store id -> state generation at which nothing was staged
+        self._staged_at: dict[str, int] = {}  # store id -> state generation at which something was
+        # store id -> what its last live pull held back for open files, and the store's counter then
+        self.held: dict[str, tuple[Held, int | None]] = {}
+        self._soon: set[str] = set()  # stores whose deferred live pull is looked at again at once
 
     def clean_at(self, sid: str) -> int | None:
         """The generation at which `sid` was last found clean (None: not since it changed)."""
@@ -45,13 +53,16 @@ class StorePull:
         turns: tuple[str | None, str | None] = (None, None),
         tally: StoreSync | None = None,
         read: bool = True,
+        keep_open: bool = False,
     ) -> list[tuple[P.PushAction, ...]]:
         """One store's pull: read what moved, fetch what the plan needs, apply; returns the push
         stages the plan left (none for a read-only store, or when the apply was deferred).
         `counters`: the stores' counters (None: no counter, SEMANTICS.md#d-no-counter); `turns`:
-        the safety net's (the store whose feed is read over the wide window, the store listed whole);
-        `tally`: where the store's merges and conflicts are counted (`memfs status`); `read` False:
-        plan on the store as last read, asking it nothing (a write-through's first try)."""
+        the safety net's (the store whose feed is read over the wide window, the store listed
+        whole); `keep_open`: a live pull's close-to-open (sync/holds.py): what moved at a file
+        some process has open waits until it is closed; `tally`: where the store's merges and
+        conflicts are counted (`memfs status`); `read` False: plan on the store as last read,
+        asking it nothing (a write-through's first try)."""
         sid = store.store_id
         applied = self.state.store_counter(sid)
         remote_counter = counters.get(sid) if counters is not None else None
@@ -99,16 +110,25 @@ class StorePull:
             # dict, read at this generation; copied, as the fetch below may change it).
             remote = dict(baseline.remote)
             order = in_path_order(remote)
+        clean = moved and self._is_clean(sid, generation, base)
+        held = NOTHING_HELD
+        if keep_open and clean:  # (a store with staged changes: apply_plan waits for the close)
+            remote, order, held = self._hold_open(sid, remote, order, baseline)
         # A clean store's pull plans the memories the store changed only (sync/narrow.py).
-        narrow = baseline if moved and self._is_clean(sid, generation, base) else None
+        narrow = baseline if clean else None
         # No await between the plan made last and its apply (see `_plan_with_content`).
         plan, new_counter, narrowed = await self._plan_with_content(
             store, base, remote, order, moved, pulled, new_counter, narrow
         )
         with self.state.transaction():  # one commit per store and tick: all of the plan or none of it
-            deferred = apply_plan(self.fs, self.state, store, plan, pulled)
+            deferred = apply_plan(self.fs, self.state, store, plan, pulled, keep_open=keep_open)
         if deferred:
+            self._deferred(sid, soon=keep_open and clean)
             return []
+        self._soon.discard(sid)
+        report.pulled += sum(
+            1 for a in plan.view if isinstance(a, (P.Materialise, P.MoveLocal, P.RemoveLocal))
+        )
         if tally is not None:
             tally.count_conflicts(plan)
         report.notices += plan.notices
@@ -117,15 +137,75 @@ class StorePull:
             # cached baseline moved as the journal's did (no read of the whole store next time).
             self.reader.advance(sid, plan.bookkeeping)
             self.clean[sid] = self.state.generation(sid)
-        self._feed_read(sid, pulled)
-        report.pulled += sum(
-            1 for a in plan.view if isinstance(a, (P.Materialise, P.MoveLocal, P.RemoveLocal))
-        )
-        if new_counter is not None:
-            self.state.set_store_counter(sid, new_counter)
+        if held.memories:
+            # Not all of the store is in the view: its counter (and feed position) stay, so the
+            # next pull reads the held changes again, once their files are closed.
+            self.held[sid] = (held, remote_counter)
+        else:
+            self.held.pop(sid, None)
+            self._feed_read(sid, pulled)
+            if new_counter is not None:
+                self.state.set_store_counter(sid, new_counter)
         if not moved and plan.empty:  # e.g. only held deletes or refused files differ: nothing to do
             self.clean[sid] = generation
         return list(plan.push_stages) if store.access == "read_write" else []
+
+    def _deferred(self, sid: str, *, soon: bool) -> None:
+        """The apply waited: nothing of this pull is in the view. `soon`: a live pull of a clean
+        store, whose plan touched a file opened while the content was fetched; the next look
+        (0.1 s) holds that file back. Every other time only: a plan that still touches an open
+        file (a snapshot replaced what was held) waits a second like any deferred pull."""
+        self.held.pop(sid, None)
+        if soon and sid not in self._soon:
+            self._soon.add(sid)
+        else:
+            self._soon.discard(sid)
+
+    def _hold_open(
+        self, sid: str, remote: dict[str, P.RemoteEntry], order: list[str], baseline: Baseline
+    ) -> tuple[dict[str, P.RemoteEntry], list[str], Held]:
+        """The store to plan against when the files open now keep their content (sync/holds.py)."""
+        busy = self.fs.open_paths(sid) | self.fs.dirty_paths(sid)
+        if not busy:
+            return remote, order, NOTHING_HELD
+        kept, held = hold_open(remote, baseline.remote, busy, lambda path: self.fs.local_file(sid, path))
+        if not held.memories:
+            return remote, order, held
+        log.debug(
+            "pull %s: %d change(s) wait for %s to be closed", sid, len(held.memories), sorted(held.paths)
+        )
+        return kept, in_path_order(kept), held
+
+    def pending_open(self, sid: str) -> bool:
+        """The last live pull of `sid` left changes for open files (held back, or its apply
+        deferred by a file opened meanwhile): the next look decides, not a second's back-off."""
+        return sid in self.held or sid in self._soon
+
+    def waits_for_close(self, sid: str, seen: int | None) -> bool:
+        """The last live pull held changes back for open files (`_hold_open`), all of them are
+        still open, and the store has not moved since (`seen`: the newest counter the watch
+        saw): another pull now would hold the same back."""
+        got = self.held.get(sid)
+        if got is None:
+            return False
+        held, counter = got
+        if seen is not None and counter is not None and seen > counter:
+            return False
+        still = self.fs.open_paths(sid)  # (from the handles: the few open files, no walk)
+        return held.paths <= still or held.paths <= still | self.fs.dirty_paths(sid)
+
+    def is_clean(self, sid: str) -> bool:
+        """Nothing staged in the store (its view is its baseline): a live pull may run while the
+        mount is busy (SEMANTICS.md#d-when). Found once per state generation, either way."""
+        generation = self.state.generation(sid)
+        if self.clean.get(sid) == generation:
+            return True
+        if self._staged_at.get(sid) == generation:
+            return False
+        if self._is_clean(sid, generation, self.reader.baseline(sid).entries):
+            return True
+        self._staged_at[sid] = generation
+        return False
 
     def _is_clean(self, sid: str, generation: int, base: Mapping[str, BaseEntry]) -> bool:
         """Nothing staged: the view is the baseline (found so at this generation, or now)."""

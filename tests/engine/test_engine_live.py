@@ -1,8 +1,9 @@
 """Live mode's rules of *when* (SEMANTICS.md#d-when), in process (tests/support/inprocess.py).
 
 The engine's own timer runs in the test's nursery, with its held watch against the real service
-app; the mount is kept "busy" (a filesystem request just now, for ever) so that the timer never
-pulls by itself: what the tests see is what the watch, the debounce and `memfs sync` do. Nothing
+app; the mount is kept "busy" (a filesystem request just now, for ever), and a test that wants a
+remote change left unapplied holds its file open (close-to-open: the timer's pulls leave an open
+file as it is): what the tests see is what the watch, the debounce and `memfs sync` do. Nothing
 is timed: every wait polls with a generous deadline.
 """
 
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -24,8 +26,15 @@ pytestmark = [pytest.mark.trio, pytest.mark.timeout(30)]
 
 
 def busy(m: EngineMount) -> None:
-    """A mount in the middle of a command, for ever: never quiet, so never pulled by the timer."""
+    """A mount in the middle of a command, for ever: never quiet (a store with staged changes
+    is not pulled by the timer; a clean one is, but not its open files)."""
     m.fs.last_activity = math.inf
+
+
+def hold(m: EngineMount, *paths: str) -> list[int]:
+    """A command that has `paths` open (a reader): the timer's live pulls leave them as they are
+    (close-to-open), so only `memfs sync` (or their close) brings what the store changed there."""
+    return [m.fs.open(m.ino(p), os.O_RDONLY).fh for p in paths]
 
 
 async def until(pred: Callable[[], bool | Awaitable[bool]], timeout: float = 10.0) -> bool:
@@ -57,12 +66,14 @@ async def live_mount(world: World, nursery: trio.Nursery, files: dict[str, str],
 
 
 async def test_a_busy_mount_pushes_after_the_debounce_though_its_store_moved(world):
-    """A moved store is pulled only between commands, but what the agent closed still goes out
-    after the debounce: waiting for the pull would hold every push of a busy mount (its own
-    first push moves the counter too) until it is quiet. The remote change stays unapplied."""
+    """A moved store whose pull waits (here: its changed file is open, close-to-open) still
+    pushes what the agent closed after the debounce: waiting for the pull would hold every push
+    of a busy mount (its own first push moves the counter too) until it is quiet. The remote
+    change stays unapplied until the file is closed or `memfs sync`."""
     async with trio.open_nursery() as nursery:
         m = await live_mount(world, nursery, {"/a.md": "alpha", "/b.md": "beta"})
         applied = m.store_status("notes")["counter"]
+        [reader] = hold(m, "/notes/a.md")  # a command reads /a.md
         await world.svc.update(world.notes, world.ids["/a.md"], content="alpha from elsewhere")
         moved = await store_counter(world)
         assert await until(lambda: m.store_status("notes")["counter_seen"] == moved)
@@ -73,9 +84,9 @@ async def test_a_busy_mount_pushes_after_the_debounce_though_its_store_moved(wor
         ), await world.svc.contents(world.notes)
         assert await until(lambda: m.store_status("notes")["staged"] == 0), m.store_status("notes")
         s = m.store_status("notes")
-        # never pulled in the middle of a command: the remote edit waits for `memfs sync`
+        # the open file keeps its content: the remote edit waits for its close or `memfs sync`
         assert s["counter"] == applied and s["pull_pending"], s
-        assert m.read("/notes/a.md") == b"alpha"
+        assert m.fs.read(reader, 0, 100) == b"alpha" and m.read("/notes/a.md") == b"alpha"
         result = await m.sync(force=False)
         assert result["ran"] and m.read("/notes/a.md") == b"alpha from elsewhere"
         assert m.store_status("notes")["counter"] == await store_counter(world)
@@ -91,9 +102,11 @@ async def _has(world: World, want: dict[str, str]) -> bool:
 async def test_a_store_that_moved_again_during_its_pull_is_pulled_at_the_next_sync(world):
     """A pull that applied something but ended behind the watch (another writer committed while
     it fetched) leaves the store moved: the next `memfs sync` pulls it, with no back-off. Only a
-    pull that could not apply (a file open with unflushed writes) waits a second."""
+    pull that could not apply (a file open with unflushed writes) waits a second. (Both files are
+    held open, so the timer's own pulls change neither.)"""
     async with trio.open_nursery() as nursery:
         m = await live_mount(world, nursery, {"/a.md": "alpha", "/b.md": "beta"})
+        hold(m, "/notes/a.md", "/notes/b.md")
         await world.svc.update(world.notes, world.ids["/a.md"], content="alpha 2")
         first = await store_counter(world)
         assert await until(lambda: m.store_status("notes")["counter_seen"] == first)
@@ -158,11 +171,13 @@ async def test_a_busy_mounts_update_answered_409_is_sent_once_though_the_rest_of
 ):
     """A busy mount's push wave: one update meets a 409 (someone else changed that memory), the
     other lands. The landed one is progress, so one more wave looks; the 409 waits for the pull
-    (the mount is busy, so none comes) and must not go out again to meet the same 409: nothing
-    changed since it was answered. The pull at the next `memfs sync` settles it, the store wins
-    (--on-conflict store-wins; merge mode's outcome of a 409: tests/engine/test_merge_engine.py)."""
+    (a reader holds /a.md open and the store has staged changes, so none comes) and must not go
+    out again to meet the same 409: nothing changed since it was answered. The pull at the next
+    `memfs sync` settles it, the store wins (--on-conflict store-wins; merge mode's outcome of a
+    409: tests/engine/test_merge_engine.py)."""
     async with trio.open_nursery() as nursery:
         m = await live_mount(world, nursery, {"/a.md": "alpha", "/b.md": "beta"}, on_conflict="store-wins")
+        hold(m, "/notes/a.md")
         if not batches:
             m.engine.pusher.has_batch = False
         a, b = world.ids["/a.md"], world.ids["/b.md"]

@@ -1,7 +1,7 @@
 """Live mode under load: N mounts of one store with random writers, then quiet.
 
 No `memfs sync` is ever called: the mounts run with a 300 s interval, so only live mode (the
-watch, the quiet-time pulls, the debounced pushes) can make them converge. Each writer edits,
+watch, its pulls (close-to-open), the debounced pushes) can make them converge. Each writer edits,
 renames and deletes files of its own directory (so its last change per path is known: nothing
 may be lost), now and then rewrites a shared file whole (a true conflict: the store's version stays,
 the other goes onto the store as a conflict copy, every view must agree), and appends lines of its
