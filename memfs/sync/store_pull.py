@@ -126,12 +126,7 @@ class StorePull:
             self._deferred(sid, soon=keep_open and clean)
             return []
         self._soon.discard(sid)
-        report.pulled += sum(
-            1 for a in plan.view if isinstance(a, (P.Materialise, P.MoveLocal, P.RemoveLocal))
-        )
-        if tally is not None:
-            tally.count_conflicts(plan)
-        report.notices += plan.notices
+        _tell(plan, report, tally)
         if narrowed and not plan.push_stages and leaves_view_as_base(plan):
             # The view was the baseline and the plan made both the store's: clean still, and the
             # cached baseline moved as the journal's did (no read of the whole store next time).
@@ -314,3 +309,11 @@ class StorePull:
         if pulled.feed is not None and pulled.feed != self.state.feed_position(sid):
             self.state.set_feed_position(sid, pulled.feed)
         pulled.feed = None
+
+
+def _tell(plan: P.Plan, report: TickReport, tally: StoreSync | None) -> None:
+    """What an applied plan did, into the tick's report and the store's tally (`memfs status`)."""
+    report.pulled += sum(1 for a in plan.view if isinstance(a, (P.Materialise, P.MoveLocal, P.RemoveLocal)))
+    report.notices += plan.notices
+    if tally is not None:
+        tally.count_conflicts(plan)
