@@ -59,11 +59,16 @@ class RequestFrame:
         started = time.perf_counter()
         status: list[int] = []
         tracked = body.Tracked(receive) if body.streamed(scope) else None
+        limit_headers: list[tuple[bytes, bytes]] = []  # the organisation's limit, where it counted
 
         async def send_with_id(message) -> None:
             if message["type"] == "http.response.start":
                 status.append(message["status"])
-                headers = [*message.get("headers", []), (REQUEST_ID_HEADER.encode(), request_id.encode())]
+                headers = [
+                    *message.get("headers", []),
+                    (REQUEST_ID_HEADER.encode(), request_id.encode()),
+                    *limit_headers,
+                ]
                 if tracked is not None and not tracked.ended:  # a streamed body left unread
                     headers.append((b"connection", b"close"))
                 message = {**message, "headers": headers}
@@ -82,7 +87,7 @@ class RequestFrame:
                 await self._refuse_body(e, request_id, scope, receive, send_with_id)
                 return
             if self.org_limits is not None and await self._org_refused(
-                request_id, scope, receive, send_with_id
+                request_id, scope, receive, send_with_id, limit_headers
             ):
                 return
             if self.counter_path is not None and await self.counter_path.answer(scope, receive, send_with_id):
@@ -104,13 +109,15 @@ class RequestFrame:
             # Path only: no query string (it can hold path prefixes), never headers (credentials).
             access_line(scope["method"], scope["path"], code, seconds)
 
-    async def _org_refused(self, request_id: str, scope, receive, send) -> bool:
-        """Count the request in its organisation's class; answer 429 (True) when over the limit."""
+    async def _org_refused(self, request_id: str, scope, receive, send, limit_headers: list) -> bool:
+        """Count the request in its organisation's class; answer 429 (True) when over the limit.
+        Either way its answer will say where the class stands (`limit_headers`, orglimit.py)."""
         assert self.org_limits is not None
         cls = self.org_limits.classify(scope)
         if cls is None:
             return False
         wait = await self.org_limits.take(cls)
+        limit_headers.extend(self.org_limits.headers(cls))
         self.metrics.org_request(cls, wait is not None)
         if wait is None:
             return False
