@@ -135,7 +135,10 @@ class StoreClient:
         counted. Yields the time it was sent (for `_retry_wait` and `_heard`). The turn comes first:
         waiting in line for it, every request of every store is seen, not only the slots' 32."""
         cls = class_of(method)
-        if self.pacer.paced(trio.current_time(), cls) and await self.turns.take(cls, store_of(path)):
+        now = trio.current_time()
+        if not self.pacer.paced(now, cls):
+            self.pacer.reserve(now, cls)  # at once; counted in the rate a first 429 halves
+        elif await self.turns.take(cls, store_of(path)):
             self.budget.paced += 1
         # A held watch takes no slot: it waits up to a minute for nothing but a commit, and once a
         # 429 has narrowed the slots to one, every push would wait behind it (a push wave of 40

@@ -107,3 +107,22 @@ def test_paced_turns_go_to_the_stores_in_turn_not_first_come_first_served():
     assert time.monotonic() - started < 5
     assert len(order) == 15
     assert max(i for i, s in enumerate(order) if s == "small") <= 6, order
+
+
+def test_a_first_429_halves_the_rate_the_unpaced_client_was_sending_at():
+    """A service that said nothing of its limit: the client goes unpaced, and the first 429 halves
+    the rate it was sending at (not the floor's one a second: its sends were counted)."""
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, json={"id": "sesn_1"})
+
+    async def main() -> None:
+        async with StoreClient("http://svc.test", "t", transport=httpx.MockTransport(answer)) as c:
+            for _ in range(40):  # 20 a second for 2 s
+                await c.get_session("sesn_1")
+                await trio.sleep(0.05)
+            now = trio.current_time()
+            c.pacer.limited(sent_at=now, now=now)
+            assert c.pacer.rate(now) == pytest.approx(10.0, rel=0.15)
+
+    trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
