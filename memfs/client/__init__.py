@@ -12,7 +12,8 @@ it. The modules, one job each:
   pages' plain HTTP/1.1 GET; `egress`: which proxy, from the environment.
 - `snapshot_receive`: a streamed snapshot received on trio; `snapshot_stream`: its lines parsed
   and stored (also the mount's early download's).
-- `errors`: `ApiError`, `Unreachable`; `budget`: the request budget and the pacer after a 429;
+- `errors`: `ApiError`, `Unreachable`; `budget`: the request budget and the pacer (the service's
+  limit mirrored, or what a 429 taught); `turns`: whose turn it is to send when paced;
   `work_secret`: the sessions token inside a work secret.
 
 `errors`, `egress`, `snapshot_stream` and `work_secret` import nothing heavy: the mount's early

@@ -23,7 +23,7 @@ import httpx
 import orjson
 import trio
 
-from memfs.client.budget import Pacer, RequestBudget, kind_of, retry_after
+from memfs.client.budget import Pacer, RequestBudget, class_of, kind_of, retry_after, store_of
 from memfs.client.egress import ProxySettingError, proxy_for, redact
 from memfs.client.errors import RESEND_CODES, ApiError, Unreachable, error_code
 from memfs.client.listing import LastListing, ListingWalk, keep_listing
@@ -32,6 +32,7 @@ from memfs.client.records import Change, Changes, Listing
 from memfs.client.snapshot_receive import stream_snapshot
 from memfs.client.snapshot_stream import SnapshotSink
 from memfs.client.transport import Pools
+from memfs.client.turns import Turns
 from memfs.protocol import COUNTER_HEADER, MEMORY_BETA, SESSIONS_BETA
 
 CONCURRENCY = 32  # requests in flight per client (all stores together): a WAN's latency, bounded
@@ -48,6 +49,9 @@ RATE_RETRIES = 30
 RESEND_WAIT = 0.25
 
 COUNTER_HEADER_BYTES = COUNTER_HEADER.lower().encode("ascii")
+# One cursor chain per store keeps a paced client's rate when the stores listed at once send this
+# many times the pages the rate needs per round trip (the rest: the page's service and parse time).
+ONE_CHAIN_ROOM = 1.5
 
 
 class StoreClient:
@@ -96,9 +100,12 @@ class StoreClient:
         )
         self.requests_sent = 0
         self.budget = RequestBudget()  # by kind, rolling windows; and the client-wide hold (a 429)
-        self.pacer = Pacer()  # the rate sent at once a 429 came (memfs/client/budget.py)
+        # the rate sent at: the service's limit mirrored, or what a 429 taught (memfs/client/budget.py)
+        self.pacer = Pacer.for_service(self.base_url)
+        self.turns = Turns(self.pacer)  # the stores in turn, when paced (memfs/client/turns.py)
         self.pages_parsed = 0  # listing pages parsed, not taken as the last listing had them (tests)
         self._last_listings: dict[str, LastListing] = {}  # store id -> its last basic listing
+        self._walks = 0  # listings under way (`_one_chain`)
         self.retried = 0  # requests sent again after a retry-after (for the logs and tests)
         # `_get`'s request headers: the client's own (as httpx sends them), gzip the only encoding
         # asked for (the one decoded there), and the host.
@@ -126,9 +133,17 @@ class StoreClient:
         await self.aclose()
 
     @asynccontextmanager
-    async def _sending(self, kind: str) -> AsyncIterator[float]:
-        """A slot; in it, the client-wide hold waited out (or failed on: memfs/client/budget.py) and the
-        pacer's turn taken, then counted. Yields the time it was sent (for `_retry_wait`)."""
+    async def _sending(self, kind: str, method: str, path: str) -> AsyncIterator[float]:
+        """The request's paced turn, its store's among the others' (memfs/client/turns.py), then a
+        slot; in it, the client-wide hold waited out (or failed on: memfs/client/budget.py), then
+        counted. Yields the time it was sent (for `_retry_wait` and `_heard`). The turn comes first:
+        waiting in line for it, every request of every store is seen, not only the slots' 32."""
+        cls = class_of(method)
+        now = trio.current_time()
+        if not self.pacer.paced(now, cls):
+            self.pacer.reserve(now, cls)  # at once; counted in the rate a first 429 halves
+        elif await self.turns.take(cls, store_of(path)):
+            self.budget.paced += 1
         # A held watch takes no slot: it waits up to a minute for nothing but a commit, and once a
         # 429 has narrowed the slots to one, every push would wait behind it (a push wave of 40
         # creates refused once with retry-after 1 took 74 s, 54 of them behind the watch).
@@ -136,16 +151,13 @@ class StoreClient:
             wait = self.budget.wait_for(self.retry_within)
             if wait:
                 await trio.sleep(wait)
-            pace = self.pacer.reserve(trio.current_time())
-            if pace:
-                await trio.sleep(pace)
-                # a 429 another request met while this one waited its turn holds it too
-                wait = self.budget.wait_for(self.retry_within)
-                if wait:
-                    await trio.sleep(wait)
             self.requests_sent += 1
             self.budget.count(kind)
             yield trio.current_time()
+
+    def _heard(self, method: str, header: Callable[[str], str | None], sent_at: float) -> None:
+        """An answer's rate-limit headers, if any, to the pacer (memfs/client/budget.py `Pacer.heard`)."""
+        self.pacer.heard(class_of(method), header, sent_at, trio.current_time())
 
     def _widen(self) -> None:
         if self._slots is not None and self._slots.total_tokens < self.concurrency:
@@ -155,10 +167,11 @@ class StoreClient:
         kind = kind_of(method, str(url))
         for attempt in range(max(self.retries, RATE_RETRIES) + 1):
             try:
-                async with self._sending(kind) as sent_at:
+                async with self._sending(kind, method, str(url)) as sent_at:
                     resp = await self._http.request(method, url, **kw)
             except httpx.HTTPError as exc:
                 raise Unreachable(f"{method} {url}{self._via}: {_describe(exc)}") from exc
+            self._heard(method, resp.headers.get, sent_at)
             if resp.status_code < 400:
                 self._widen()
                 return resp
@@ -191,18 +204,23 @@ class StoreClient:
         target = endpoint.raw_path + b"?" + query
         for attempt in range(max(self.retries, RATE_RETRIES) + 1):
             try:
-                async with self._sending("list") as sent_at:
+                async with self._sending("list", "GET", endpoint.path) as sent_at:
                     status, headers, body = await plain.get(target, self._get_headers, self._get_timeout)
             except PlainHTTPError as exc:
                 url = f"{endpoint}?{query.decode('ascii')}"
                 raise Unreachable(f"GET {url}: {exc}") from exc
             encoding = counter = None
+            limits: dict[str, str] = {}
             for name, value in headers:
                 name = name.lower()
                 if name == b"content-encoding":
                     encoding = value.strip().lower()
                 elif name == COUNTER_HEADER_BYTES:
                     counter = value.decode("latin-1")
+                elif name.startswith(b"anthropic-ratelimit-requests-"):
+                    limits[name.decode("latin-1")] = value.decode("latin-1")
+            if limits:
+                self._heard("GET", limits.get, sent_at)
             if encoding not in (None, b"identity", b"gzip"):
                 raise Unreachable(f"GET {endpoint}: answer in an encoding it was not asked for: {encoding!r}")
             if encoding == b"gzip":
@@ -235,7 +253,7 @@ class StoreClient:
             return None
         wait = retry_after(resp)
         if resp.status_code == 429:
-            self.pacer.limited(sent_at, trio.current_time())
+            self.pacer.limited(sent_at, trio.current_time(), class_of(resp.request.method))
         if wait is not None and (resp.status_code == 429 or wait > 0):
             self.budget.hold(wait)  # every request of the client waits it out, then they go one at a
             self.slots.total_tokens = 1  # time, widening per answer: all at once would meet one token
@@ -324,7 +342,11 @@ class StoreClient:
         for attempt in range(max(self.retries, RATE_RETRIES) + 1):
             wait = None
             try:
-                async with self._sending("snapshot") as sent_at, self._http.stream("GET", url) as resp:
+                async with (
+                    self._sending("snapshot", "GET", url) as sent_at,
+                    self._http.stream("GET", url) as resp,
+                ):
+                    self._heard("GET", resp.headers.get, sent_at)
                     if resp.status_code in (404, 405):
                         # No snapshot endpoint (or no such store: the listing that follows says so).
                         await resp.aread()
@@ -370,13 +392,17 @@ class StoreClient:
         # full-view page (content) is never kept.
         basic = view == "basic"
         last = self._last_listings.get(store_id) if basic else None
-        walk = ListingWalk(self._get, self.base_url, store_id, view, known or {}, on_page, last)
+        walk = ListingWalk(
+            self._get, self.base_url, store_id, view, known or {}, on_page, last, self._one_chain
+        )
+        self._walks += 1
         try:
             async with trio.open_nursery() as nursery:
                 walk.start("/", nursery)
         except BaseExceptionGroup as group:  # the first failure, as itself: callers catch it by type
             raise _first(group) from None
         finally:
+            self._walks -= 1
             self.pages_parsed += walk.fresh  # pages parsed anew, not taken as the last listing had them
         listing = walk.listing
         if last is not None and walk.unchanged():
@@ -386,6 +412,13 @@ class StoreClient:
         if basic:
             self._keep_listing(store_id, LastListing(walk.used, listing.items))
         return listing
+
+    def _one_chain(self, round_trip: float) -> bool:
+        """Whether a store nothing is known of is paged as one cursor chain (`ListingWalk.whole`):
+        when the service's read limit is known and the stores listed at once, one chain each,
+        keep it with room to spare (each chain sends a page per `round_trip`, the probe's)."""
+        rate = self.pacer.known_rate("read")
+        return rate is not None and self._walks >= ONE_CHAIN_ROOM * rate * round_trip
 
     def _keep_listing(self, store_id: str, kept: LastListing) -> None:
         keep_listing(self._last_listings, store_id, kept)  # memfs/client/listing.py

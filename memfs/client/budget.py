@@ -9,7 +9,9 @@ all stores, pushes and queued requests included, not only the request that met i
 
 from __future__ import annotations
 
+import datetime
 import email.utils
+import math
 import re
 import time
 from collections import Counter, deque
@@ -82,6 +84,7 @@ class RequestBudget:
         self.total = 0
         self.hold_until = 0.0  # time.monotonic() before which no request is sent
         self.held = 0  # requests that met the hold (waited, or failed without being sent)
+        self.paced = 0  # requests that waited for their paced turn (memfs/client/turns.py)
 
     def count(self, kind: str) -> None:
         now = int(time.time())
@@ -109,6 +112,7 @@ class RequestBudget:
             "last_hour": self.window(WINDOW_HOUR),
             "total": self.total,
             "held": self.held,  # requests that met a hold: waited, or failed unsent
+            "paced": self.paced,  # requests that waited for their turn at the service's rate
             "held_for": round(max(0.0, self.hold_until - time.monotonic()), 1),
         }
 
@@ -136,55 +140,219 @@ class RequestBudget:
         return wait
 
 
-class Pacer:
-    """The rate the client sends at once the service has refused it with a 429: additive
-    increase, multiplicative decrease on the request rate (TCP's congestion avoidance, on a rate
-    rather than a window, since an organisation's limit is a rate).
+# What the client knows of a service's limit before it has said anything: the hosted API's
+# documented defaults (the Managed Agents reference: 1,200 reads and 300 writes a minute per
+# organisation) for the hosted API's own hosts; nothing for any other service (a `memfs serve`
+# without limits must not be slowed to them). Its burst is not documented: "limits are enforced
+# over short intervals", so 3 seconds' worth is assumed (what `memfs serve --hosted-api` applies)
+# until the service's `anthropic-ratelimit-requests-*` headers say better.
+HOSTED_HOSTS = ("api.anthropic.com",)
+HOSTED_PER_MINUTE = {"read": 1200, "write": 300}
+ASSUMED_BURST_S = 3.0
+MARGIN_MAX = 3  # tokens the mirror keeps below the service's bucket (arrival jitter), at most
+LIMIT_HEADER = "anthropic-ratelimit-requests-limit"
+REMAINING_HEADER = "anthropic-ratelimit-requests-remaining"
+RESET_HEADER = "anthropic-ratelimit-requests-reset"
+_WRITE_METHODS = frozenset(("POST", "DELETE", "PUT", "PATCH"))
+_STORE_ID = re.compile(r"/v1/memory_stores/([^/?]+)")
 
-    Unpaced until the first 429. Then each 429 halves the rate the client was sending at (measured
-    over the last RATE_WINDOW seconds), once per event: a 429 of a request sent before the last
-    decrease is the same event, not a new one (30 requests in flight meet the same empty bucket).
-    From there the rate grows by RATE_GROWTH requests a second each second, and after RATE_FORGET
-    seconds without a 429 the client is unpaced again (a mount that met a limit while downloading
-    does not space out the few requests of its later ticks). So a client at a limit sends just
-    under it, meeting a 429 every ten seconds or so instead of every other request: one mount's
-    first download of 8 x 2,000 memories under the hosted limits met 1,479 429s for 2,893
-    requests when it only went one at a time after a 429 and widened per answer.
+
+def class_of(method: str) -> str:
+    """The limit a request draws on: `read` (GET, HEAD) or `write`, as the hosted API classes them."""
+    return "write" if method.upper() in _WRITE_METHODS else "read"
+
+
+def store_of(path: str) -> str:
+    """The store a request is for ("" for none: the session, the counters): whose turn it takes."""
+    m = _STORE_ID.search(path)
+    return m.group(1) if m else ""
+
+
+def is_hosted(base_url: str) -> bool:
+    host = re.sub(r"^[a-z]+://", "", base_url.lower()).split("/", 1)[0].rsplit(":", 1)[0]
+    return host in HOSTED_HOSTS
+
+
+class Bucket:
+    """A mirror of the service's token bucket for one class of requests: `capacity` tokens (its
+    burst less a margin), refilled at `rate` a second, one taken per request sent. Turns may be
+    reserved ahead of the tokens (`level` below zero: requests waiting their time), as a GCRA
+    schedules them; `due` is when the next request may go."""
+
+    def __init__(self, rate: float, burst: float, now: float):
+        self.rate = rate
+        self.burst = burst  # the service's, as known
+        self.capacity = self._capacity(burst)
+        self.level = self.capacity
+        self.at = now
+
+    @staticmethod
+    def _capacity(burst: float) -> float:
+        return max(1.0, burst - margin(burst))
+
+    def refill(self, now: float) -> None:
+        if now > self.at:
+            self.level = min(self.capacity, self.level + (now - self.at) * self.rate)
+            self.at = now
+
+    def due(self, now: float) -> float:
+        """Seconds until a token is there (0: now)."""
+        self.refill(now)
+        return 0.0 if self.level >= 1.0 else (1.0 - self.level) / self.rate
+
+    def take(self, now: float) -> float:
+        """A request's turn: the seconds it must wait for its token (0: now); the token is taken."""
+        wait = self.due(now)
+        self.level -= 1.0
+        return wait
+
+    def learn(self, per_minute: float, burst: float | None, level: float | None, now: float) -> None:
+        """What the service said: its rate, its burst (None: not said), and an estimate of its
+        bucket's level now (None: not said). The mirror never holds more than the service does."""
+        self.refill(now)
+        self.rate = per_minute / 60.0
+        if burst is not None and burst != self.burst:
+            self.burst = burst
+            self.capacity = self._capacity(burst)
+            self.level = min(self.level, self.capacity)
+        if level is not None:
+            self.level = min(self.level, level - margin(self.burst))
+
+
+def margin(burst: float) -> float:
+    """Tokens left in the service's bucket when the mirror's is empty: requests sent evenly
+    arrive a little unevenly (a 40 ms round trip varies by milliseconds), and one that arrives
+    early at an empty bucket is refused."""
+    return float(min(MARGIN_MAX, max(1, int(burst) // 10)))
+
+
+class Pacer:
+    """The rate the client sends at (SEMANTICS.md#d-budget): a mirror of the service's limit
+    where it is known, the rate a 429 taught where it is not.
+
+    **Known** (the hosted API's documented defaults for its hosts; what a service's
+    `anthropic-ratelimit-requests-{limit,remaining,reset}` headers say, on any answer, for the
+    class of the request they answered): a token bucket per class (reads, writes) like the
+    service's, from the first request: its burst at once, then its rate, each answer's
+    `remaining` bringing the mirror down to what the service holds (others of the organisation
+    spend it too). So a download runs at the limit, not into it, and meets no 429 while it has the
+    organisation to itself.
+
+    **Not known** (a service that says nothing): unpaced until the first 429. Then each 429 halves
+    the rate the client was sending at (measured over the last RATE_WINDOW seconds), once per event:
+    a 429 of a request sent before the last decrease is the same event, not a new one (30 requests
+    in flight meet the same empty bucket). From there the rate grows by RATE_GROWTH requests a
+    second each second, and after RATE_FORGET seconds without a 429 the client is unpaced again (a
+    mount that met a limit while downloading does not space out the few requests of its later
+    ticks): additive increase, multiplicative decrease on the request rate (TCP's congestion
+    avoidance, on a rate rather than a window, since an organisation's limit is a rate). One
+    mount's first download of 8 x 2,000 memories under the hosted limits met 1,479 429s for
+    2,893 requests when it only went one at a time after a 429 and widened per answer.
 
     Times are `trio.current_time()` values passed in, so the rules are tested without a clock."""
 
-    def __init__(self) -> None:
+    def __init__(self, known: dict[str, float] | None = None, now: float = 0.0) -> None:
+        """`known`: requests a minute per class assumed before the service says (the hosted API's)."""
+        self.buckets: dict[str, Bucket] = {
+            cls: Bucket(n / 60.0, n / 60.0 * ASSUMED_BURST_S, now) for cls, n in (known or {}).items()
+        }
+        self.told: set[str] = set()  # classes whose limit the service's headers gave
         self._base: float | None = None  # the rate set at the last decrease; None: unpaced
         self._decreased_at = float("-inf")
         self._next = 0.0  # the earliest time the next request may go
-        self._sent: deque[float] = deque()  # send times of the last RATE_WINDOW seconds
+        self._sent: deque[tuple[float, str]] = deque()  # (time, class) of the last RATE_WINDOW s's sends
         self.decreases = 0
 
+    @classmethod
+    def for_service(cls, base_url: str, now: float = 0.0) -> Pacer:
+        return cls(dict(HOSTED_PER_MINUTE) if is_hosted(base_url) else None, now)
+
+    def known_rate(self, cls: str) -> float | None:
+        """Requests a second the service's limit of `cls` allows, where it is known."""
+        bucket = self.buckets.get(cls)
+        return bucket.rate if bucket is not None else None
+
     def rate(self, now: float) -> float | None:
-        """Requests a second the client may send at `now`; None: unpaced."""
+        """Requests a second a 429 taught (not known limits); None: not paced by 429s."""
         if self._base is None or now - self._decreased_at > RATE_FORGET:
             return None
         return self._base + RATE_GROWTH * max(0.0, now - self._decreased_at)
 
-    def reserve(self, now: float) -> float:
+    def paced(self, now: float, cls: str = "read") -> bool:
+        """Whether a request of `cls` waits for a turn at all (else it goes at once)."""
+        return cls in self.buckets or self.rate(now) is not None
+
+    def reserve(self, now: float, cls: str = "read") -> float:
         """A request is about to go: the seconds it must wait first (0: now). Its turn is taken."""
+        at = now
+        bucket = self.buckets.get(cls)
+        if bucket is not None:
+            at = now + bucket.take(now)
         rate = self.rate(now)
-        at = now if rate is None else max(now, self._next)
-        if rate is not None:
+        if rate is not None and cls not in self.told:
+            at = max(at, self._next)
             self._next = at + 1.0 / rate
-        self._sent.append(at)
-        while self._sent and self._sent[0] <= at - RATE_WINDOW:
+        self._sent.append((at, cls))
+        while self._sent and self._sent[0][0] <= at - RATE_WINDOW:
             self._sent.popleft()
         return at - now
 
-    def limited(self, sent_at: float, now: float) -> None:
-        """A request sent at `sent_at` met a 429 (the org's limit) at `now`."""
+    def heard(self, cls: str, header: Any, sent_at: float, now: float) -> None:
+        """An answer to a request of `cls` sent at `sent_at` came at `now`; `header(name)` gives
+        its headers (None when absent). Its `anthropic-ratelimit-requests-*` headers, when there,
+        set the class's mirror: the limit a minute (the rate), the burst (`remaining` plus what
+        the bucket lacks until `reset`, the time it is full again, RFC 3339), and its level: what
+        remained then, less the requests sent since, plus what refilled meanwhile (half the round
+        trip: when the service counted is not known better)."""
+        try:
+            limit = float(header(LIMIT_HEADER) or 0)
+        except ValueError:
+            return
+        if limit <= 0:
+            return
+        rate = limit / 60.0
+        remaining = burst = None
+        try:
+            value = header(REMAINING_HEADER)
+            remaining = float(value) if value is not None else None
+        except ValueError:
+            pass
+        reset = _rfc3339(header(RESET_HEADER))
+        if remaining is not None:
+            lacking = max(0.0, reset - time.time()) * rate if reset is not None else 0.0
+            burst = min(limit, max(remaining + 1.0, math.floor(remaining + lacking + 0.5)))
+        bucket = self.buckets.get(cls)
+        if bucket is None:
+            bucket = self.buckets[cls] = Bucket(rate, burst or rate * ASSUMED_BURST_S, now)
+        level = None
+        if remaining is not None:
+            since = sum(1 for t, c in self._sent if t > sent_at and c == cls)
+            level = remaining - since + rate * max(0.0, now - sent_at) / 2
+        bucket.learn(limit, burst, level, now)
+        self.told.add(cls)
+
+    def limited(self, sent_at: float, now: float, cls: str = "read") -> None:
+        """A request sent at `sent_at` met a 429 (the org's limit) at `now`. Where the service
+        told its limit, its headers (`remaining` 0) have brought the mirror down already, and
+        the retry-after holds the client: the rate is not halved on top."""
+        if cls in self.told:
+            return
         if sent_at < self._decreased_at:
             return  # sent before the last decrease: the same event
-        recent = sum(1 for t in self._sent if t > now - RATE_WINDOW) / RATE_WINDOW
+        recent = sum(1 for t, _c in self._sent if t > now - RATE_WINDOW) / RATE_WINDOW
         rate = self.rate(now)
         base = recent if rate is None else min(rate, recent)
         self._base = max(RATE_FLOOR, base / 2)
         self._decreased_at = now
         self._next = max(self._next, now)
         self.decreases += 1
+
+
+def _rfc3339(value: str | None) -> float | None:
+    """A `...-reset` header's time (RFC 3339, e.g. 2026-12-04T22:50:01.250Z) as a Unix time."""
+    if not value:
+        return None
+    try:
+        return datetime.datetime.fromisoformat(value.strip().replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None

@@ -91,8 +91,10 @@ class ListingWalk:
         known: dict[str, int],
         on_page: Callable[[list[dict[str, Any]]], Awaitable[None]] | None,
         last: LastListing | None,
+        one_chain: Callable[[float], bool] | None = None,
     ):
         self.get = get
+        self.one_chain = one_chain
         self.known = known
         self.on_page = on_page
         self.limit = BASIC_LIMIT if view == "basic" else FULL_LIMIT
@@ -122,6 +124,11 @@ class ListingWalk:
         # prefix costs the probe, "/"'s depth-1 pages and one part-filled page per prefix, and
         # keeps a store's download concurrent.
         self.whole = not known.get("/", 0)
+        # Unless the client's rate, not round trips, bounds the download (`one_chain`, given the
+        # probe's round trip, says so: a paced client with enough stores downloading at once to
+        # keep its rate with one chain each): then the store is paged whole from the probe on, the
+        # official worker's way, with no page wasted (against a limit every request is time: the
+        # probe, the root's pages and the part-filled pages were 96 of 896 for 8 x 2,000).
 
     async def page(self, prefix: str, depth: int, cursor: str | None) -> Page:
         query = self.head + str(depth)
@@ -171,10 +178,17 @@ class ListingWalk:
     async def subtree(self, prefix: str, nursery: trio.Nursery) -> None:
         size = self.known.get(prefix, 0)
         if self.whole or size <= 2 * self.limit:
+            asked = trio.current_time()
             got = await self.page(prefix, 0, None)
             # small, known to be worth paging whole, or a top-level prefix of a store nothing
-            # is known of (`whole`: "/" alone is split, when its probe is not all of it)
-            if not got.next_page or 0 < size or (self.whole and prefix != "/"):
+            # is known of (`whole`: "/" alone is split, when its probe is not all of it, and
+            # when the rate does not make one chain as fast)
+            if (
+                not got.next_page
+                or 0 < size
+                or (self.whole and prefix != "/")
+                or (self.whole and self.one_chain is not None and self.one_chain(trio.current_time() - asked))
+            ):
                 await self.page_whole(prefix, got)
                 return
         await self.split(prefix, nursery)

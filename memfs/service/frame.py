@@ -71,11 +71,16 @@ class RequestFrame:
         status: list[int] = []
         tracked = body.Tracked(receive) if body.streamed(scope) else None
         unread: list[bool] = []  # [True]: the body was left unread (not the app's to read)
+        limit_headers: list[tuple[bytes, bytes]] = []  # the organisation's limit, where it counted
 
         async def send_with_id(message) -> None:
             if message["type"] == "http.response.start":
                 status.append(message["status"])
-                headers = [*message.get("headers", []), (REQUEST_ID_HEADER.encode(), request_id.encode())]
+                headers = [
+                    *message.get("headers", []),
+                    (REQUEST_ID_HEADER.encode(), request_id.encode()),
+                    *limit_headers,
+                ]
                 if unread or (tracked is not None and not tracked.ended):  # a body left unread
                     headers.append((b"connection", b"close"))
                 message = {**message, "headers": headers}
@@ -105,7 +110,7 @@ class RequestFrame:
             if (
                 cls is not None
                 and authenticated
-                and await self._org_refused(cls, request_id, scope, receive, send_with_id)
+                and await self._org_refused(cls, request_id, scope, receive, send_with_id, limit_headers)
             ):
                 return
             if self.counter_path is not None and await self.counter_path.answer(scope, receive, send_with_id):
@@ -133,11 +138,14 @@ class RequestFrame:
             return False
         return self.credentials is None or await self.credentials.authenticates(scope)
 
-    async def _org_refused(self, cls: str, request_id: str, scope, receive, send) -> bool:
+    async def _org_refused(
+        self, cls: str, request_id: str, scope, receive, send, limit_headers: list
+    ) -> bool:
         """Count an authenticated request in its organisation's class; answer 429 (True) when over
-        the limit."""
+        the limit. Either way its answer will say where the class stands (`limit_headers`, orglimit.py)."""
         assert self.org_limits is not None
         wait = await self.org_limits.take(cls)
+        limit_headers.extend(self.org_limits.headers(cls))
         self.metrics.org_request(cls, wait is not None)
         if wait is None:
             return False

@@ -16,6 +16,10 @@ draws on one allowance per class, so a bench or a test sees what a fleet of sand
   enforced as 1 a second), so the burst is small: 3 seconds by default (60 reads, 15 writes).
 - Over the limit: 429 `rate_limit_error` with `retry-after` (whole seconds, rounded up) and
   `retry-after-ms`; a refused request takes nothing from the bucket.
+- Every counted answer, refused or not, says where its class stands, in the headers the hosted API
+  documents (its rate-limits page): `anthropic-ratelimit-requests-limit` (the class's requests a
+  minute), `-remaining` (whole requests left in the bucket) and `-reset` (RFC 3339: when the bucket
+  is full again), so a client can pace itself at the limit (memfs/client/budget.py `Pacer`).
 - It runs in the outermost frame (frame.py `RequestFrame`), after the credential check and the
   body, before the fast paths (counter_path.py, list_path.py), so the requests they answer count
   like any other and they stay on: their answers are the same bytes as the full path's.
@@ -25,6 +29,7 @@ draws on one allowance per class, so a bench or a test sees what a fleet of sand
 
 from __future__ import annotations
 
+import datetime
 import math
 import time
 from collections.abc import Callable
@@ -100,6 +105,28 @@ class OrgLimits:
                 self._shared, cls, self.per_minute[cls] / 60.0, self.burst[cls]
             )
         return self._local[cls].take("org")
+
+    def headers(self, cls: str) -> list[tuple[bytes, bytes]]:
+        """The hosted API's `anthropic-ratelimit-requests-*` headers for a request of `cls`, after
+        it took (or was refused) its token: the limit a minute; with the buckets in this process,
+        the whole requests left and when the bucket is full again (RFC 3339, to the millisecond).
+        Buckets in the database (`shared`) are not read back: the limit alone."""
+        n = self.per_minute[cls]
+        if not n:
+            return []
+        out = [(b"anthropic-ratelimit-requests-limit", str(n).encode())]
+        if self._shared is None:
+            level = self._local[cls].level("org")
+            full_in = (self.burst[cls] - level) / (n / 60.0)
+            reset = datetime.datetime.fromtimestamp(time.time() + full_in, datetime.UTC)
+            out.append((b"anthropic-ratelimit-requests-remaining", str(int(level)).encode()))
+            out.append(
+                (
+                    b"anthropic-ratelimit-requests-reset",
+                    reset.isoformat(timespec="milliseconds").replace("+00:00", "Z").encode(),
+                )
+            )
+        return out
 
     def refusal(self, cls: str, wait_s: float) -> ApiError:
         what = "read" if cls == "read" else "write"

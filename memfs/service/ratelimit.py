@@ -62,6 +62,14 @@ class RateLimiter:
             return None
         return (1.0 - bucket.tokens) / self.rate
 
+    def level(self, key: str) -> float:
+        """Tokens in `key`'s bucket now (a bucket not held is full)."""
+        bucket = self._buckets.get(key)
+        if bucket is None:
+            return float(self.burst)
+        self._refill(bucket, self._clock())
+        return bucket.tokens
+
     def _refill(self, bucket: _Bucket, now: float) -> None:
         # max(0, …): a clock that steps back never drains a bucket.
         bucket.tokens = min(float(self.burst), bucket.tokens + max(0.0, now - bucket.at) * self.rate)

@@ -187,6 +187,8 @@ class Daemon:
                 counters, prefetched = None, None
                 if early is not None:
                     counters = await trio.to_thread.run_sync(early.counters, abandon_on_cancel=True)
+                    now = trio.current_time()  # the service's limit, as its answers to the helper said
+                    client.pacer.heard("read", early.limits().get, now, now)
                     if early.fresh:
                         prefetched = {s.store_id: early.snapshot(s.store_id) for s in stores}
                 await engine.initial(counters, prefetched)

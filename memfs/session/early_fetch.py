@@ -48,6 +48,7 @@ EARLY_ENV = "MEMFS_EARLY_DOWNLOAD"  # "off": every mount starts the old way (com
 _PLAIN_ID = re.compile(r"[A-Za-z0-9_-]{1,200}")  # ids that go into a path as they are
 _PLAIN_PATH = re.compile(r"[A-Za-z0-9_./~-]*")
 _FRAME = struct.Struct("<I")
+_LIMIT_HEADERS = "anthropic-ratelimit-requests-"
 # Snapshots streamed at once: stores then end one after another, and the daemon places each (plan,
 # 2,000 files: ~0.13 s) while the helper streams the next, instead of placing all 8 at the end.
 EARLY_STREAMS = 4
@@ -122,6 +123,12 @@ class EarlyFetch:
 
     def counters(self) -> dict[str, int] | None:
         return self._wait("counters")
+
+    def limits(self) -> dict[str, str]:
+        """The `anthropic-ratelimit-requests-*` headers of the helper's last answer (the counters',
+        else the session's), for the client's pacer (memfs/client/budget.py `Pacer.heard`): its
+        first request is then paced like the rest. Empty when the service sent none."""
+        return self._wait("limits") or {}
 
     def snapshot(self, store_id: str) -> _Take:
         return _Take(self, store_id)
@@ -304,10 +311,14 @@ def _helper(target: tuple[str, int, str], token: str, session_id: str, db_path: 
         )
         return conn.getresponse()
 
+    def limits_of(resp: http.client.HTTPResponse) -> dict[str, str]:
+        return {k.lower(): v for k, v in resp.getheaders() if k.lower().startswith(_LIMIT_HEADERS)}
+
     conn = http.client.HTTPConnection(host, port, timeout=timeout)
     try:
         resp = get(conn, f"{SESSIONS_PATH}/{session_id}", SESSIONS_BETA)
         body = resp.read()
+        send(("limits",), limits_of(resp))
         session = orjson.loads(body) if resp.status == 200 else None
         if not isinstance(session, dict):
             send(("session",), None, f"the session read answered {resp.status}")
@@ -324,6 +335,8 @@ def _helper(target: tuple[str, int, str], token: str, session_id: str, db_path: 
             return 0  # the daemon's own check of the session says what is wrong with it
         resp = get(conn, f"{COUNTERS_PATH}?ids={'%2C'.join(ids)}", MEMORY_BETA)
         body = resp.read()
+        if said := limits_of(resp):
+            send(("limits",), said)
         if resp.status != 200:  # no counter (the hosted API): no snapshot either
             send(("counters",), None, f"the counters answered {resp.status}")
             return 0

@@ -9,6 +9,7 @@ import time
 import httpx
 import pytest
 import trio
+import trio.testing
 
 from memfs.client import StoreClient
 
@@ -74,3 +75,54 @@ def test_a_held_watch_takes_no_slot_so_requests_go_while_it_waits():
                 release.set()
 
     trio.run(main)
+
+
+def test_paced_turns_go_to_the_stores_in_turn_not_first_come_first_served():
+    """A store with 12 requests waiting and one with 3 that came later: once the burst is spent
+    they alternate (memfs/client/turns.py), so the small store is not behind all of the large one."""
+    from memfs.client.budget import Pacer
+    from memfs.client.turns import Turns
+
+    order: list[str] = []
+
+    async def main() -> None:
+        pacer = Pacer({"read": 600})  # 10 a second
+        turns = Turns(pacer)
+        for _ in range(int(pacer.buckets["read"].capacity)):
+            pacer.reserve(trio.current_time(), "read")  # the burst spent
+
+        async def one(store: str) -> None:
+            await turns.take("read", store)
+            order.append(store)
+
+        async with trio.open_nursery() as nursery:
+            for _ in range(12):
+                nursery.start_soon(one, "big")
+            await trio.sleep(0.01)
+            for _ in range(3):
+                nursery.start_soon(one, "small")
+
+    started = time.monotonic()
+    trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+    assert time.monotonic() - started < 5
+    assert len(order) == 15
+    assert max(i for i, s in enumerate(order) if s == "small") <= 6, order
+
+
+def test_a_first_429_halves_the_rate_the_unpaced_client_was_sending_at():
+    """A service that said nothing of its limit: the client goes unpaced, and the first 429 halves
+    the rate it was sending at (not the floor's one a second: its sends were counted)."""
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, json={"id": "sesn_1"})
+
+    async def main() -> None:
+        async with StoreClient("http://svc.test", "t", transport=httpx.MockTransport(answer)) as c:
+            for _ in range(40):  # 20 a second for 2 s
+                await c.get_session("sesn_1")
+                await trio.sleep(0.05)
+            now = trio.current_time()
+            c.pacer.limited(sent_at=now, now=now)
+            assert c.pacer.rate(now) == pytest.approx(10.0, rel=0.15)
+
+    trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))

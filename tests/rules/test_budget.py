@@ -3,11 +3,25 @@ and the one hold a refusal puts on every request of the client."""
 
 from __future__ import annotations
 
+import datetime
+import time
 from itertools import pairwise
 
 import pytest
 
-from memfs.client.budget import RATE_FLOOR, RATE_FORGET, RATE_GROWTH, Pacer, RequestBudget, kind_of
+from memfs.client.budget import (
+    ASSUMED_BURST_S,
+    LIMIT_HEADER,
+    MARGIN_MAX,
+    RATE_FLOOR,
+    RATE_FORGET,
+    RATE_GROWTH,
+    REMAINING_HEADER,
+    RESET_HEADER,
+    Pacer,
+    RequestBudget,
+    kind_of,
+)
 from memfs.client.errors import ApiError
 
 S = "/v1/memory_stores/memstore_x"
@@ -106,3 +120,59 @@ def test_the_rate_never_drops_below_the_floor():
     p.reserve(0.0)
     p.limited(sent_at=0.0, now=50.0)  # nothing sent recently: a limit met on others' requests
     assert p.rate(50.0) == RATE_FLOOR
+
+
+def _headers(limit: int, remaining: int, full_in: float) -> dict[str, str]:
+    """What `memfs serve --hosted-api` (and the hosted API) send: the limit a minute, the whole
+    requests left, when the bucket is full again."""
+    reset = datetime.datetime.fromtimestamp(time.time() + full_in, datetime.UTC)
+    return {
+        LIMIT_HEADER: str(limit),
+        REMAINING_HEADER: str(remaining),
+        RESET_HEADER: reset.isoformat(timespec="milliseconds").replace("+00:00", "Z"),
+    }
+
+
+def test_the_hosted_api_is_paced_from_the_first_request_at_its_documented_limits():
+    p = Pacer.for_service("https://api.anthropic.com")
+    burst = 1200 / 60 * ASSUMED_BURST_S
+    waits = [p.reserve(0.0, "read") for _ in range(100)]
+    at_once = sum(1 for w in waits if w == 0.0)
+    assert burst - MARGIN_MAX <= at_once <= burst  # the burst (less a margin) at once
+    for a, b in pairwise(waits[at_once:]):
+        assert b - a == pytest.approx(1 / 20)  # then 1,200 a minute
+    assert p.reserve(0.0, "write") == 0.0 and p.paced(0.0, "write")  # writes have a bucket of their own
+    other = Pacer.for_service("http://127.0.0.1:8080")  # a service that has said nothing: unpaced
+    assert not other.paced(0.0) and [other.reserve(0.0) for _ in range(100)] == [0.0] * 100
+
+
+def test_the_services_headers_set_the_mirror_of_its_bucket():
+    p = Pacer()
+    # 600 a minute (10/s); 9 left after this request; full again in 0.1 s: a burst of 10
+    p.heard("read", _headers(600, 9, 0.1).get, 0.0, 0.0)
+    assert p.paced(0.0, "read") and not p.paced(0.0, "write")
+    bucket = p.buckets["read"]
+    assert bucket.burst == 10 and bucket.rate == 10.0
+    waits = [p.reserve(0.0, "read") for _ in range(20)]
+    assert waits[: int(bucket.capacity) - 1] == [0.0] * (int(bucket.capacity) - 1)
+    assert waits[-1] == pytest.approx(waits[-2] + 0.1)
+
+
+def test_what_remains_at_the_service_brings_the_mirror_down():
+    """Others of the organisation spend its allowance too: an answer saying 0 remain leaves the
+    next request waiting for a token, and a 429 then does not halve the rate on top."""
+    p = Pacer()
+    p.heard("read", _headers(600, 9, 0.1).get, 0.0, 0.0)
+    p.heard("read", _headers(600, 0, 1.0).get, 1.0, 1.0)
+    assert p.reserve(1.0, "read") > 0.0
+    p.limited(sent_at=1.0, now=1.0, cls="read")
+    assert p.decreases == 0 and p.rate(1.0) is None
+
+
+def test_headers_that_say_nothing_usable_change_nothing():
+    p = Pacer()
+    for bad in ({}, {LIMIT_HEADER: "lots"}, {LIMIT_HEADER: "0"}):
+        p.heard("read", bad.get, 0.0, 0.0)
+    assert not p.paced(0.0)
+    p.heard("read", {LIMIT_HEADER: "120", RESET_HEADER: "yesterday"}.get, 0.0, 0.0)  # no remaining
+    assert p.buckets["read"].rate == 2.0 and p.buckets["read"].burst == 2.0 * ASSUMED_BURST_S

@@ -9,6 +9,7 @@ the bucket refilled over the measured elapsed time, so a slow machine makes no t
 from __future__ import annotations
 
 import base64
+import datetime
 import json
 import math
 import re
@@ -100,6 +101,43 @@ def test_two_credentials_share_one_allowance_and_get_the_429_envelope(emulator):
         # after the advertised wait a read passes again
         time.sleep(int(refused[-1].headers["retry-after-ms"]) / 1000)
         assert agent.get(url).status_code == 200
+
+
+def test_every_counted_answer_says_where_its_class_stands_as_the_hosted_api_does(emulator):
+    """`anthropic-ratelimit-requests-limit` (a minute), `-remaining` (whole requests left) and
+    `-reset` (RFC 3339: when the bucket is full again), on answers and 429s alike. With the
+    buckets in PostgreSQL (shared by replicas) only the limit: the level is not read back."""
+    shared = emulator.db_url is not None
+    store = emulator.create_store("s")["id"]
+    url = f"/v1/memory_stores/{store}/memories"
+    seen: list[tuple[int, int, float]] = []
+    with client(emulator.base_url, emulator.admin_key) as admin:
+        for _ in range(14):  # past the read burst of 10
+            r = admin.get(url)
+            if shared:
+                assert r.headers["anthropic-ratelimit-requests-limit"] == "120"
+                assert "anthropic-ratelimit-requests-remaining" not in r.headers
+                continue
+            reset = datetime.datetime.fromisoformat(
+                r.headers["anthropic-ratelimit-requests-reset"].replace("Z", "+00:00")
+            )
+            assert r.headers["anthropic-ratelimit-requests-limit"] == "120"
+            seen.append(
+                (
+                    r.status_code,
+                    int(r.headers["anthropic-ratelimit-requests-remaining"]),
+                    reset.timestamp() - time.time(),
+                )
+            )
+        w = admin.post(url, json={"path": "/w.md", "content": "w"})
+        assert w.headers["anthropic-ratelimit-requests-limit"] == "60"  # the write class's own
+    if shared:
+        return
+    assert seen[0][0] == 200 and seen[0][1] == 9  # a full bucket of 10, less this request
+    assert 0 < seen[0][2] <= 0.5 + 0.5  # one token short: full again in half a second (at 2/s)
+    assert [s for s, _, _ in seen].count(429) >= 2
+    assert all(left == 0 for status, left, _ in seen if status == 429)
+    assert all(0 < full_in <= 5.5 for _, _, full_in in seen)  # at most the whole burst at 2/s
 
 
 def test_writes_are_limited_at_their_own_rate(emulator):

@@ -1,0 +1,159 @@
+"""The first download under the hosted API's limits, both sides (docs/PERFORMANCE.md,
+"Over a network"): `memfs mount` and the official worker's `download()`, each against its own
+`memfs serve --hosted-api` with the emulator's default limits (so neither inherits the other's
+spent allowance), every client behind a delay proxy; one store of 2,000 memories, then 8, in both
+orders; requests and 429s as each emulator counted them; and the limit's floor for the pages the
+stores hold, from the emulator's settings (its burst at once, then its rate).
+
+    .venv/bin/python -m benchmarks.measure.first_download_hosted [--rtt 0.04] [--runs 2]   # as root (it mounts)
+
+Between two downloads on one emulator it waits until that emulator's bucket is full again.
+Prints one JSON object (every run) and a summary.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import math
+import os
+import shutil
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+from benchmarks.admin import Admin
+from benchmarks.config import ADMIN_KEY, Config, log
+from benchmarks.corpus import build_stores
+from benchmarks.official import official_download_time
+from memfs.client.listing import FULL_LIMIT
+from memfs.service.orglimit import DEFAULT_BURST_S, DEFAULT_READS_PER_MIN, burst_for
+from tests.support.proxy import ProxyProcess
+from tests.support.sandbox import Sandbox, is_mounted
+from tests.support.seed import seed_database
+from tests.support.service import ServiceProcess
+
+
+def floor_s(pages: int) -> float:
+    """The least time the emulator's read limit lets `pages` requests through: its burst at once,
+    then its rate."""
+    rate = DEFAULT_READS_PER_MIN / 60.0
+    return max(0, pages - burst_for(DEFAULT_READS_PER_MIN, DEFAULT_BURST_S)) / rate
+
+
+class Side:
+    def __init__(self, work: Path, name: str, seed: Path, rtt: float):
+        (work / name / "data").mkdir(parents=True)
+        shutil.copyfile(seed, work / name / "data" / "store.db")
+        self.svc = ServiceProcess(
+            work / name, admin_key=ADMIN_KEY, db_path=work / name / "data" / "store.db",
+            hosted_api=True, org_limits=None,
+        )  # fmt: skip
+        self.proxy = ProxyProcess(self.svc.base_url, rtt=rtt)
+        self.admin = Admin(self.svc.base_url)
+        self.work = work / name
+
+    def rest(self) -> None:
+        """The emulator's bucket full again (its burst at its rate, and a second more)."""
+        time.sleep(burst_for(DEFAULT_READS_PER_MIN, DEFAULT_BURST_S) / (DEFAULT_READS_PER_MIN / 60.0) + 1.0)
+
+    def stop(self) -> None:
+        self.admin.close()
+        self.proxy.stop()
+        self.svc.stop()
+
+
+def memfs_run(side: Side, sess: dict, n: int) -> dict:
+    side.rest()
+    before = side.admin.org_requests()
+    sb = Sandbox(side.work, f"sb-{n}-{time.monotonic_ns()}", base_url=side.proxy.url,
+                 session_id=sess["id"], work_secret=sess["work_secret"])  # fmt: skip
+    try:
+        load = os.getloadavg()[0]
+        t = time.perf_counter()
+        sb.mount(timeout=600)
+        s = time.perf_counter() - t
+    finally:
+        if is_mounted(sb.root):
+            sb.memfs("unmount", "--root", str(sb.root), "--flush-timeout", "10", timeout=60)
+        sb.close()
+        shutil.rmtree(sb.dir, ignore_errors=True)
+    return {"s": s, "load": load, **counted(side, before)}
+
+
+def official_run(side: Side, sess: dict) -> dict:
+    side.rest()
+    before = side.admin.org_requests()
+    root = Path(tempfile.mkdtemp(prefix="official-", dir=side.work))
+    try:
+        load = os.getloadavg()[0]
+        s = asyncio.run(official_download_time(side.proxy.url, sess, root))
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    return {"s": s, "load": load, **counted(side, before)}
+
+
+def counted(side: Side, before: dict[str, int]) -> dict[str, int]:
+    after = side.admin.org_requests()
+    return {"requests": after["total"] - before["total"], "limited": after["limited"] - before["limited"]}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--rtt", type=float, default=0.040)
+    ap.add_argument("--runs", type=int, default=2, help="runs of each order")
+    ap.add_argument("--only", choices=("1", "8"), default=None)
+    args = ap.parse_args()
+    cfg = Config.make(False)
+    work = Path(tempfile.mkdtemp(prefix="memfs-fdh-", dir="/tmp"))
+    sides: list[Side] = []
+    out: dict = {"rtt": args.rtt, "runs": []}
+    try:
+        stores = build_stores(cfg)
+        seed = work / "seed.db"
+        ids_by_name = seed_database(seed, stores, age_s=86_400.0)
+        ids = [ids_by_name[f"full-{k}"] for k in range(cfg.stores)]
+        log(f"seeded {cfg.stores} x {cfg.memories}")
+        mem, off = Side(work, "memfs", seed, args.rtt), Side(work, "official", seed, args.rtt)
+        sides = [mem, off]
+        for n in (1, cfg.stores):
+            if args.only and int(args.only) != (1 if n == 1 else 8):
+                continue
+            sm, so = mem.admin.session(ids[:n]), off.admin.session(ids[:n])
+            pages = sum(math.ceil(len(stores[f"full-{k}"]) / FULL_LIMIT) for k in range(n))
+            for run in range(args.runs):
+                for order in (("memfs", "official"), ("official", "memfs")):
+                    for who in order:
+                        r = memfs_run(mem, sm, n) if who == "memfs" else official_run(off, so)
+                        r.update(stores=n, who=who, order="-".join(order), run=run)
+                        out["runs"].append(r)
+                        log(json.dumps(r))
+            out[f"floor_{n}"] = {"pages": pages, "s": floor_s(pages)}
+        print(json.dumps(out, indent=1))
+        for n in (1, cfg.stores):
+            rs = [r for r in out["runs"] if r["stores"] == n]
+            if not rs:
+                continue
+            m = statistics.median(r["s"] for r in rs if r["who"] == "memfs")
+            o = statistics.median(r["s"] for r in rs if r["who"] == "official")
+            fl = out[f"floor_{n}"]["s"]
+            print(
+                f"{n} store(s): memfs {m:.2f} s, official {o:.2f} s ({m / o:.3f}x), floor {fl:.2f} s "
+                f"({m / fl if fl else float('nan'):.3f}x); memfs requests "
+                f"{[r['requests'] for r in rs if r['who'] == 'memfs']} 429s "
+                f"{[r['limited'] for r in rs if r['who'] == 'memfs']}; official requests "
+                f"{[r['requests'] for r in rs if r['who'] == 'official']} 429s "
+                f"{[r['limited'] for r in rs if r['who'] == 'official']}; load "
+                f"{[round(r['load'], 1) for r in rs]}"
+            )
+    finally:
+        for s in sides:
+            s.stop()
+        shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
