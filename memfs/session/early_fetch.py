@@ -42,7 +42,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from memfs import limits
-from memfs.protocol import COUNTERS_PATH, MEMORY_BETA, SESSIONS_BETA, SESSIONS_PATH, STORES_PATH
+from memfs.protocol import BETA_HEADER, COUNTERS_PATH, MEMORY_BETA, SESSIONS_BETA, SESSIONS_PATH, STORES_PATH
 
 EARLY_ENV = "MEMFS_EARLY_DOWNLOAD"  # "off": every mount starts the old way (comparisons, tests)
 _PLAIN_ID = re.compile(r"[A-Za-z0-9_-]{1,200}")  # ids that go into a path as they are
@@ -299,9 +299,7 @@ def _helper(target: tuple[str, int, str], token: str, session_id: str, db_path: 
         return 0
 
     def get(conn: http.client.HTTPConnection, path: str, beta: str) -> http.client.HTTPResponse:
-        conn.request(
-            "GET", prefix + path, headers={"authorization": f"Bearer {token}", "anthropic-beta": beta}
-        )
+        conn.request("GET", prefix + path, headers={"authorization": f"Bearer {token}", BETA_HEADER: beta})
         return conn.getresponse()
 
     conn = http.client.HTTPConnection(host, port, timeout=timeout)

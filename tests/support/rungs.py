@@ -13,7 +13,12 @@ RUNGS = ("rules", "engine", "client", "service", "mount", "session", "e2e", "str
 
 # the repository's own checks (imports, docs, this ladder) stay at the top of tests/: pure reads of
 # the tree, on the pure rung; any other test module belongs in a rung's folder
-TOP_LEVEL = {"test_layers.py": "rules", "test_docs.py": "rules", "test_rungs.py": "rules"}
+TOP_LEVEL = {
+    "test_layers.py": "rules",
+    "test_docs.py": "rules",
+    "test_rungs.py": "rules",
+    "test_wire.py": "rules",
+}
 
 
 def rung_of(path: Path) -> str | None:
