@@ -58,8 +58,9 @@ Snapshot = tuple[int, list, set]  # counter, entries (snapshot_stream.SnapshotEn
 def early_target(base_url: str) -> tuple[str, int, str] | None:
     """(host, port, path prefix) for a plain `http://` base URL, else None (no early download).
 
-    The client (httpx with its own transport) honours no proxy variables; it would verify TLS and
-    send URL credentials, which this helper does not do, so such URLs are left to it."""
+    The client verifies TLS and sends URL credentials, which this helper does not do, so such URLs
+    are left to it; so is a store behind a proxy, which the client honours (memfs/client/egress.py)
+    and the helper checks for once it runs."""
     try:
         u = urlsplit(base_url)
         port = u.port or 80
