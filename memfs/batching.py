@@ -1,4 +1,7 @@
-"""How a push cuts its writes into batches (memfs's batch-write extension, docs/API.md)."""
+"""How a push cuts its writes into batches (memfs's batch-write extension, docs/API.md).
+
+Used by the sync's push (memfs/sync/push.py), which sends each batch through the client's
+`write_batch`; the client takes a batch as given and cuts nothing itself."""
 
 from __future__ import annotations
 

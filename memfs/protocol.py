@@ -9,6 +9,7 @@ so any layer may use it. The tests spell the values out themselves: a change her
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Literal, TypeGuard, get_args
 
 BETA_HEADER = "anthropic-beta"
@@ -19,10 +20,18 @@ API_KEY_HEADER = "x-api-key"
 COUNTER_HEADER = "memfs-store-counter"  # the store counter a memory listing, feed or snapshot was read at
 REQUEST_ID_HEADER = "request-id"
 
+# Every path memfs sends or serves under /v1/ is spelled here (tests/test_wire.py fails on a `/v1/`
+# string anywhere else in memfs/); the builders below take ids, or `{store_id}`-style names for the
+# service's route patterns, so the client's requests and the service's routes are one spelling.
+API_PREFIX = "/v1/"  # the API's paths: each needs a credential and counts against the organisation's limits
 STORES_PATH = "/v1/memory_stores"
 COUNTERS_PATH = "/v1/memory_store_counters"
 WATCH_PATH = "/v1/memory_store_watch"
 SESSIONS_PATH = "/v1/sessions"
+RELAY_STATUS_PATH = "/v1/relay_status"  # the relay's own (memfs serve --upstream)
+ENVIRONMENTS_PATH = (
+    "/v1/environments"  # the platform's work API (the official EnvironmentWorker's), not the store's
+)
 
 # How a session holds a store: the wire value of a session resource's `access`.
 Access = Literal["read_write", "read_only"]
@@ -65,3 +74,25 @@ def as_deletions(value: object, default: Deletions = "enabled") -> Deletions:
 
 def store_path(store_id: str) -> str:
     return f"{STORES_PATH}/{store_id}"
+
+
+def _of_store(tail: str) -> Callable[[str], str]:
+    """The builder of a path under one store: `memories_path("memstore_1")`."""
+    return lambda store_id: f"{store_path(store_id)}/{tail}"
+
+
+memories_path = _of_store("memories")
+versions_path = _of_store("memory_versions")
+# memfs's extensions of one store (docs/API.md, "Version counter extensions")
+store_counter_path = _of_store("counter")
+changes_path = _of_store("changes")
+snapshot_path = _of_store("snapshot")
+batch_path = _of_store("memory_batch")
+
+
+def memory_path(store_id: str, memory_id: str) -> str:
+    return f"{memories_path(store_id)}/{memory_id}"
+
+
+def session_path(session_id: str) -> str:
+    return f"{SESSIONS_PATH}/{session_id}"

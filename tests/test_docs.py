@@ -133,3 +133,24 @@ def test_the_map_check_sees_a_missing_and_an_invented_module():
         "names memfs/sync/fed.py, which does not exist",
         "does not name memfs/sync/feed.py",
     ]
+
+
+def layers_problems(text: str) -> list[str]:
+    """What docs/DESIGN.md's "Layers" diagram leaves out: each package of memfs/ (a folder with an
+    __init__.py) and the command line must stand in it by name (tests/test_layers.py checks the arrows)."""
+    section = text.split("## Layers", 1)[1].split("\n## ", 1)[0]
+    diagram = section.split("```", 2)[1]
+    words = set(re.findall(r"\w+", diagram))
+    packages = sorted(p.parent.name for p in (REPO / "memfs").glob("*/__init__.py"))
+    return [f"the Layers diagram does not name {name}" for name in ["cli", *packages] if name not in words]
+
+
+def test_the_layers_diagram_names_every_package():
+    assert layers_problems((DOCS / "DESIGN.md").read_text()) == []
+
+
+def test_the_layers_check_sees_a_missing_package():
+    design = (DOCS / "DESIGN.md").read_text()
+    section = design.split("## Layers", 1)[1].split("\n## ", 1)[0]
+    broken = design.replace(section, section.replace("relay", "relya"))
+    assert layers_problems(broken) == ["the Layers diagram does not name relay"]

@@ -1,8 +1,10 @@
 """The ladder (tests/support/rungs.py): every test module sits on one rung, each rung is a registered
-marker that selects that rung alone, and the paths of tests that the docs and scripts name exist."""
+marker that selects that rung alone, the rungs stand in the order of what they bring up and no test
+module brings up more than its rung, and the paths of tests that the docs and scripts name exist."""
 
 from __future__ import annotations
 
+import ast
 import re
 import subprocess
 import sys
@@ -10,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.rungs import RUNGS, TESTS, rung_of, rung_problem
+from tests.support.rungs import BRINGS_UP, REACH, RUNGS, TESTS, rung_of, rung_problem
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -54,6 +56,89 @@ def test_a_rungs_marker_selects_that_rung_alone():
     assert proc.returncode == 0, proc.stdout + proc.stderr
     ids = [line for line in proc.stdout.splitlines() if "::" in line]
     assert ids and all(i.startswith("tests/engine/") for i in ids), proc.stdout
+
+
+def _imports_and_fixtures(path: Path) -> tuple[set[str], set[str]]:
+    """The modules `path` imports anywhere in it (absolute imports), and its functions' parameter names."""
+    modules: set[str] = set()
+    params: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+        if isinstance(node, ast.Import):
+            modules |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            modules.add(node.module)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            params |= {arg.arg for arg in node.args.args}
+    return modules, params
+
+
+def _source_of(module: str) -> Path | None:
+    base = REPO.joinpath(*module.split("."))
+    for candidate in (base.with_suffix(".py"), base / "__init__.py"):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def reach_of(path: Path) -> tuple[int, str]:
+    """How much of the real system the test module at `path` brings up (rungs.REACH's levels), and
+    what brings it up: the tests/support modules it imports, directly, through other tests modules
+    or through the conftest.py files of its folders, and tests/conftest.py's `service` fixture."""
+    conftests = [d / "conftest.py" for d in path.parents if TESTS in d.parents]
+    todo = [path, *(c for c in conftests if c.is_file())]
+    seen: set[Path] = set()
+    level, why = 0, "nothing"
+    while todo:
+        f = todo.pop()
+        if f in seen:
+            continue
+        seen.add(f)
+        modules, params = _imports_and_fixtures(f)
+        if f == path and "service" in params and level < 2:
+            level, why = 2, "tests/conftest.py's service fixture"
+        for m in sorted(modules):
+            if BRINGS_UP.get(m, -1) > level:
+                level, why = BRINGS_UP[m], f"{m} (through {f.name})"
+            src = _source_of(m) if m.startswith("tests.") else None
+            if src is not None:
+                todo.append(src)
+    return level, why
+
+
+def _rung_modules() -> list[tuple[Path, str]]:
+    return [(p, r) for p in sorted(TESTS.rglob("test_*.py")) if (r := rung_of(p)) is not None]
+
+
+def test_the_rungs_stand_in_the_order_of_what_they_bring_up():
+    assert set(REACH) == set(RUNGS)
+    levels = [REACH[r] for r in RUNGS]
+    assert levels == sorted(levels), "RUNGS is not in the order of REACH"
+
+
+def test_no_test_module_brings_up_more_than_its_rung():
+    over = []
+    for path, rung in _rung_modules():
+        level, why = reach_of(path)
+        if level > REACH[rung]:
+            over.append(f"{path.relative_to(REPO)} ({rung}, {REACH[rung]}) brings up {level}: {why}")
+    assert over == [], "move these up the ladder, or bring up less:\n" + "\n".join(over)
+
+
+def test_each_rung_brings_up_what_its_level_says():
+    """A level no module of the rung reaches would make the order a claim about nothing."""
+    reached = {r: 0 for r in RUNGS}
+    for path, rung in _rung_modules():
+        reached[rung] = max(reached[rung], reach_of(path)[0])
+    assert reached == REACH
+
+
+def test_the_reach_check_sees_a_sandbox_behind_a_support_module(tmp_path):
+    module = tmp_path / "test_x.py"
+    module.write_text("def test_a():\n    from tests.support.world import World\n")
+    level, why = reach_of(module)
+    assert level == 4 and why.startswith("tests.support.world"), why
+    module.write_text("def test_a(service):\n    pass\n")
+    assert reach_of(module)[0] == 2
 
 
 # a path under tests/ as docs, scripts and comments name one: a module, a folder (a dotted module

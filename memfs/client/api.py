@@ -33,7 +33,21 @@ from memfs.client.snapshot_receive import stream_snapshot
 from memfs.client.snapshot_stream import SnapshotSink
 from memfs.client.transport import Pools
 from memfs.client.turns import Turns
-from memfs.protocol import COUNTER_HEADER, MEMORY_BETA, SESSIONS_BETA
+from memfs.protocol import (
+    BETA_HEADER,
+    COUNTER_HEADER,
+    COUNTERS_PATH,
+    MEMORY_BETA,
+    SESSIONS_BETA,
+    WATCH_PATH,
+    batch_path,
+    changes_path,
+    memories_path,
+    memory_path,
+    session_path,
+    snapshot_path,
+    versions_path,
+)
 
 CONCURRENCY = 32  # requests in flight per client (all stores together): a WAN's latency, bounded
 RETRY_WITHIN = 4.0  # seconds: the longest retry-after honoured inside a tick (the interval is >= 5 s)
@@ -93,7 +107,7 @@ class StoreClient:
             transport = self._pools = Pools(concurrency + 1, verify=verify, proxy=self.proxy, refused=refused)
         self._http = httpx.AsyncClient(
             base_url=self.base_url,
-            headers={"authorization": f"Bearer {token}", "anthropic-beta": MEMORY_BETA},
+            headers={"authorization": f"Bearer {token}", BETA_HEADER: MEMORY_BETA},
             timeout=httpx.Timeout(timeout),
             verify=verify,
             transport=transport,  # `concurrency` connections in all (tests: their own transport)
@@ -274,16 +288,14 @@ class StoreClient:
 
     # -- sessions ---------------------------------------------------------------------------
     async def get_session(self, session_id: str) -> dict[str, Any]:
-        return await self._json(
-            "GET", f"/v1/sessions/{session_id}", headers={"anthropic-beta": SESSIONS_BETA}
-        )
+        return await self._json("GET", session_path(session_id), headers={BETA_HEADER: SESSIONS_BETA})
 
     # -- counter extension ------------------------------------------------------------------
     async def counters(self, store_ids: Iterable[str]) -> dict[str, int] | None:
         """Counters of several stores in one request; None when the service has no counter (SEMANTICS.md#d-no-counter)."""
         ids = list(store_ids)
         try:
-            body = await self._json("GET", "/v1/memory_store_counters", params={"ids": ",".join(ids)})
+            body = await self._json("GET", COUNTERS_PATH, params={"ids": ",".join(ids)})
         except ApiError as exc:
             if exc.status in (404, 405):
                 return None
@@ -297,7 +309,7 @@ class StoreClient:
         # The read timeout must outlast the hold; connect/write keep the client's own.
         timeout = httpx.Timeout(self._http.timeout.connect, read=wait + 10.0)
         try:
-            body = await self._json("GET", "/v1/memory_store_watch", params=params, timeout=timeout)
+            body = await self._json("GET", WATCH_PATH, params=params, timeout=timeout)
         except ApiError as exc:
             # No watch here (a hosted-API-only service): no route. A 404 naming a store is raised.
             if exc.status == 405 or (exc.status == 404 and exc.message.startswith("no such endpoint")):
@@ -309,7 +321,7 @@ class StoreClient:
     async def changes(self, store_id: str, since: int) -> Changes | None:
         """Changes since a counter; None when the service has no feed."""
         try:
-            body = await self._json("GET", f"/v1/memory_stores/{store_id}/changes", params={"since": since})
+            body = await self._json("GET", changes_path(store_id), params={"since": since})
         except ApiError as exc:
             # Only asked after `counters` worked; a 404 here means no feed: the caller lists.
             if exc.status in (404, 405):
@@ -338,7 +350,7 @@ class StoreClient:
         chunk is received: at most SNAPSHOT_CHUNKS_AHEAD chunks of SNAPSHOT_CHUNK_BYTES wait, so a
         store's content is never whole in memory. A stream that breaks or ends early raises
         Unreachable: what `sink` got by then is part of a store, which the caller must not show."""
-        url = f"/v1/memory_stores/{store_id}/snapshot"
+        url = snapshot_path(store_id)
         for attempt in range(max(self.retries, RATE_RETRIES) + 1):
             wait = None
             try:
@@ -428,7 +440,7 @@ class StoreClient:
     ) -> tuple[dict[str, Any], str | None]:
         """One page of a store's version feed (newest first: `{data, next_page}`, SEMANTICS.md#d-no-counter),
         and the answer's `Date` header (the service's clock, for where the feed was read to)."""
-        url = f"/v1/memory_stores/{store_id}/memory_versions"
+        url = versions_path(store_id)
         resp = await self._request("GET", url, params=params)
         try:
             return resp.json(), resp.headers.get("date")
@@ -436,15 +448,11 @@ class StoreClient:
             raise Unreachable(f"GET {url}: answer is not JSON") from exc
 
     async def get_memory(self, store_id: str, memory_id: str) -> dict[str, Any]:
-        return await self._json(
-            "GET", f"/v1/memory_stores/{store_id}/memories/{memory_id}", params={"view": "full"}
-        )
+        return await self._json("GET", memory_path(store_id, memory_id), params={"view": "full"})
 
     async def create_memory(self, store_id: str, path: str, content: str) -> dict[str, Any]:
         try:
-            return await self._json(
-                "POST", f"/v1/memory_stores/{store_id}/memories", json={"path": path, "content": content}
-            )
+            return await self._json("POST", memories_path(store_id), json={"path": path, "content": content})
         except ApiError as exc:
             err = exc.body.get("error") if isinstance(exc.body, dict) else None
             err = err if isinstance(err, dict) else {}
@@ -470,7 +478,7 @@ class StoreClient:
         if path is not None:
             body["path"] = path
         try:
-            return await self._json("POST", f"/v1/memory_stores/{store_id}/memories/{memory_id}", json=body)
+            return await self._json("POST", memory_path(store_id, memory_id), json=body)
         except ApiError as exc:
             # Only with a path: a content-only update does not say where the memory was, so a
             # memory renamed by someone else since our first attempt would be taken as ours, and its
@@ -493,9 +501,7 @@ class StoreClient:
         settles the same case at its next listing (a remote sha equal to what was sent is our
         own write, SEMANTICS.md#d-three-way); here it costs one GET and no tick."""
         try:
-            m = await self._json(
-                "GET", f"/v1/memory_stores/{store_id}/memories/{memory_id}", params={"view": "basic"}
-            )
+            m = await self._json("GET", memory_path(store_id, memory_id), params={"view": "basic"})
         except ApiError:
             return None
         if content is not None:
@@ -513,7 +519,7 @@ class StoreClient:
         try:
             answer = await self._json(
                 "POST",
-                f"/v1/memory_stores/{store_id}/memory_batch",
+                batch_path(store_id),
                 content=body,
                 headers={"content-type": "application/json"},
             )
@@ -524,14 +530,12 @@ class StoreClient:
             raise
         results = answer.get("results") if isinstance(answer, dict) else None
         if not isinstance(results, list) or len(results) != len(ops):
-            raise Unreachable(
-                f"POST /v1/memory_stores/{store_id}/memory_batch: answer does not hold one result per operation"
-            )
+            raise Unreachable(f"POST {batch_path(store_id)}: answer does not hold one result per operation")
         return results
 
     async def delete_memory(self, store_id: str, memory_id: str, *, expected_sha: str | None) -> None:
         params = {"expected_content_sha256": expected_sha} if expected_sha else None
-        await self._request("DELETE", f"/v1/memory_stores/{store_id}/memories/{memory_id}", params=params)
+        await self._request("DELETE", memory_path(store_id, memory_id), params=params)
 
 
 def _describe(exc: BaseException) -> str:

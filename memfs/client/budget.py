@@ -18,6 +18,7 @@ from collections import Counter, deque
 from typing import Any
 
 from memfs.client.errors import ApiError
+from memfs.protocol import COUNTERS_PATH, SESSIONS_PATH, STORES_PATH, WATCH_PATH
 
 WINDOW_HOUR = 3600
 WINDOW_MINUTE = 60
@@ -27,7 +28,7 @@ RATE_WINDOW = 2.0  # seconds of sends the rate at a 429 is measured over
 RATE_GROWTH = 1.0  # requests a second added each second after a 429
 RATE_FORGET = 60.0  # seconds without a 429 after which the client is unpaced again
 
-_STORE = r"/v1/memory_stores/[^/?]+"
+_STORE = re.escape(STORES_PATH) + r"/[^/?]+"
 # (method or "*", path pattern) -> kind; the first that matches wins.
 _KINDS: list[tuple[str, re.Pattern[str], str]] = [
     ("*", re.compile(_STORE + r"/memory_versions"), "versions"),
@@ -35,9 +36,9 @@ _KINDS: list[tuple[str, re.Pattern[str], str]] = [
     ("GET", re.compile(_STORE + r"/memories/[^/?]+"), "get"),
     ("DELETE", re.compile(_STORE + r"/memories/"), "delete"),
     ("POST", re.compile(_STORE + r"/(memories|memory_batch)"), "write"),
-    ("*", re.compile(r"/v1/sessions"), "session"),
-    ("*", re.compile(r"/v1/memory_store_counters"), "counter"),
-    ("*", re.compile(r"/v1/memory_store_watch"), "watch"),
+    ("*", re.compile(re.escape(SESSIONS_PATH)), "session"),
+    ("*", re.compile(re.escape(COUNTERS_PATH)), "counter"),
+    ("*", re.compile(re.escape(WATCH_PATH)), "watch"),
     ("*", re.compile(_STORE + r"/changes"), "changes"),
     ("*", re.compile(_STORE + r"/snapshot"), "snapshot"),
 ]
@@ -154,7 +155,7 @@ LIMIT_HEADER = "anthropic-ratelimit-requests-limit"
 REMAINING_HEADER = "anthropic-ratelimit-requests-remaining"
 RESET_HEADER = "anthropic-ratelimit-requests-reset"
 _WRITE_METHODS = frozenset(("POST", "DELETE", "PUT", "PATCH"))
-_STORE_ID = re.compile(r"/v1/memory_stores/([^/?]+)")
+_STORE_ID = re.compile(re.escape(STORES_PATH) + r"/([^/?]+)")
 
 
 def class_of(method: str) -> str:

@@ -115,11 +115,6 @@ class Filesystem:
     def on_invalidate(self, wake: Callable[[], None] | None) -> None:
         self.inval.on_invalidate = wake  # set by the adapter while mounted
 
-    @property
-    def invalidations_queued(self) -> int:
-        """How many invalidations were ever queued (the adapter compares two readings)."""
-        return self.inval.pushed
-
     def invalidations_done(self, n: int) -> None:
         """The adapter reports that `n` queued invalidations reached the kernel."""
         self.inval.done(n)
@@ -190,13 +185,6 @@ class Filesystem:
                 continue
             node.lookups = max(0, node.lookups - n)
             self.tree.maybe_free(node)
-
-    def lookup_count(self, ino: int) -> int:
-        node = self.tree.nodes.get(ino)
-        return node.lookups if node else 0
-
-    def has_inode(self, ino: int) -> bool:
-        return ino in self.tree.nodes
 
     def getattr(self, ino: int) -> Attr:
         return self.tree.attr(self.tree.node(ino))
@@ -609,9 +597,6 @@ class Filesystem:
 
     def set_memory_id(self, store_id: str, path: str, memory_id: str | None) -> None:
         self.sync_view.set_memory_id(store_id, path, memory_id)
-
-    def committed_content(self, store_id: str, path: str) -> bytes:
-        return self.sync_view.committed_content(store_id, path)
 
     def live_shas(self) -> set[str]:
         return self.sync_view.live_shas()

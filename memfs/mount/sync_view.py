@@ -281,18 +281,6 @@ class SyncView:
             s = node.replaces
             node.replaces = dataclasses.replace(s, memory_id=memory_id)
 
-    def committed_content(self, store_id: str, path: str) -> bytes:
-        """The staged content at `path` (what a push would send)."""
-        node = self.tree.store(store_id).paths.get(path)
-        lf = None if node is None or not isinstance(node, FileNode) else self._local_file(path, node)
-        if lf is None:
-            raise FsError(errno.ENOENT)
-        try:
-            return self.state.get_blob(lf.sha)
-        except FileNotFoundError:
-            log.error("blob %s of %s is missing from the state dir", lf.sha, path)
-            raise FsError(errno.EIO) from None
-
     def live_shas(self) -> set[str]:
         """Shas in use by the view (for State.gc_blobs(keep=…))."""
         shas = {n.sha for n in self.tree.nodes.values() if isinstance(n, FileNode)}

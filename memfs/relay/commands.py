@@ -33,7 +33,7 @@ def extend(serve: argparse.ArgumentParser) -> None:
         type=float,
         default=15.0,
         metavar="SECONDS",
-        help="relay: how often each store a client uses is polled upstream (default 15)",
+        help="relay: how often each store a client uses is polled upstream (default %(default)s)",
     )
     g.add_argument(
         "--confirm-every",
@@ -41,7 +41,7 @@ def extend(serve: argparse.ArgumentParser) -> None:
         default=60.0,
         metavar="SECONDS",
         help="relay: a credential's access to a store is confirmed upstream again, with that credential, "
-        "after this long (default 60)",
+        "after this long (default %(default)s)",
     )
     g.add_argument(
         "--confirm-grace",
@@ -49,7 +49,7 @@ def extend(serve: argparse.ArgumentParser) -> None:
         default=120.0,
         metavar="SECONDS",
         help="relay: while the upstream cannot confirm a credential (unreachable, 429, 5xx), it is still "
-        "served from the cache this long past --confirm-every, never longer; 0: not at all (default 120)",
+        "served from the cache this long past --confirm-every, never longer; 0: not at all (default %(default)s)",
     )
     g.add_argument(
         "--upstream-key-file",

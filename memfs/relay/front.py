@@ -37,7 +37,14 @@ from typing import Any
 
 import anyio.to_thread
 
-from memfs.protocol import MEMORY_BETA, SESSIONS_BETA
+from memfs.protocol import (
+    API_KEY_HEADER,
+    BETA_HEADER,
+    MEMORY_BETA,
+    SESSIONS_BETA,
+    memories_path,
+    session_path,
+)
 from memfs.relay.access import AccessBook, credential_hash
 from memfs.relay.poller import Poller, to_record
 from memfs.relay.routes import STATUS_PATH, Routed, route
@@ -52,7 +59,8 @@ from memfs.service.responses import error_response
 log = logging.getLogger("memfs.relay")
 access_line = RequestLine("memfs.service.access")
 
-_AUTH = (b"authorization", b"x-api-key")
+_AUTH = (b"authorization", API_KEY_HEADER.encode())
+_BETA = BETA_HEADER.encode()
 
 
 class Refused(Exception):
@@ -215,7 +223,7 @@ class RelayFront:
                 await self._download(sid, credential)
             self.poller.touch(sid, credential, watch=routed.watch)
         headers = [(k, v) for k, v in scope["headers"] if k.lower() not in _AUTH]
-        headers.append((b"x-api-key", self.admin_key.encode()))
+        headers.append((API_KEY_HEADER.encode(), self.admin_key.encode()))
         scope["state"] = state = scope.get("state") or {}
         await self.local({**scope, "headers": headers, "state": state}, body.replaying(raw, receive), send)
 
@@ -248,9 +256,9 @@ class RelayFront:
             answer = await self.upstream.send(
                 "confirm",
                 "GET",
-                f"/v1/sessions/{session}",
+                session_path(session),
                 b"",
-                [*auth.headers, (b"anthropic-beta", SESSIONS_BETA.encode())],
+                [*auth.headers, (_BETA, SESSIONS_BETA.encode())],
             )
             if answer.status == 200:
                 stores = _session_stores(answer)
@@ -263,9 +271,9 @@ class RelayFront:
             answer = await self.upstream.send(
                 "confirm",
                 "GET",
-                f"/v1/memory_stores/{sid}/memories",
+                memories_path(sid),
                 b"limit=1&depth=1",
-                [*auth.headers, (b"anthropic-beta", MEMORY_BETA.encode())],
+                [*auth.headers, (_BETA, MEMORY_BETA.encode())],
             )
             if answer.status == 200:
                 self.book.confirm(cred, [sid], now)

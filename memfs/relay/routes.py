@@ -19,7 +19,7 @@ import re
 from dataclasses import dataclass
 from typing import Literal
 
-from memfs.protocol import COUNTERS_PATH, STORES_PATH, WATCH_PATH
+from memfs.protocol import COUNTERS_PATH, RELAY_STATUS_PATH, STORES_PATH, WATCH_PATH
 from memfs.service.request import MAX_COUNTER_IDS, counter_ids, known_counters, query_pairs
 
 Kind = Literal["cached", "write", "pass", "local", "invalid"]
@@ -28,7 +28,7 @@ _STORE = re.compile(STORES_PATH + r"/([^/]+)(/.*)?$")
 _CACHED_TAILS = re.compile(r"^/(memories(/[^/]+)?|counter|changes|snapshot)$")
 _WRITE_TAILS = re.compile(r"^/(memories(/[^/]+)?|memory_batch)$")
 LOCAL_PATHS = frozenset({"/healthz", "/readyz", "/metrics"})
-STATUS_PATH = "/v1/relay_status"
+STATUS_PATH = RELAY_STATUS_PATH
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,8 @@ from urllib.parse import quote, urlsplit
 
 import httpx
 
+from memfs.protocol import API_KEY_HEADER, REQUEST_ID_HEADER
+
 # Hop-by-hop headers (RFC 9110, section 7.6.1) and those httpx sets itself are not copied either way.
 _HOP = frozenset(
     {
@@ -38,7 +40,7 @@ _HOP_OUT = _HOP | {b"content-encoding", b"date", b"server"}
 # Who the caller is on the relay's side: not the upstream's to read (nor to be spoofed into it).
 _IDENTITY = frozenset({b"cookie", b"forwarded", b"x-real-ip", b"proxy-connection"})
 _PATH_SAFE = "/:@!$&'()*+,;=~"
-_CREDENTIAL = frozenset({b"authorization", b"x-api-key"})
+_CREDENTIAL = frozenset({b"authorization", API_KEY_HEADER.encode()})
 
 TIMEOUT_S = 60.0  # a write's answer may take as long as the upstream lets a request run
 CONNECT_TIMEOUT_S = 5.0
@@ -82,7 +84,7 @@ def with_json_error(answer: Answer) -> Answer:
         "type": _ERROR_TYPES.get(answer.status, "api_error"),
         "message": f"the relay's upstream answered {answer.status} without a JSON body",
     }
-    body = {"type": "error", "error": error, "request_id": answer.header("request-id") or ""}
+    body = {"type": "error", "error": error, "request_id": answer.header(REQUEST_ID_HEADER) or ""}
     keep = [(k, v) for k, v in answer.headers if k.lower() not in (b"content-type", b"content-length")]
     return replace(
         answer, headers=[*keep, (b"content-type", b"application/json")], body=json.dumps(body).encode()

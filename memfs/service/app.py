@@ -27,6 +27,15 @@ from memfs.protocol import (
     SESSIONS_PATH,
     STORES_PATH,
     WATCH_PATH,
+    batch_path,
+    changes_path,
+    memories_path,
+    memory_path,
+    session_path,
+    snapshot_path,
+    store_counter_path,
+    store_path,
+    versions_path,
 )
 from memfs.service.counter_path import CounterPath
 from memfs.service.credential_check import CredentialCheck
@@ -50,9 +59,9 @@ from memfs.service.watch import WatchHub
 
 
 def _routes(ctx: RouteContext) -> list[BaseRoute]:
-    s = STORES_PATH + "/{store_id}"
-    m = s + "/memories/{memory_id}"
-    v = s + "/memory_versions/{version_id}"
+    # route patterns from the client's own builders (memfs/protocol.py), the ids as path parameters
+    s, m = store_path("{store_id}"), memory_path("{store_id}", "{memory_id}")
+    v = versions_path("{store_id}") + "/{version_id}"
     stores, memories, versions = StoreRoutes(ctx), MemoryRoutes(ctx), VersionRoutes(ctx)
     sessions, ops, ext = SessionRoutes(ctx), OperationRoutes(ctx), ExtensionRoutes(ctx)
     table = [
@@ -62,18 +71,18 @@ def _routes(ctx: RouteContext) -> list[BaseRoute]:
         (s, "POST", stores.update_store),
         (s, "DELETE", stores.delete_store),
         (s + "/archive", "POST", stores.archive_store),
-        (s + "/memories", "POST", memories.create_memory),
-        (s + "/memories", "GET", memories.list_memories),
+        (memories_path("{store_id}"), "POST", memories.create_memory),
+        (memories_path("{store_id}"), "GET", memories.list_memories),
         (m, "GET", memories.get_memory),
         (m, "POST", memories.update_memory),
         (m, "DELETE", memories.delete_memory),
-        (s + "/memory_versions", "GET", versions.list_versions),
+        (versions_path("{store_id}"), "GET", versions.list_versions),
         (v, "GET", versions.get_version),
         (v + "/redact", "POST", versions.redact_version),
         (SESSIONS_PATH, "POST", sessions.create_session),
         (SESSIONS_PATH, "GET", sessions.list_sessions),
-        (SESSIONS_PATH + "/{session_id}", "GET", sessions.get_session),
-        (SESSIONS_PATH + "/{session_id}/archive", "POST", sessions.archive_session),
+        (session_path("{session_id}"), "GET", sessions.get_session),
+        (session_path("{session_id}") + "/archive", "POST", sessions.archive_session),
         ("/metrics", "GET", ops.get_metrics),
         ("/healthz", "GET", ops.get_live),
         ("/readyz", "GET", ops.get_ready),
@@ -82,10 +91,10 @@ def _routes(ctx: RouteContext) -> list[BaseRoute]:
         table += [
             (COUNTERS_PATH, "GET", ext.get_counters),
             (WATCH_PATH, "GET", ext.watch),
-            (s + "/counter", "GET", ext.get_counter),
-            (s + "/changes", "GET", ext.get_changes),
-            (s + "/snapshot", "GET", ext.get_snapshot),
-            (s + "/memory_batch", "POST", memories.write_batch),
+            (store_counter_path("{store_id}"), "GET", ext.get_counter),
+            (changes_path("{store_id}"), "GET", ext.get_changes),
+            (snapshot_path("{store_id}"), "GET", ext.get_snapshot),
+            (batch_path("{store_id}"), "POST", memories.write_batch),
         ]
     return [Route(path, fn, methods=[method]) for path, method, fn in table]
 

@@ -28,19 +28,26 @@ DEFAULT_BASE_URL = "http://127.0.0.1:8470"
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("serve", help="run the reference store service")
-    p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", type=int, default=8470, help="TCP port (0 picks a free one)")
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default %(default)s)")
+    p.add_argument(
+        "--port", type=int, default=8470, help="TCP port (0 picks a free one; default %(default)s)"
+    )
     p.add_argument(
         "--db",
         default=os.environ.get("MEMFS_DB") or "./memfs-data/store.db",
         help="sqlite:///PATH or a file path (created if missing), or postgresql://… "
-        "(default: $MEMFS_DB, else ./memfs-data/store.db)",
+        "(default: %(default)s; $MEMFS_DB when set, else ./memfs-data/store.db)",
     )
     p.add_argument("--admin-key", help="admin key (default: $MEMFS_ADMIN_KEY, else generated and printed)")
     p.add_argument(
         "--admin-key-file", metavar="PATH", help="read the admin key from this file (not shown by ps)"
     )
-    p.add_argument("--max-memories", type=int, default=DEFAULT_MAX_MEMORIES, help="memories per store")
+    p.add_argument(
+        "--max-memories",
+        type=int,
+        default=DEFAULT_MAX_MEMORIES,
+        help="memories per store (default %(default)s)",
+    )
     p.add_argument(
         "--hosted-api",
         action="store_true",
@@ -51,7 +58,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         choices=("allow", "refuse"),
         default="allow",
         help="whether a session token may read memory_versions (refuse: 403 permission_error; the "
-        "hosted API does not document which; clients must work both ways)",
+        "hosted API does not document which; clients must work both ways; default %(default)s)",
     )
     p.add_argument(
         "--test-late-versions",
@@ -85,7 +92,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         type=float,
         default=30.0,
         metavar="DAYS",
-        help="keep memory versions at least this long (default 30; 0 keeps everything; "
+        help="keep memory versions at least this long (default %(default)s; 0 keeps everything; "
         "fractions allowed); each live memory's current version is always kept",
     )
     p.add_argument(
@@ -93,7 +100,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         type=float,
         default=300.0,
         metavar="SECONDS",
-        help="how often the retention job runs (default 300)",
+        help="how often the retention job runs (default %(default)s)",
     )
     p.add_argument(
         "--console",
@@ -106,7 +113,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         default=0.0,
         metavar="RPS",
         help="requests per second per credential (admin key, session token), answered "
-        "429 with retry-after beyond it; per process (default 0: no limit)",
+        "429 with retry-after beyond it; per process (default %(default)s; 0: no limit)",
     )
     p.add_argument(
         "--rate-burst",
@@ -129,12 +136,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     store = sub.add_parser("store", help="manage memory stores (admin, over HTTP)")
     store_sub = store.add_subparsers(dest="store_command", required=True, metavar="COMMAND")
     c = store_sub.add_parser("create", help="create a memory store")
-    c.add_argument("name")
-    c.add_argument("--description", default=None)
+    c.add_argument("name", help="the new store's name")
+    c.add_argument("--description", default=None, help="the new store's description (default: none)")
     _client_args(c)
     c.set_defaults(func=_store_create)
     ls = store_sub.add_parser("list", help="list memory stores")
-    ls.add_argument("--include-archived", action="store_true")
+    ls.add_argument(
+        "--include-archived", action="store_true", help="list archived stores too (default: only live ones)"
+    )
     _client_args(ls)
     ls.set_defaults(func=_store_list)
 

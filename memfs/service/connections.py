@@ -38,7 +38,7 @@ def add_args(p: argparse.ArgumentParser) -> None:
         type=float,
         default=DEFAULTS.header_timeout,
         metavar="SECONDS",
-        help="a request's line and headers must arrive within this (default 10; else 408, closed)",
+        help="a request's line and headers must arrive within this (default %(default)s; else 408, closed)",
     )
     p.add_argument(
         "--body-timeout",
@@ -46,28 +46,28 @@ def add_args(p: argparse.ArgumentParser) -> None:
         default=DEFAULTS.body_timeout,
         metavar="SECONDS",
         help="a request body must arrive within this of its headers, plus 1 s per 64 KiB received "
-        "(default 30; else 400 request_body_timeout, connection closed)",
+        "(default %(default)s; else 400 request_body_timeout, connection closed)",
     )
     p.add_argument(
         "--keep-alive-timeout",
         type=float,
         default=DEFAULTS.keep_alive,
         metavar="SECONDS",
-        help="close a keep-alive connection idle this long (default 75)",
+        help="close a keep-alive connection idle this long (default %(default)s)",
     )
     p.add_argument(
         "--max-connections",
         type=int,
         default=DEFAULTS.max_connections,
         metavar="N",
-        help="connections held at once; a request beyond it is answered 503 (default 2048: a thousand held watches and as many requests; uvicorn only)",
+        help="connections held at once; a request beyond it is answered 503 (default %(default)s: a thousand held watches and as many requests; uvicorn only)",
     )
     p.add_argument(
         "--max-header-bytes",
         type=int,
         default=DEFAULTS.max_header_bytes,
         metavar="BYTES",
-        help="the longest request line and headers (default 65536; else 431)",
+        help="the longest request line and headers (default %(default)s; else 431)",
     )
 
 

@@ -32,7 +32,7 @@ import anyio.lowlevel
 import anyio.to_thread
 import orjson
 
-from memfs.protocol import COUNTERS_PATH, STORES_PATH, WATCH_PATH
+from memfs.protocol import COUNTERS_PATH, WATCH_PATH, store_counter_path
 from memfs.service import request, wire
 from memfs.service.auth import hash_token, is_admin_key
 from memfs.service.backend import WouldBlock
@@ -46,7 +46,7 @@ from memfs.service.request import DEFAULT_WATCH_WAIT_S, MAX_COUNTER_IDS, MAX_WAT
 MAX_STATEMENTS_OUT = 2
 _COUNTER_SUFFIX = "/counter"
 _MANY = RouteName(COUNTERS_PATH)
-_ONE = RouteName(STORES_PATH + "/{store_id}/counter")
+_ONE = RouteName(store_counter_path("{store_id}"))
 _WATCH = RouteName(WATCH_PATH)
 
 

@@ -7,9 +7,7 @@ from __future__ import annotations
 import logging
 import time
 
-from memfs.protocol import (
-    REQUEST_ID_HEADER,
-)
+from memfs.protocol import API_PREFIX, REQUEST_ID_HEADER
 from memfs.service import body
 from memfs.service.access_log import RequestLine
 from memfs.service.counter_path import CounterPath
@@ -26,7 +24,7 @@ from memfs.service.watch import WatchHub
 
 log = logging.getLogger("memfs.service")
 access_line = RequestLine("memfs.service.access")  # a logger.info("%s %s %d %.1fms", …), cheaper
-_API = "/v1/"  # every route under it needs a credential
+_API = API_PREFIX  # every route under it needs a credential
 _CONSOLE = "/console"  # the console checks its own session (console/routes.py), after its form's body
 
 

@@ -29,7 +29,7 @@ import functools
 import anyio.to_thread
 import orjson
 
-from memfs.protocol import COUNTER_HEADER, STORES_PATH
+from memfs.protocol import COUNTER_HEADER, memories_path
 from memfs.service import params, request
 from memfs.service.auth import hash_token, is_admin_key
 from memfs.service.backend import WouldBlock
@@ -41,7 +41,7 @@ from memfs.service.request import RouteName
 
 _MEMORIES = "/memories"
 _COUNTER_HEADER = COUNTER_HEADER.lower().encode("latin-1")
-LIST_ROUTE = RouteName(STORES_PATH + "/{store_id}/memories")  # as app.py's route table names it
+LIST_ROUTE = RouteName(memories_path("{store_id}"))  # as app.py's route table names it
 
 
 class ListPath:

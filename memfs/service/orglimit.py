@@ -36,6 +36,7 @@ from collections.abc import Callable
 
 import anyio.to_thread
 
+from memfs.protocol import API_PREFIX
 from memfs.service.errors import ApiError, rate_limited
 from memfs.service.ratelimit import RateLimiter, retry_after_headers
 
@@ -92,7 +93,7 @@ class OrgLimits:
         """The class a request counts in if its credential authenticates, or None when it never
         counts (the frame counts it only once the credential is known to authenticate)."""
         cls = _METHOD_CLASS.get(scope["method"])
-        if cls is None or not scope["path"].startswith("/v1/"):
+        if cls is None or not scope["path"].startswith(API_PREFIX):
             return None
         return cls
 

@@ -53,84 +53,145 @@ def _fail(command: str, message: str, code: int = 1) -> int:
     return code
 
 
+_MOUNTED_ROOT_HELP = "the root the stores were mounted at (default %(default)s)"
+_LOG_FORMAT_HELP = "one line per event: text or json (default %(default)s)"
+_FLUSH_TIMEOUT_HELP = "seconds the final upload of staged changes may take (default %(default)s)"
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("mount", help="mount the session's memory stores")
-    p.add_argument("--root", default="/mnt/memory")
-    p.add_argument("--session-id", default=None, help="default: $ANTHROPIC_SESSION_ID")
-    p.add_argument("--base-url", default=None, help="default: $ANTHROPIC_BASE_URL")
-    p.add_argument("--state-dir", default=None, help="default: /var/lib/memfs/<root>")
-    p.add_argument("--sync-interval", type=_float, default=limits.DEFAULT_SYNC_INTERVAL)
-    p.add_argument("--sync-deletions", choices=DELETION_MODES, default="enabled")
+    p.add_argument(
+        "--root",
+        default="/mnt/memory",
+        help="where the session's stores are mounted, one directory each (default %(default)s)",
+    )
+    p.add_argument(
+        "--session-id",
+        default=None,
+        help="the session whose stores to mount (default: $ANTHROPIC_SESSION_ID)",
+    )
+    p.add_argument("--base-url", default=None, help="the store service's URL (default: $ANTHROPIC_BASE_URL)")
+    p.add_argument(
+        "--state-dir",
+        default=None,
+        help="where the mount keeps its tables, blobs and staged changes "
+        "(default: /var/lib/memfs/<root>; ~/.local/state/memfs/<root> when not root)",
+    )
+    p.add_argument(
+        "--sync-interval",
+        type=_float,
+        default=limits.DEFAULT_SYNC_INTERVAL,
+        help="seconds between sync ticks with the store (at least 5; default %(default)s)",
+    )
+    p.add_argument(
+        "--sync-deletions",
+        choices=DELETION_MODES,
+        default="enabled",
+        help="what a file deleted here does on the store: enabled deletes the memory, log_only logs it, "
+        "disabled never deletes (default %(default)s)",
+    )
     p.add_argument(
         "--on-conflict",
         choices=ON_CONFLICT_MODES,
         default="merge",
-        help="merge (default): a change made here and one made on the store meanwhile are merged "
+        help="merge: a change made here and one made on the store meanwhile are merged "
         "line by line where they do not overlap; where they do, the store's version stays in the file "
         "and this sandbox's goes onto the store as a conflict copy beside it. store-wins: the store's "
-        "version replaces the local change, which is kept in the state dir (docs/SEMANTICS.md#d-merge)",
+        "version replaces the local change, which is kept in the state dir (default %(default)s; docs/SEMANTICS.md#d-merge)",
     )
     p.add_argument(
         "--live",
         choices=["auto", "off"],
         default="auto",
         help="auto: hold a watch when the service has one (changes in about a second); "
-        "off: only poll every --sync-interval",
+        "off: only poll every --sync-interval (default %(default)s)",
     )
     p.add_argument(
         "--idle-poll-interval",
         type=_float,
         default=limits.IDLE_POLL_INTERVAL,
-        help="without a counter (the hosted API): seconds between polls while nobody uses the mount",
+        help="without a counter (the hosted API): seconds between polls while nobody uses the mount "
+        "(default %(default)s)",
     )
     p.add_argument(
         "--safety-net-interval",
         type=_float,
         default=limits.SAFETY_NET_INTERVAL,
         help="without a counter (the hosted API): seconds between wide reads of one store's version "
-        "feed (the last hour), round robin",
+        "feed (the last hour), round robin (default %(default)s)",
     )
     p.add_argument(
         "--full-listing-interval",
         type=_float,
         default=limits.FULL_LISTING_INTERVAL,
-        help="without a counter (the hosted API): seconds between full listings of one store, round robin",
+        help="without a counter (the hosted API): seconds between full listings of one store, round robin "
+        "(default %(default)s)",
     )
-    p.add_argument("--max-files", type=int, default=limits.DEFAULT_MAX_FILES)
-    p.add_argument("--max-bytes", type=parse_size, default=limits.DEFAULT_MAX_BYTES)
-    p.add_argument("--uid", type=int, default=None)
-    p.add_argument("--gid", type=int, default=None)
-    p.add_argument("--allow-other", action="store_true")
-    p.add_argument("--log-format", choices=LOG_FORMATS, default="text")
-    p.add_argument("--flush-timeout", type=_float, default=limits.FLUSH_TIMEOUT)
-    p.add_argument("--foreground", action="store_true")
+    p.add_argument(
+        "--max-files",
+        type=int,
+        default=limits.DEFAULT_MAX_FILES,
+        help="files one mounted store may hold; past it a create is ENOSPC and the store's further "
+        "memories are not materialised (default %(default)s)",
+    )
+    p.add_argument(
+        "--max-bytes",
+        type=parse_size,
+        default=limits.DEFAULT_MAX_BYTES,
+        help="bytes one mounted store may hold, as 2000000, 512KiB or 32MiB; past it a write is ENOSPC "
+        "(default %(default)s)",
+    )
+    p.add_argument(
+        "--uid", type=int, default=None, help="owner of every file (default: the mounting user's uid)"
+    )
+    p.add_argument(
+        "--gid", type=int, default=None, help="group of every file (default: the mounting user's gid)"
+    )
+    p.add_argument(
+        "--allow-other",
+        action="store_true",
+        help="let other users enter the mount, the files' modes permitting (default: only the mounting user)",
+    )
+    p.add_argument("--log-format", choices=LOG_FORMATS, default="text", help=_LOG_FORMAT_HELP)
+    p.add_argument("--flush-timeout", type=_float, default=limits.FLUSH_TIMEOUT, help=_FLUSH_TIMEOUT_HELP)
+    p.add_argument(
+        "--foreground",
+        action="store_true",
+        help="stay in the foreground and serve the mount until it is unmounted "
+        "(default: return once every store is readable, the daemon in the background)",
+    )
     p.set_defaults(func=cmd_mount)
 
     p = sub.add_parser("sync", help="run a sync tick now if one is due")
-    p.add_argument("--root", default="/mnt/memory")
+    p.add_argument("--root", default="/mnt/memory", help=_MOUNTED_ROOT_HELP)
     p.add_argument("--force", action="store_true", help="run a tick even if the interval has not passed")
     p.add_argument("--wait", action="store_true", help="also wait until the tick's uploads are done")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="print the tick's outcome as JSON (default: text)")
     p.set_defaults(func=cmd_sync)
 
     p = sub.add_parser("status", help="show the state of each mounted store")
-    p.add_argument("--root", default="/mnt/memory")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--root", default="/mnt/memory", help=_MOUNTED_ROOT_HELP)
+    p.add_argument("--json", action="store_true", help="print the state as JSON (default: text)")
     p.set_defaults(func=cmd_status)
 
     p = sub.add_parser("unmount", help="final sync, then unmount")
-    p.add_argument("--root", default="/mnt/memory")
-    p.add_argument("--flush-timeout", type=_float, default=limits.FLUSH_TIMEOUT)
+    p.add_argument("--root", default="/mnt/memory", help=_MOUNTED_ROOT_HELP)
+    p.add_argument("--flush-timeout", type=_float, default=limits.FLUSH_TIMEOUT, help=_FLUSH_TIMEOUT_HELP)
     p.set_defaults(func=cmd_unmount)
 
     p = sub.add_parser("flush", help="upload staged changes left in a state dir")
-    p.add_argument("--state-dir", required=True)
-    p.add_argument("--base-url", default=None, help="default: the one the mount used")
-    p.add_argument("--flush-timeout", type=_float, default=limits.FLUSH_TIMEOUT)
+    p.add_argument("--state-dir", required=True, help="the state dir an earlier mount left (required)")
     p.add_argument(
-        "--sync-deletions", choices=DELETION_MODES, default=None, help="default: the one the mount used"
+        "--base-url", default=None, help="the store service's URL (default: the one the mount used)"
     )
-    p.add_argument("--log-format", choices=LOG_FORMATS, default="text")
+    p.add_argument("--flush-timeout", type=_float, default=limits.FLUSH_TIMEOUT, help=_FLUSH_TIMEOUT_HELP)
+    p.add_argument(
+        "--sync-deletions",
+        choices=DELETION_MODES,
+        default=None,
+        help="as memfs mount's (default: the one the mount used)",
+    )
+    p.add_argument("--log-format", choices=LOG_FORMATS, default="text", help=_LOG_FORMAT_HELP)
     p.set_defaults(func=cmd_flush)
 
 

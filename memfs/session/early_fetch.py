@@ -42,7 +42,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from memfs import limits
-from memfs.protocol import COUNTERS_PATH, MEMORY_BETA, SESSIONS_BETA, SESSIONS_PATH, STORES_PATH
+from memfs.protocol import BETA_HEADER, COUNTERS_PATH, MEMORY_BETA, SESSIONS_BETA, SESSIONS_PATH, STORES_PATH
 
 EARLY_ENV = "MEMFS_EARLY_DOWNLOAD"  # "off": every mount starts the old way (comparisons, tests)
 _PLAIN_ID = re.compile(r"[A-Za-z0-9_-]{1,200}")  # ids that go into a path as they are
@@ -59,8 +59,9 @@ Snapshot = tuple[int, list, set]  # counter, entries (snapshot_stream.SnapshotEn
 def early_target(base_url: str) -> tuple[str, int, str] | None:
     """(host, port, path prefix) for a plain `http://` base URL, else None (no early download).
 
-    The client (httpx with its own transport) honours no proxy variables; it would verify TLS and
-    send URL credentials, which this helper does not do, so such URLs are left to it."""
+    The client verifies TLS and sends URL credentials, which this helper does not do, so such URLs
+    are left to it; so is a store behind a proxy, which the client honours (memfs/client/egress.py)
+    and the helper checks for once it runs."""
     try:
         u = urlsplit(base_url)
         port = u.port or 80
@@ -306,9 +307,7 @@ def _helper(target: tuple[str, int, str], token: str, session_id: str, db_path: 
         return 0
 
     def get(conn: http.client.HTTPConnection, path: str, beta: str) -> http.client.HTTPResponse:
-        conn.request(
-            "GET", prefix + path, headers={"authorization": f"Bearer {token}", "anthropic-beta": beta}
-        )
+        conn.request("GET", prefix + path, headers={"authorization": f"Bearer {token}", BETA_HEADER: beta})
         return conn.getresponse()
 
     def limits_of(resp: http.client.HTTPResponse) -> dict[str, str]:

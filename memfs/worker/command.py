@@ -33,7 +33,11 @@ ITEM_VARS = ("ANTHROPIC_WORK_ID", "ANTHROPIC_ENVIRONMENT_ID", "ANTHROPIC_SESSION
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("worker", help="run the official EnvironmentWorker for one work item, memory by memfs")
-    p.add_argument("--root", default="/mnt/memory", help="where the session's stores are (or get) mounted")
+    p.add_argument(
+        "--root",
+        default="/mnt/memory",
+        help="where the session's stores are (or get) mounted (default %(default)s)",
+    )
     p.add_argument("--workdir", default=None, help="the agent's working directory (default: the current one)")
     p.add_argument(
         "--mount", action="store_true", help="mount the session's stores first, unmount them at the end"

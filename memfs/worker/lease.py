@@ -23,11 +23,12 @@ import weakref
 from dataclasses import dataclass, field
 from typing import Any
 
+from memfs.protocol import ENVIRONMENTS_PATH
 from memfs.worker._sdk import LEASE_RULES, http_client_of
 
 log = logging.getLogger("memfs.worker")
 
-_HEARTBEAT = re.compile(r"/v1/environments/[^/]+/work/([^/]+)/heartbeat$")
+_HEARTBEAT = re.compile(re.escape(ENVIRONMENTS_PATH) + r"/[^/]+/work/([^/]+)/heartbeat$")
 DEFAULT_TTL = LEASE_RULES.ttl_before_first_answer  # until the first answer tells the real TTL
 _RETRYABLE_4XX = frozenset({408, 409, 429})  # the SDK's retry policy: these never end a lease
 _watches: weakref.WeakKeyDictionary[Any, LeaseWatch] = weakref.WeakKeyDictionary()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import hashlib
 import os
 
 import pytest
@@ -118,7 +119,7 @@ class Harness:
                 assert staged == view, sid
                 assert set(fresh.load_dirs(sid)) == self.fs.dir_paths(sid), sid
                 for p, r in rows.items():
-                    assert fresh.get_blob(r.sha) == self.fs.committed_content(sid, p)
+                    assert hashlib.sha256(fresh.get_blob(r.sha)).hexdigest() == r.sha, (sid, p)
         finally:
             fresh.close()
 

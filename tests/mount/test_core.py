@@ -25,6 +25,12 @@ def sha(b: bytes) -> str:
     return hashlib.sha256(b).hexdigest()
 
 
+def _lookups(fs, ino: int) -> int:
+    """How many lookups of `ino` the kernel holds, as the filesystem counts them (0: freed)."""
+    node = fs.tree.nodes.get(ino)
+    return node.lookups if node else 0
+
+
 def seed_ro(h: Harness, files: dict[str, bytes]) -> None:
     for i, (p, c) in enumerate(files.items()):
         h.fs.apply_remote(RO.store_id, p, f"mem_ro{i}", sha(c), c, 1_600_000_000_000_000_000)
@@ -578,9 +584,9 @@ def test_unlink_while_open_keeps_data_until_release(h):
     assert h.fs.read(fh, 0, 100) == b"STILL here"
     assert h.fs.getattr(ino).nlink == 0
     h.fs.release(fh)
-    assert h.fs.has_inode(ino)  # the kernel still knows it
-    h.fs.forget([(ino, h.fs.lookup_count(ino))])
-    assert not h.fs.has_inode(ino)
+    assert ino in h.fs.tree.nodes  # the kernel still knows it
+    h.fs.forget([(ino, _lookups(h.fs, ino))])
+    assert ino not in h.fs.tree.nodes
     assert "/f" not in h.fs.local_view(RW.store_id)
     h.assert_staged()
 
@@ -589,15 +595,15 @@ def test_lookup_counts_and_forget(h):
     ino = h.write_file(f"{W}/f", b"x")  # create counted 1
     h.fs.lookup(h.ino(W), b"f")
     h.fs.lookup(h.ino(W), b"f")
-    assert h.fs.lookup_count(ino) == 3
+    assert _lookups(h.fs, ino) == 3
     h.fs.forget([(ino, 3)])
-    assert h.fs.has_inode(ino)  # still linked: stays
+    assert ino in h.fs.tree.nodes  # still linked: stays
     assert h.fs.getattr(ino).size == 1
     h.fs.lookup(h.ino(W), b"f")
     h.unlink(f"{W}/f")
-    assert h.fs.has_inode(ino)
+    assert ino in h.fs.tree.nodes
     h.fs.forget([(ino, 1)])
-    assert not h.fs.has_inode(ino)
+    assert ino not in h.fs.tree.nodes
     assert errno_of(h.fs.getattr, ino) == errno.ENOENT
     # A new file at the same path gets a new inode number.
     assert h.write_file(f"{W}/f", b"y") != ino
@@ -669,17 +675,17 @@ def test_readdir_cursors_stable_under_concurrent_changes(h):
 
 def test_readdir_lookup_counting_is_the_adapters_choice(h):
     ino = h.write_file(f"{W}/f", b"")
-    base = h.fs.lookup_count(ino)
+    base = _lookups(h.fs, ino)
     w = h.ino(W)  # (a lookup: taken once, before the counts are read)
-    dir_base = h.fs.lookup_count(w)
+    dir_base = _lookups(h.fs, w)
     fh = h.fs.opendir(w)
     entries = list(h.fs.readdir(fh, 0))
-    assert h.fs.lookup_count(ino) == base  # readdir itself does not count
+    assert _lookups(h.fs, ino) == base  # readdir itself does not count
     for e in entries:
         h.fs.count_lookup(e)  # what the adapter does for each accepted entry
-    assert h.fs.lookup_count(ino) == base + 1
+    assert _lookups(h.fs, ino) == base + 1
     assert any(e.is_dot for e in entries)  # "." and ".." were handed out, and counted as nothing
-    assert h.fs.lookup_count(w) == dir_base
+    assert _lookups(h.fs, w) == dir_base
     h.fs.releasedir(fh)
 
 
@@ -814,7 +820,7 @@ def test_remove_path_prunes_empty_dirs_only(h):
     assert h.fs.dir_paths(RW.store_id) == {"/a"}
     assert set(h.fs.local_view(RW.store_id)) == {"/a/keep.md"}
     assert ("entry", h.ino(f"{W}/a"), b"b") in h.fs.invalidations
-    assert not h.fs.has_inode(ino) or h.fs.lookup_count(ino) > 0
+    assert ino not in h.fs.tree.nodes or _lookups(h.fs, ino) > 0
     h.fs.remove_path(RW.store_id, "/a/keep.md")
     assert h.fs.dir_paths(RW.store_id) == set()
     h.fs.remove_path(RW.store_id, "/never")  # absent: no-op

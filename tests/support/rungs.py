@@ -8,12 +8,39 @@ from pathlib import Path
 
 TESTS = Path(__file__).resolve().parent.parent
 
-# lowest first: each rung uses the real parts of the rungs below it
+# Lowest first, by how much of the real system a rung's tests bring up (REACH): a rung is not a
+# layer of memfs. The engine rung runs the service app, the store client and the engine in one
+# process, below the client and service rungs, which run them over real HTTP; the mount rung
+# mounts the filesystem core with no service behind it. tests/test_rungs.py checks the order and
+# that no test module reaches past its rung.
 RUNGS = ("rules", "engine", "client", "service", "mount", "session", "e2e", "stress")
+
+# What each rung may bring up, as a level: 0 nothing (pure functions), 1 in process (the service app
+# on httpx's ASGI transport, the client, the engine, the kernel-free filesystem), 2 a `memfs serve`
+# process over real HTTP, 3 the kernel's FUSE, 4 the mount's daemon (`memfs mount` in a sandbox).
+# e2e adds real tools, proxies and the workers, stress length and chance: no level says that.
+REACH = {"rules": 0, "engine": 1, "client": 2, "service": 2, "mount": 3, "session": 4, "e2e": 4, "stress": 4}
+# the tests/support modules that bring each level up; a test module reaches the highest of those it
+# imports, directly, through another tests module or through its folder's conftest.py (and 2 when
+# it takes tests/conftest.py's `service` fixture)
+BRINGS_UP = {
+    "tests.support.inprocess": 1,
+    "tests.support.stores": 1,
+    "tests.support.service": 2,
+    "tests.support.mounts": 3,
+    "tests.support.sandbox": 4,
+    "tests.support.world": 4,
+    "tests.support.worker_world": 4,
+}
 
 # the repository's own checks (imports, docs, this ladder) stay at the top of tests/: pure reads of
 # the tree, on the pure rung; any other test module belongs in a rung's folder
-TOP_LEVEL = {"test_layers.py": "rules", "test_docs.py": "rules", "test_rungs.py": "rules"}
+TOP_LEVEL = {
+    "test_layers.py": "rules",
+    "test_docs.py": "rules",
+    "test_rungs.py": "rules",
+    "test_wire.py": "rules",
+}
 
 
 def rung_of(path: Path) -> str | None:
