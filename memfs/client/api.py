@@ -407,6 +407,10 @@ class StoreClient:
             "GET", f"/v1/memory_stores/{store_id}/memories/{memory_id}", params={"view": "full"}
         )
 
+    async def get_store(self, store_id: str) -> dict[str, Any]:
+        """The store object: its `archived_at` (read when a write was refused, SEMANTICS.md#d-archived)."""
+        return await self._json("GET", f"/v1/memory_stores/{store_id}")
+
     async def create_memory(self, store_id: str, path: str, content: str) -> dict[str, Any]:
         try:
             return await self._json(
