@@ -18,6 +18,7 @@ from tests.support.api import MEMORY_BETA, Api
 from tests.support.mounts import sh
 from tests.support.sandbox import Sandbox
 from tests.support.service import ServiceProcess
+from tests.support.waits import wait_for
 
 pytestmark = pytest.mark.timeout(150)
 
@@ -99,3 +100,24 @@ def test_a_store_archived_while_mounted_turns_read_only_and_loses_nothing(rig):
     assert out.returncode == 3, (out.stdout, out.stderr)
     assert "/a.md" in out.stderr and "/new.md" in out.stderr and "archived" in out.stderr, out.stderr
     assert "kept/" in out.stderr
+
+
+# memfs serve only: on the hosted API (no watch) a mount pushes at `memfs sync`, the hook's, or at
+# its idle poll (SEMANTICS.md#d-no-counter), which the first test covers.
+@pytest.mark.parametrize("rig", ["serve"], indirect=True)
+@pytest.mark.expected_log(r"ERROR memfs.mount: 1 change\(s\) are not on the store service.*archived at")
+def test_the_daemons_own_tick_learns_it_without_a_sync(rig):
+    """Nobody runs `memfs sync`: the daemon's own live push wave (memfs serve: the watch) meets the
+    refusal and turns the folder read-only."""
+    api, box, sid = rig
+    top = box.root / "notes"
+    r = api.http.post(f"/v1/memory_stores/{sid}/archive", headers=MEMORY_BETA)
+    assert r.status_code == 200, r.text
+    (top / "b.md").write_text("beta, edited\n")
+    assert wait_for(lambda: any(" store-archived " in line for line in box.notices("notes")), timeout=30)
+    with pytest.raises(OSError) as e:
+        (top / "b.md").write_text("again\n")
+    assert e.value.errno == errno.EROFS
+    assert (top / "b.md").read_text() == "beta, edited\n"
+    assert api.contents(sid) == {"/a.md": "alpha\n", "/b.md": "beta\n"}
+    assert box.unmount(check=False).returncode == 3
