@@ -455,6 +455,7 @@ def cmd_status(args: argparse.Namespace) -> int:
             f"last sync={s.get('last_sync_at') or '-'} ({s.get('last_result') or '-'})  staged={s.get('staged', 0)}  "
             f"refused={s.get('refused', 0)}  held={s.get('held', 0)}  deletes held={s.get('deletes_held', 0)}"
             + (f"  error: {s['last_error']}" if s.get("last_error") else "")
+            + (f"  archived at {s['archived_at']}: read-only" if s.get("archived_at") else "")
         )
         reasons = s.get("reasons", {})
         for category, paths in s.get("paths", {}).items():

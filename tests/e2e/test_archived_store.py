@@ -89,6 +89,8 @@ def test_a_store_archived_while_mounted_turns_read_only_and_loses_nothing(rig):
     assert store["staged"] == 2 and store["refused"] == 0 and store["archived_at"], store
     assert sorted(store["paths"]["staged"]) == ["/a.md", "/new.md"]
     assert all("archived" in store["reasons"][p] for p in ("/a.md", "/new.md")), store["reasons"]
+    human = box.memfs("status", "--root", str(box.root), check=True).stdout
+    assert "read-only" in human and "staged: /new.md: the store was archived at" in human, human
     kept = {p.name: p.read_text() for p in (box.state_dir / "kept" / sid).rglob("*.md")}
     assert kept == {"a.md": "alpha, edited after the archive\n", "new.md": "brand new\n"}
 
