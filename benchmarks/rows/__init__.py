@@ -107,6 +107,12 @@ def _relay(b: Bench, r: Run) -> None:
     run_relay(b, r)
 
 
+def _big(b: Bench, r: Run) -> None:
+    from benchmarks.rows.big import run_big
+
+    run_big(b, r)
+
+
 def _writers(b: Bench, r: Run) -> None:
     from benchmarks.rows.writers import run_writers
 
@@ -140,6 +146,12 @@ GROUPS: list[Group] = [
         "the relay row: a fleet through one memfs serve --upstream in front of the hosted API emulator, "
         "and the same fleet direct",
         _relay,
+    ),
+    Group(
+        "big",
+        "the 10,000-memory rows: one store at the hosted cap on memfs serve --hosted-api, mount time, "
+        "rss, an idle and a one-edit tick's requests",
+        _big,
     ),
     Group(
         "writers",

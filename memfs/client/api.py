@@ -450,6 +450,10 @@ class StoreClient:
     async def get_memory(self, store_id: str, memory_id: str) -> dict[str, Any]:
         return await self._json("GET", memory_path(store_id, memory_id), params={"view": "full"})
 
+    async def get_store(self, store_id: str) -> dict[str, Any]:
+        """The store object: its `archived_at` (read when a write was refused, SEMANTICS.md#d-archived)."""
+        return await self._json("GET", f"/v1/memory_stores/{store_id}")
+
     async def create_memory(self, store_id: str, path: str, content: str) -> dict[str, Any]:
         try:
             return await self._json("POST", memories_path(store_id), json={"path": path, "content": content})

@@ -604,6 +604,14 @@ class Filesystem:
     def add_notice(self, store_id: str, kind: str, path: str, details: str = "") -> str:
         return self.notice_log.add(store_id, kind, path, details)
 
+    def store_archived(self, store_id: str) -> None:
+        """The store was archived (SEMANTICS.md#d-archived): from now on every mutation in it is
+        EROFS, as in a read_only store; its files stay readable and what is staged stays staged."""
+        st = self.tree.store(store_id)
+        st.archived = True
+        self.inval.inode(st.root)  # its mode (0555 now) is read again
+        self.inval.wake()
+
     def notices(self, store_id: str) -> list[str]:
         return self.notice_log.lines(store_id)
 

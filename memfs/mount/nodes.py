@@ -133,7 +133,7 @@ class Store:
     """One store's part of the tree, and its running totals."""
 
     __slots__ = ("info", "root", "paths", "files", "bytes", "notices", "notices_blob", "marker", "notices_node",
-                 "replaced")  # fmt: skip
+                 "replaced", "archived")  # fmt: skip
 
     def __init__(self, info: StoreInfo, root_ino: int, notices_ino: int, now: int):
         self.info = info
@@ -148,6 +148,13 @@ class Store:
         # path -> the staged file unlinked there since the sync last looked (local_view()): a
         # create at that path by a writer that then fails returns the path to it.
         self.replaced: dict[str, FileState] = {}
+        # The store was archived while mounted (SEMANTICS.md#d-archived): read-only from then on.
+        self.archived = False
+
+    @property
+    def read_only(self) -> bool:
+        """Nothing here may change: a read_only attachment, or a store archived while mounted."""
+        return self.info.read_only or self.archived
 
     def render_notices(self) -> None:
         self.notices_blob = "".join(line + "\n" for line in self.notices).encode()

@@ -30,8 +30,8 @@ class Permissions:
         self.frozen = True
 
     def refuse_read_only(self, node: Node) -> None:
-        """EROFS for the root, anything in a read_only store, and everything after stop_writes()."""
-        if self.frozen or isinstance(node, RootNode) or node.store.info.read_only:
+        """EROFS for the root, anything in a read_only (or archived) store, and everything after stop_writes()."""
+        if self.frozen or isinstance(node, RootNode) or node.store.read_only:
             raise FsError(errno.EROFS)
 
     def check_writable_dir(self, d: DirLike) -> None:

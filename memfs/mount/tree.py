@@ -250,7 +250,7 @@ class Tree:
 
     @staticmethod
     def mode(node: Node) -> int:
-        ro = isinstance(node, RootNode) or node.store.info.read_only
+        ro = isinstance(node, RootNode) or node.store.read_only
         if isinstance(node, DIR_KINDS):
             return stat.S_IFDIR | (0o555 if ro else node.mode)
         return stat.S_IFREG | (0o444 if ro or isinstance(node, VIRTUAL_KINDS) else node.mode)

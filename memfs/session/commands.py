@@ -516,6 +516,7 @@ def cmd_status(args: argparse.Namespace) -> int:
             f"last sync={s.get('last_sync_at') or '-'} ({s.get('last_result') or '-'})  staged={s.get('staged', 0)}  "
             f"refused={s.get('refused', 0)}  held={s.get('held', 0)}  deletes held={s.get('deletes_held', 0)}"
             + (f"  error: {s['last_error']}" if s.get("last_error") else "")
+            + (f"  archived at {s['archived_at']}: read-only" if s.get("archived_at") else "")
         )
         reasons = s.get("reasons", {})
         for category, paths in s.get("paths", {}).items():
@@ -541,9 +542,15 @@ def _not_on_store_message(answer: dict[str, Any], state_dir: str) -> str:
 
     summaries = answer.get("not_on_store", {}).values()
     staged = sum(s["staged"] for s in summaries)
+    archived = sum(s["staged"] for s in summaries if s.get("archived_at"))
     named = "\n  ".join(describe_not_on_store(answer))
     fixes = []
-    if staged:
+    if archived:
+        fixes.append(
+            f"changes to an archived store: it will never take them; a copy of each is in {state_dir}/kept/ "
+            "(SEMANTICS.md#d-archived)"
+        )
+    if staged > archived:
         fixes.append(
             f"staged changes: `memfs flush --state-dir {state_dir}` when the store service is "
             "reachable (or the next mount with this state dir uploads them)"

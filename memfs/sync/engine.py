@@ -31,7 +31,7 @@ from memfs.sync import plan as P
 from memfs.sync.apply import maybe_staged
 from memfs.sync.bounded import gather
 from memfs.sync.live import QUIET_SECONDS, LiveWatch
-from memfs.sync.not_on_store import NotOnStore, not_on_store
+from memfs.sync.not_on_store import NotOnStore, archived_reason, not_on_store
 from memfs.sync.options import EngineOptions
 from memfs.sync.ports import Journal, Store, View
 from memfs.sync.push import Pusher
@@ -355,6 +355,8 @@ class SyncEngine:
                     await self._push_all([(store, stages)], report)
                 if not report.ok or report.superseded == superseded:
                     break
+        if store_id in self.pusher.archived:  # it takes no write any more (SEMANTICS.md#d-archived)
+            return {"ok": True, "result": "staged", "error": archived_reason(self.pusher.archived[store_id])}
         base = {b.memory_id: b for b in self.state.baseline(store_id).values()}
         local = self.fs.local_file(store_id, path)
         return outcome(path, local, base.get(local.memory_id) if local and local.memory_id else None, report)
@@ -404,7 +406,7 @@ class SyncEngine:
     # -- end of session ---------------------------------------------------------------------
     def not_on_store(self) -> dict[str, NotOnStore]:
         """store id -> what this mount holds that its store does not (see `not_on_store`)."""
-        return {
+        out = {
             s.store_id: not_on_store(
                 self.state,
                 s,
@@ -415,6 +417,12 @@ class SyncEngine:
             )
             for s in self.stores
         }
+        for (
+            sid,
+            at,
+        ) in self.pusher.archived.items():  # what is staged there stays so (SEMANTICS.md#d-archived)
+            out[sid].archived_at = at
+        return out
 
     async def final_sync(self, timeout: float) -> dict[str, Any]:
         """Pull and push, bounded; report what is not on the store (never deleted). A second tick
@@ -453,7 +461,7 @@ class SyncEngine:
         }
 
     def _staged_left(self) -> bool:
-        return any(n.staged for n in self.not_on_store().values())
+        return any(n.staged and not n.archived_at for n in self.not_on_store().values())
 
     def status(self, root: str | None = None) -> dict[str, Any]:
         out = []

@@ -33,6 +33,9 @@ class NotOnStore:
     refused: dict[str, str]  # path -> the service's reason
     held: dict[str, str]  # path -> why it is held back
     deletes_held: list[str]
+    # The store was archived while mounted (SEMANTICS.md#d-archived): what is staged stays staged,
+    # for good; each staged path names it as its reason.
+    archived_at: str | None = None
 
     @property
     def count(self) -> int:
@@ -52,8 +55,17 @@ class NotOnStore:
                 "held": sorted(self.held),
                 "deletes_held": self.deletes_held,
             },
-            "reasons": {**self.refused, **self.held},
+            "reasons": {**self._staged_reasons(), **self.refused, **self.held},
+            "archived_at": self.archived_at,
         }
+
+    def _staged_reasons(self) -> dict[str, str]:
+        """Why what is staged stays so: only an archived store says (a staged change goes out at the next tick)."""
+        return dict.fromkeys(self.staged, archived_reason(self.archived_at)) if self.archived_at else {}
+
+
+def archived_reason(archived_at: str) -> str:
+    return f"the store was archived at {archived_at} and takes no new or changed memory (a copy is in kept/)"
 
 
 def not_on_store(

@@ -3,7 +3,9 @@ waves, creates), each stage concurrently and bounded; as batch writes where the 
 (a memfs service), else one request per change (the hosted API). Every answer is booked as it
 comes: a landed change moves the baseline, a refusal is remembered until the file changes, and
 someone else's change (404/409) waits for the next pull, where the store wins, and is not sent
-again before it: the same request would only meet the same answer.
+again before it: the same request would only meet the same answer. A write answered 400 may mean
+the store was archived (SEMANTICS.md#d-archived): the store is read once to tell, and an archived
+store is pushed to no more (its staged changes stay staged, with a kept copy each).
 
 The engine decides *when* a store pushes and what a failed push means for the next tick; this
 module only sends and books.
@@ -65,6 +67,11 @@ class Pusher:
         # plan, standing on the same baseline, asks for them again (a busy live mount's next wave
         # after progress); sent again they would meet the same answer, so they wait for that pull.
         self._answered: dict[str, tuple[int, set[Sent]]] = {}
+        # store id -> its `archived_at`, learned when a write was refused: pushed to no more.
+        self.archived: dict[str, str] = {}
+        # store id -> the writes of the push under way answered 400, booked once the store says
+        # whether it was archived (then they stay staged) or not (then they are refused).
+        self._refusals: dict[str, list[tuple[P.PushUpdate | P.PushCreate, ApiError]]] = {}
 
     async def push_store(
         self,
@@ -82,16 +89,65 @@ class Pusher:
         async def one(a: P.PushAction) -> None:
             await self._push_one(store, a, report, tally)
 
-        for stage in stages:
-            stage = self._not_answered(store, stage)
-            left = (
-                await self._push_batched(store, stage, report, tally)
-                if batches and self.has_batch is not False
-                else list(stage)
-            )
-            # Requests in flight are bounded by the store (its slots, shared by all stores); this only caps
-            # how many of one push stage's changes wait for a slot at once.
-            await gather(left, one, self.client.concurrency)
+        sid = store.store_id
+        if sid in self.archived:
+            return  # it takes no write (SEMANTICS.md#d-archived): what is staged stays staged
+        self._refusals[sid] = []
+        try:
+            for stage in stages:
+                stage = self._not_answered(store, stage)
+                left = (
+                    await self._push_batched(store, stage, report, tally)
+                    if batches and self.has_batch is not False
+                    else list(stage)
+                )
+                # Requests in flight are bounded by the store (its slots, shared by all stores); this only caps
+                # how many of one push stage's changes wait for a slot at once.
+                await gather(left, one, self.client.concurrency)
+                if self._refusals[sid] and await self._archived_now(store, stages):
+                    return
+        finally:
+            self._refusals.pop(sid, None)
+
+    async def _archived_now(self, store: StoreInfo, stages: list[tuple[P.PushAction, ...]]) -> bool:
+        """After a stage whose writes were answered 400: was the store archived? One read of the
+        store object (its `archived_at`), only when a write was refused: a refused change is not
+        sent again until it changes, so this costs nothing in the normal case. A failed read
+        fails the push (the refused changes stay staged; the next tick asks again)."""
+        sid = store.store_id
+        answer = await self.client.get_store(sid)
+        refusals, self._refusals[sid] = self._refusals[sid], []
+        at = answer.get("archived_at")
+        if not at:
+            for a, exc in refusals:
+                self._refused(store, a, exc)
+            return False
+        self.archived[sid] = str(at)
+        self.fs.store_archived(sid)
+        kept = 0
+        for stage in stages:  # what is staged, kept as plain files too: the store will never take it
+            for act in stage:
+                if isinstance(act, (P.PushCreate, P.PushUpdate)):
+                    path, sha = (
+                        (act.local_path, act.local_sha)
+                        if isinstance(act, P.PushUpdate)
+                        else (act.path, act.sha)
+                    )
+                    if not path.startswith(P.TEMP_PREFIX):
+                        self.state.keep_copy(sid, path, self.state.get_blob(sha))
+                        kept += 1
+        self.fs.add_notice(
+            sid,
+            "store-archived",
+            "/",
+            f"the store was archived at {at}: it takes no new or changed memory, so this folder is "
+            f"read-only from now on; {kept} change(s) not on the store stay staged (`memfs status` "
+            f"names them), a copy of each in the state dir's kept/{sid}/",
+        )
+        log.warning(
+            "%s: the store was archived at %s; read-only from now on, %d change(s) kept", store.slug, at, kept
+        )
+        return True
 
     def _not_answered(self, store: StoreInfo, stage: tuple[P.PushAction, ...]) -> tuple[P.PushAction, ...]:
         """`stage` less the changes answered 404/409 since the last pull applied (see `_answered`)."""
@@ -222,7 +278,7 @@ class Pusher:
     ) -> None:
         """Book a push the store answered with an error: refused (not retried until the file
         changes), someone else's change (the next tick settles it), or raise: the push failed."""
-        sid, st = store.store_id, self.state
+        sid = store.store_id
         if isinstance(a, P.PushDelete) and exc.status == 404:  # already gone: what was asked
             self._pushed(store, a, None, report, tally)
             return
@@ -232,10 +288,10 @@ class Pusher:
                 # is none). It stays staged and the next tick asks again.
                 log.warning("%s: delete of %s refused: %s", store.slug, a.path, exc.message)
                 return
-            path, sha = (a.local_path, a.local_sha) if isinstance(a, P.PushUpdate) else (a.path, a.sha)
-            st.set_refused(sid, path, sha, exc.message)
-            self.fs.add_notice(sid, "upload-refused", path, f"the store refused it: {exc.message}")
-            log.warning("%s: upload of %s refused: %s", store.slug, path, exc.message)
+            if exc.status == 400 and sid in self._refusals:  # archived? `_archived_now` books it
+                self._refusals[sid].append((a, exc))
+                return
+            self._refused(store, a, exc)
         elif exc.status in (404, 409):
             # Someone else changed the store: no retry; the next tick's listing settles it.
             log.info("%s: %s answered %s; the next tick settles it", store.slug, type(a).__name__, exc.type)
@@ -243,3 +299,10 @@ class Pusher:
             report.superseded += 1
         else:
             raise exc
+
+    def _refused(self, store: StoreInfo, a: P.PushUpdate | P.PushCreate, exc: ApiError) -> None:
+        """The store will not take this content: remembered until the file changes."""
+        path, sha = (a.local_path, a.local_sha) if isinstance(a, P.PushUpdate) else (a.path, a.sha)
+        self.state.set_refused(store.store_id, path, sha, exc.message)
+        self.fs.add_notice(store.store_id, "upload-refused", path, f"the store refused it: {exc.message}")
+        log.warning("%s: upload of %s refused: %s", store.slug, path, exc.message)

@@ -16,6 +16,7 @@ import anthropic
 import httpx
 import pytest
 
+from memfs.relay.upstream import forwarded_headers
 from tests.support.service import MEMORY_BETA, SESSIONS_BETA, ServiceProcess
 
 pytestmark = pytest.mark.timeout(180)
@@ -148,6 +149,9 @@ def test_anthropic_workspace_id_is_accepted_on_store_and_memory_calls(svc, tmp_p
             client.close()
     finally:
         relay.stop()
+    # What the relay sends upstream keeps it (a write goes through with the caller's headers).
+    caller = [(b"anthropic-workspace-id", b"wrkspc_1"), (b"connection", b"keep-alive"), (b"cookie", b"c")]
+    assert forwarded_headers(caller) == [(b"anthropic-workspace-id", b"wrkspc_1")]
 
 
 @pytest.mark.timeout(300)

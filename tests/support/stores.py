@@ -163,6 +163,10 @@ class FailingStore:
         self._check("get_memory", store_id)
         return await self.inner.get_memory(store_id, memory_id)
 
+    async def get_store(self, store_id: str) -> dict[str, Any]:
+        self._check("get_store", store_id)
+        return await self.inner.get_store(store_id)
+
     async def create_memory(self, store_id: str, path: str, content: str) -> dict[str, Any]:
         self._check("create_memory", store_id)
         return await self.inner.create_memory(store_id, path, content)
