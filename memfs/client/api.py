@@ -34,6 +34,7 @@ from memfs.client.snapshot_stream import SnapshotSink
 from memfs.client.transport import Pools
 from memfs.protocol import COUNTER_HEADER, MEMORY_BETA, SESSIONS_BETA
 
+API_VERSION = "2023-06-01"  # the `anthropic-version` an API key's requests carry
 CONCURRENCY = 32  # requests in flight per client (all stores together): a WAN's latency, bounded
 RETRY_WITHIN = 4.0  # seconds: the longest retry-after honoured inside a tick (the interval is >= 5 s)
 RETRIES = 2  # per request
@@ -61,8 +62,13 @@ class StoreClient:
         retry_within: float = RETRY_WITHIN,
         retries: int = RETRIES,
         transport: httpx.AsyncBaseTransport | None = None,
+        api_key: bool = False,
     ):
-        """`transport`: where requests go instead of the network (tests: the service app in
+        """`api_key`: `token` is an organisation's API key (a store mounted on a person's machine,
+        SEMANTICS.md#d-store-mount), sent as `x-api-key` with the API's version, as the hosted API
+        wants it; otherwise a sessions token, sent as a bearer token.
+
+        `transport`: where requests go instead of the network (tests: the service app in
         process, or a transport that injects faults). None, the default, is the client's own
         pools, through the environment's proxy for `base_url` if it names one (memfs/client/egress.py;
         a proxy setting that cannot be used fails every request, saying why)."""
@@ -89,7 +95,11 @@ class StoreClient:
             transport = self._pools = Pools(concurrency + 1, verify=verify, proxy=self.proxy, refused=refused)
         self._http = httpx.AsyncClient(
             base_url=self.base_url,
-            headers={"authorization": f"Bearer {token}", "anthropic-beta": MEMORY_BETA},
+            headers=(
+                {"x-api-key": token, "anthropic-version": API_VERSION, "anthropic-beta": MEMORY_BETA}
+                if api_key
+                else {"authorization": f"Bearer {token}", "anthropic-beta": MEMORY_BETA}
+            ),
             timeout=httpx.Timeout(timeout),
             verify=verify,
             transport=transport,  # `concurrency` connections in all (tests: their own transport)
@@ -499,6 +509,28 @@ class StoreClient:
     async def delete_memory(self, store_id: str, memory_id: str, *, expected_sha: str | None) -> None:
         params = {"expected_content_sha256": expected_sha} if expected_sha else None
         await self._request("DELETE", f"/v1/memory_stores/{store_id}/memories/{memory_id}", params=params)
+
+    # -- stores (a store mounted without a session: memfs/session/store_mount.py) ----------------
+    async def get_store(self, store_id: str) -> dict[str, Any]:
+        return await self._json("GET", f"/v1/memory_stores/{store_id}")
+
+    async def list_stores(self, *, max_pages: int = 100) -> list[dict[str, Any]]:
+        """Every store that is not archived (at most `max_pages` pages of 100)."""
+        stores: list[dict[str, Any]] = []
+        page: str | None = None
+        for _ in range(max_pages):
+            params: dict[str, Any] = {"limit": 100}
+            if page:
+                params["page"] = page
+            body = await self._json("GET", "/v1/memory_stores", params=params)
+            stores.extend(body.get("data") or [])
+            page = body.get("next_page")
+            if not page:
+                break
+        return stores
+
+    async def create_store(self, name: str) -> dict[str, Any]:
+        return await self._json("POST", "/v1/memory_stores", json={"name": name})
 
 
 def _describe(exc: BaseException) -> str:
