@@ -236,6 +236,13 @@ class SyncEngine:
         # What a crashed mount left staged waits for that tick, live or not.
         self.live.started(lambda s: maybe_staged(self.fs, s.store_id, self.state.baseline(s.store_id)))
 
+    def start_offline(self) -> None:
+        """Serve without a first download (it failed: the service is unreachable) what the state
+        dir held: the ticks then run as after a download, and catch up once the service answers
+        (a store mounted on a laptop, SEMANTICS.md#d-store-mount)."""
+        self.schedule.started()
+        self.live.started(lambda s: maybe_staged(self.fs, s.store_id, self.state.baseline(s.store_id)))
+
     async def _pull_all(
         self,
         *,
@@ -294,6 +301,8 @@ class SyncEngine:
     def _record(self, store, result: str, error: str | None) -> None:
         s = self.sync[store.store_id]
         s.last_sync_at = _now_iso()
+        if result == "ok":
+            s.last_ok_at = s.last_sync_at
         if (s.last_result, s.last_error) != (result, error):  # persisted for `memfs status` offline
             self.state.update_store(
                 store.store_id, last_sync_at=s.last_sync_at, last_result=result, last_error=error
@@ -454,6 +463,7 @@ class SyncEngine:
                     "last_sync_at": s.last_sync_at,
                     "last_result": s.last_result,
                     "last_error": s.last_error,
+                    "last_ok_at": s.last_ok_at,
                     **missing[store.store_id].summary(),
                     **s.conflict_summary(),
                 }
