@@ -104,6 +104,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--log-format", choices=LOG_FORMATS, default="text")
     p.add_argument("--flush-timeout", type=_float, default=limits.FLUSH_TIMEOUT)
     p.add_argument("--foreground", action="store_true")
+    from memfs.session import store_mount  # light: argparse only at the top
+
+    store_mount.add_arguments(p)  # `--store`: one store at a path, no session (SEMANTICS.md#d-store-mount)
     p.set_defaults(func=cmd_mount)
 
     p = sub.add_parser("sync", help="run a sync tick now if one is due")
@@ -190,6 +193,10 @@ def cmd_mount(args: argparse.Namespace) -> int:
     # while its early download runs (early_fetch.py); this process only waits for its answer.
     from memfs.session.preflight import MountError, check_interval
 
+    if getattr(args, "store", None):
+        from memfs.session.store_mount import cmd_mount_store
+
+        return cmd_mount_store(args)
     session_id = args.session_id or os.environ.get("ANTHROPIC_SESSION_ID")
     base_url = args.base_url or os.environ.get("ANTHROPIC_BASE_URL")
     if not session_id:
@@ -244,7 +251,7 @@ def _live_mount_problem(root: str) -> str | None:
 
 
 def _spawn_daemon(
-    args: argparse.Namespace, root: str, state_dir: Path, session_id: str, base_url: str
+    args: argparse.Namespace, root: str, state_dir: Path, session_id: str, base_url: str, run: Any = None
 ) -> int:
     """Start the daemon detached and return once it reports every store readable (or fails).
 
@@ -263,7 +270,7 @@ def _spawn_daemon(
     sys.stderr.flush()
     pid = os.fork()
     if pid == 0:
-        os._exit(_daemon_child(args, root, state_dir, session_id, base_url, log_path, read_fd, write_fd))
+        os._exit(_daemon_child(args, root, state_dir, session_id, base_url, log_path, read_fd, write_fd, run))
     os.close(write_fd)
     with os.fdopen(read_fd, "r") as pipe:
         report = pipe.read()
@@ -293,7 +300,7 @@ def _exit_now(code: int) -> NoReturn:
 
 
 def _daemon_child(args, root: str, state_dir: Path, session_id: str, base_url: str, log_path: Path,
-                  read_fd: int, write_fd: int) -> int:  # fmt: skip
+                  read_fd: int, write_fd: int, run: Any = None) -> int:  # fmt: skip
     """The forked daemon: its own process group, stdin from /dev/null, stdout/stderr to the log."""
     rc = 1
     try:
@@ -320,7 +327,7 @@ def _daemon_child(args, root: str, state_dir: Path, session_id: str, base_url: s
         os.dup2(logf, 2)
         os.close(null)
         os.close(logf)
-        rc = _run_foreground(args, root, state_dir, session_id, base_url, ready_fd=write_fd)
+        rc = (run or _run_foreground)(args, root, state_dir, session_id, base_url, ready_fd=write_fd)
     except BaseException:
         import traceback
 
@@ -452,7 +459,13 @@ def cmd_status(args: argparse.Namespace) -> int:
     for s in answer.get("stores", []):
         print(
             f"  {s['mount_path']}  {s['access']}  id={s['store_id']}  counter={s.get('counter')}  "
-            f"last sync={s.get('last_sync_at') or '-'} ({s.get('last_result') or '-'})  staged={s.get('staged', 0)}  "
+            f"last sync={s.get('last_sync_at') or '-'} ({s.get('last_result') or '-'})  "
+            + (
+                f"last ok={s.get('last_ok_at') or 'never'}  "
+                if s.get("last_result") not in (None, "ok")  # how far behind a mount that cannot sync is
+                else ""
+            )
+            + f"staged={s.get('staged', 0)}  "
             f"refused={s.get('refused', 0)}  held={s.get('held', 0)}  deletes held={s.get('deletes_held', 0)}"
             + (f"  error: {s['last_error']}" if s.get("last_error") else "")
         )
