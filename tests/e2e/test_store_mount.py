@@ -197,6 +197,10 @@ def test_two_machines_share_claude_codes_memory_one_offline_for_a_while(machines
         ["ps", "-o", "uid=,args=", "-u", "47101,47102"], capture_output=True, text=True
     ).stdout
     assert service.admin_key not in ps, "the key is never on a command line"
+    for m in (a, b):  # nor in the daemon's environment (taken out of it, overwritten in place)
+        pid = int(json.loads((m.state_dir / "lock").read_text())["pid"])
+        assert Path(f"/proc/{pid}/status").read_text().count(f"\t{m.user.uid}\t") >= 1, "runs as the user"
+        assert service.admin_key.encode() not in Path(f"/proc/{pid}/environ").read_bytes()
 
     a.sh(
         f"cd {a.memory} && printf %s {shlex.quote(MEMORY)} > MEMORY.md && printf 'tabs, 4 wide\\n' > prefs.md"
