@@ -134,6 +134,11 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--sync-deletions", choices=DELETION_MODES, default=None, help="default: the one the mount used"
     )
     p.add_argument("--log-format", choices=LOG_FORMATS, default="text")
+    p.add_argument(
+        "--api-key-file",
+        default=None,
+        help="a store mounted with --store: the API key's file (default: $ANTHROPIC_API_KEY)",
+    )
     p.set_defaults(func=cmd_flush)
 
 
@@ -569,6 +574,8 @@ def cmd_unmount(args: argparse.Namespace) -> int:
 
 
 def cmd_flush(args: argparse.Namespace) -> int:
+    import functools
+
     import trio
 
     from memfs.session.offline import flush_state_dir
@@ -577,12 +584,27 @@ def cmd_flush(args: argparse.Namespace) -> int:
     state_dir = Path(args.state_dir)
     if not (state_dir / "state.db").exists():
         return _fail("flush", f"no memfs state in {state_dir}")
-    token = _token()
+    token = None if args.api_key_file else _token()
+    api_key = False
+    if not token:  # a store mounted with --store: the organisation's API key (SEMANTICS.md#d-store-mount)
+        from memfs.session.store_mount import read_api_key
+
+        token, _ = read_api_key(args.api_key_file)
+        api_key = token is not None
     if not token:
-        return _fail("flush", "no sessions token: set ANTHROPIC_WORK_SECRET or MEMFS_TOKEN")
+        return _fail(
+            "flush",
+            "no credential: set ANTHROPIC_WORK_SECRET or MEMFS_TOKEN (a session's mount), or "
+            "ANTHROPIC_API_KEY or --api-key-file (a store mounted with --store)",
+        )
     try:
         result = trio.run(
-            flush_state_dir, state_dir, args.base_url, token, args.flush_timeout, args.sync_deletions
+            functools.partial(flush_state_dir, api_key=api_key),
+            state_dir,
+            args.base_url,
+            token,
+            args.flush_timeout,
+            args.sync_deletions,
         )
     except Exception as exc:  # print one clear line, not a traceback
         return _fail("flush", f"{type(exc).__name__}: {exc}")

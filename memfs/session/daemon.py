@@ -158,6 +158,9 @@ class Daemon:
             for s in stores:
                 state.set_store(s.store_id, s.name, s.slug, s.access)
             state.set_meta("session_id", opts.session_id)
+            # What `memfs status|flush` without a daemon need of a store mounted without a session.
+            state.set_meta("layout", "single" if opts.single_store else None)
+            state.set_meta("conflict_who", opts.conflict_who)
             state.set_meta("base_url", opts.base_url)
             state.set_meta("root", opts.root)
             # What decides "not on the store" offline (`memfs status` after a crash, `memfs flush`).
@@ -294,6 +297,12 @@ class Daemon:
         try:
             await run(task_status=task_status)
         except RuntimeError as exc:  # from pyfuse3.init: the kernel refused the mount
+            if os.geteuid() != 0:  # libfuse went through fusermount3, which said why in the log
+                raise MountError(
+                    f"cannot mount FUSE at {self.opts.root}: {exc}; as a user, memfs mounts through "
+                    "fusermount3 (package fuse3), which needs /dev/fuse readable and writable by you and "
+                    f"a passwd entry for uid {os.geteuid()} (fusermount3 said why, just before, in the mount's log)"
+                ) from exc
             raise MountError(
                 f"cannot mount FUSE at {self.opts.root}: {exc}; memfs needs /dev/fuse and CAP_SYS_ADMIN "
                 "(in a container: --cap-add SYS_ADMIN --device /dev/fuse --security-opt apparmor=unconfined)"

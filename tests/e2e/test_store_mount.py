@@ -271,6 +271,33 @@ def test_two_machines_share_claude_codes_memory_one_offline_for_a_while(machines
         assert not mounted_at(m.memory)
 
 
+@pytest.mark.expected_log(r"not on the store service")
+def test_what_an_offline_unmount_left_goes_out_with_flush_and_the_api_key(machines, service):
+    a, _b, proxy = machines
+    a.mount("--create")
+    a.sh(f"printf '# Memory\\n' > {a.memory}/MEMORY.md")
+    a.sync()
+    proxy.add("*", r".", "reset")
+    a.sh(f"printf 'written offline\\n' > {a.memory}/topic.md")
+    out = a.memfs("unmount", "--root", str(a.memory), "--flush-timeout", "3", check=False)
+    assert out.returncode == 3, out.stdout + out.stderr
+    assert "memory/topic.md (staged)" in out.stderr and "memfs flush --state-dir" in out.stderr
+    assert not mounted_at(a.memory)
+    status = a.status()  # no daemon: from the state dir
+    assert status["live"] is False
+    (s,) = status["stores"]
+    assert s["mount_path"] == str(a.memory) and s["staged"] == 1, s
+    proxy.clear()
+    out = a.memfs("flush", "--state-dir", str(a.state_dir), key=True)
+    assert "every change is on the store service" in out.stdout
+    api = Api(service.base_url, service.admin_key)
+    try:
+        (store,) = [s for s in api.stores() if s["name"] == STORE]
+        assert api.contents(store["id"]) == {"/MEMORY.md": "# Memory\n", "/topic.md": "written offline\n"}
+    finally:
+        api.close()
+
+
 def test_read_only_store_mount_refuses_writes(machines, service):
     a, b, _proxy = machines
     a.mount("--create")
