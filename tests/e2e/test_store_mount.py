@@ -342,6 +342,27 @@ def _unit_commands(m: Machine) -> tuple[list[str], list[str]]:
     return fill(lines["ExecStart"]), fill(lines["ExecStop"])
 
 
+def test_the_systemd_unit_parses(tmp_path):
+    """systemd cannot run here (no manager): its own parser checks the unit; the one complaint
+    expected is that this machine has no memfs in the unit's ~/.local/bin."""
+    if not shutil.which("systemd-analyze"):
+        pytest.skip("no systemd-analyze")
+    shutil.copy(UNIT, tmp_path / UNIT.name)
+    out = subprocess.run(
+        ["systemd-analyze", "verify", str(tmp_path / f"memfs@{PROJECT}.service")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    complaints = [
+        line
+        for line in (out.stdout + out.stderr).splitlines()
+        if line.strip()
+        and not line.endswith("/.local/bin/memfs is not executable: No such file or directory")
+    ]
+    assert complaints == [], out
+
+
 def test_the_systemd_user_unit_starts_and_stops_the_mount(machines, service):
     a, _b, _proxy = machines
     start, stop = _unit_commands(a)
