@@ -196,12 +196,14 @@ def import_trio_without_ldconfig() -> None:
 def cmd_mount(args: argparse.Namespace) -> int:
     # Only the light checks before the fork: the daemon imports trio, httpx and pyfuse3 itself,
     # while its early download runs (early_fetch.py); this process only waits for its answer.
+    from memfs.session import store_mount
     from memfs.session.preflight import MountError, check_interval
 
-    if getattr(args, "store", None):
-        from memfs.session.store_mount import cmd_mount_store
-
-        return cmd_mount_store(args)
+    if args.store:
+        return store_mount.cmd_mount_store(args)
+    problem = store_mount.without_store_problem(args)
+    if problem:
+        return _fail("mount", problem, 2)
     session_id = args.session_id or os.environ.get("ANTHROPIC_SESSION_ID")
     base_url = args.base_url or os.environ.get("ANTHROPIC_BASE_URL")
     if not session_id:

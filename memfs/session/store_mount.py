@@ -66,6 +66,26 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--read-only", action="store_true", help="with --store: mount the store read-only")
 
 
+def without_store_problem(args: argparse.Namespace) -> str | None:
+    """What is wrong with a session's `memfs mount` given options that only `--store` takes."""
+    given = [
+        name
+        for name, value in (
+            ("PATH", args.path),
+            ("--create", args.create),
+            ("--api-key-file", args.api_key_file),
+            ("--read-only", args.read_only),
+        )
+        if value
+    ]
+    if not given:
+        return None
+    return (
+        f"{', '.join(given)} only go with --store (one store at a path, no session); "
+        "a session's stores mount under --root"
+    )
+
+
 def _fail(message: str, code: int = 1) -> int:
     print(f"memfs mount: error: {message}", file=sys.stderr)
     return code

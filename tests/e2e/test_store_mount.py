@@ -318,6 +318,8 @@ def test_a_store_name_not_found_without_create_fails_clearly(machines):
     assert not mounted_at(a.memory)
     out = a.memfs("mount", "--store", STORE, str(a.memory), check=False)
     assert out.returncode == 2 and "no API key: set ANTHROPIC_API_KEY or pass --api-key-file" in out.stderr
+    out = a.memfs("mount", "--read-only", str(a.memory), check=False)
+    assert out.returncode == 2 and "PATH, --read-only only go with --store" in out.stderr
 
 
 def _unit_commands(m: Machine) -> tuple[list[str], list[str]]:
