@@ -21,6 +21,7 @@ import subprocess
 import sys
 import sysconfig
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -30,6 +31,7 @@ from tests.support import logcheck
 from tests.support.api import Api
 from tests.support.mounts import User, force_unmount, mounted_at, open_dir
 from tests.support.proxy import Proxy
+from tests.support.service import ServiceProcess
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -163,8 +165,24 @@ class Machine:
         force_unmount(self.memory)
 
 
+@pytest.fixture(params=["counter", "hosted-api"])
+def store_service(request, tmp_path):
+    """`memfs serve`, as itself or as the hosted API's emulator (no counter, its limits off)."""
+    svc = ServiceProcess(tmp_path / "service", hosted_api=request.param == "hosted-api")
+    try:
+        yield svc
+    finally:
+        svc.stop()
+
+
 @pytest.fixture
 def machines(service):
+    with _machines(service) as made:
+        yield made
+
+
+@contextmanager
+def _machines(service):
     base = open_dir("/tmp/msm-")  # short: the control socket's path is bounded
     proxy = Proxy(service.base_url)  # machine a's network: cut and restored by the test
     made: list[Machine] = []
@@ -183,8 +201,13 @@ def machines(service):
 MEMORY = "# Memory\n\n## User\n- prefers tabs\n\n## Project\n- tests run with pytest\n"
 
 
-def test_two_machines_share_claude_codes_memory_one_offline_for_a_while(machines, service):
-    a, b, proxy = machines
+def test_two_machines_share_claude_codes_memory_one_offline_for_a_while(store_service, tmp_path):
+    service = store_service
+    with _machines(service) as (a, b, proxy):
+        _two_machines(service, a, b, proxy)
+
+
+def _two_machines(service, a, b, proxy):
     # a creates the store by name; b finds it by that name, its key in a file (never an argument)
     out = a.mount("--create")
     assert f"at {a.memory}" in out.stdout, out.stdout
