@@ -17,6 +17,8 @@ MEMORY_BETA = "agent-memory-2026-07-22"
 SESSIONS_BETA = "managed-agents-2026-04-01"
 
 API_KEY_HEADER = "x-api-key"
+VERSION_HEADER = "anthropic-version"  # what an API key's requests carry, API_VERSION
+API_VERSION = "2023-06-01"
 COUNTER_HEADER = "memfs-store-counter"  # the store counter a memory listing, feed or snapshot was read at
 REQUEST_ID_HEADER = "request-id"
 

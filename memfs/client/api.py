@@ -34,11 +34,15 @@ from memfs.client.snapshot_stream import SnapshotSink
 from memfs.client.transport import Pools
 from memfs.client.turns import Turns
 from memfs.protocol import (
+    API_KEY_HEADER,
+    API_VERSION,
     BETA_HEADER,
     COUNTER_HEADER,
     COUNTERS_PATH,
     MEMORY_BETA,
     SESSIONS_BETA,
+    STORES_PATH,
+    VERSION_HEADER,
     WATCH_PATH,
     batch_path,
     changes_path,
@@ -46,6 +50,7 @@ from memfs.protocol import (
     memory_path,
     session_path,
     snapshot_path,
+    store_path,
     versions_path,
 )
 
@@ -79,8 +84,13 @@ class StoreClient:
         retry_within: float = RETRY_WITHIN,
         retries: int = RETRIES,
         transport: httpx.AsyncBaseTransport | None = None,
+        api_key: bool = False,
     ):
-        """`transport`: where requests go instead of the network (tests: the service app in
+        """`api_key`: `token` is an organisation's API key (a store mounted on a person's machine,
+        SEMANTICS.md#d-store-mount), sent as `x-api-key` with the API's version, as the hosted API
+        wants it; otherwise a sessions token, sent as a bearer token.
+
+        `transport`: where requests go instead of the network (tests: the service app in
         process, or a transport that injects faults). None, the default, is the client's own
         pools, through the environment's proxy for `base_url` if it names one (memfs/client/egress.py;
         a proxy setting that cannot be used fails every request, saying why)."""
@@ -107,7 +117,11 @@ class StoreClient:
             transport = self._pools = Pools(concurrency + 1, verify=verify, proxy=self.proxy, refused=refused)
         self._http = httpx.AsyncClient(
             base_url=self.base_url,
-            headers={"authorization": f"Bearer {token}", BETA_HEADER: MEMORY_BETA},
+            headers=(
+                {API_KEY_HEADER: token, VERSION_HEADER: API_VERSION, BETA_HEADER: MEMORY_BETA}
+                if api_key
+                else {"authorization": f"Bearer {token}", BETA_HEADER: MEMORY_BETA}
+            ),
             timeout=httpx.Timeout(timeout),
             verify=verify,
             transport=transport,  # `concurrency` connections in all (tests: their own transport)
@@ -452,7 +466,7 @@ class StoreClient:
 
     async def get_store(self, store_id: str) -> dict[str, Any]:
         """The store object: its `archived_at` (read when a write was refused, SEMANTICS.md#d-archived)."""
-        return await self._json("GET", f"/v1/memory_stores/{store_id}")
+        return await self._json("GET", store_path(store_id))
 
     async def create_memory(self, store_id: str, path: str, content: str) -> dict[str, Any]:
         try:
@@ -540,6 +554,25 @@ class StoreClient:
     async def delete_memory(self, store_id: str, memory_id: str, *, expected_sha: str | None) -> None:
         params = {"expected_content_sha256": expected_sha} if expected_sha else None
         await self._request("DELETE", memory_path(store_id, memory_id), params=params)
+
+    # -- stores (a store mounted without a session: memfs/session/store_mount.py) ----------------
+    async def list_stores(self, *, max_pages: int = 100) -> list[dict[str, Any]]:
+        """Every store that is not archived (at most `max_pages` pages of 100)."""
+        stores: list[dict[str, Any]] = []
+        page: str | None = None
+        for _ in range(max_pages):
+            params: dict[str, Any] = {"limit": 100}
+            if page:
+                params["page"] = page
+            body = await self._json("GET", STORES_PATH, params=params)
+            stores.extend(body.get("data") or [])
+            page = body.get("next_page")
+            if not page:
+                break
+        return stores
+
+    async def create_store(self, name: str) -> dict[str, Any]:
+        return await self._json("POST", STORES_PATH, json={"name": name})
 
 
 def _describe(exc: BaseException) -> str:

@@ -19,6 +19,9 @@ def rfc3339_now() -> str:
 class NoticeLog:
     def __init__(self, tree: Tree, state: State, inval: InvalidationQueue, now: Callable[[], int]):
         self.tree, self.state, self.inval, self.now = tree, state, inval, now
+        # Where the notices also go, whole, after each one (a store mounted at a path of its own
+        # keeps them out of its folder: memfs/mount/single_store.py).
+        self.mirror: Callable[[bytes], None] | None = None
 
     def add(self, store_id: str, kind: str, path: str, details: str = "") -> str:
         """Append a line to the store's .sync-notices.log (last 100 kept); returns the line."""
@@ -34,6 +37,8 @@ class NoticeLog:
         node.mtime_ns = node.ctime_ns = max(self.now(), node.mtime_ns + 1)
         self.inval.inode(node)
         self.inval.wake()
+        if self.mirror is not None:
+            self.mirror(st.notices_blob)
         return line
 
     def lines(self, store_id: str) -> list[str]:

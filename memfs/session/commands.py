@@ -160,6 +160,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="stay in the foreground and serve the mount until it is unmounted "
         "(default: return once every store is readable, the daemon in the background)",
     )
+    from memfs.session import store_mount  # light: argparse only at the top
+
+    store_mount.add_arguments(p)  # `--store`: one store at a path, no session (SEMANTICS.md#d-store-mount)
     p.set_defaults(func=cmd_mount)
 
     p = sub.add_parser("sync", help="run a sync tick now if one is due")
@@ -192,6 +195,11 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="as memfs mount's (default: the one the mount used)",
     )
     p.add_argument("--log-format", choices=LOG_FORMATS, default="text", help=_LOG_FORMAT_HELP)
+    p.add_argument(
+        "--api-key-file",
+        default=None,
+        help="a store mounted with --store: the API key's file (default: $ANTHROPIC_API_KEY)",
+    )
     p.set_defaults(func=cmd_flush)
 
 
@@ -249,8 +257,14 @@ def import_trio_without_ldconfig() -> None:
 def cmd_mount(args: argparse.Namespace) -> int:
     # Only the light checks before the fork: the daemon imports trio, httpx and pyfuse3 itself,
     # while its early download runs (early_fetch.py); this process only waits for its answer.
+    from memfs.session import store_mount
     from memfs.session.preflight import MountError, check_interval
 
+    if args.store:
+        return store_mount.cmd_mount_store(args)
+    problem = store_mount.without_store_problem(args)
+    if problem:
+        return _fail("mount", problem, 2)
     session_id = args.session_id or os.environ.get("ANTHROPIC_SESSION_ID")
     base_url = args.base_url or os.environ.get("ANTHROPIC_BASE_URL")
     if not session_id:
@@ -305,7 +319,7 @@ def _live_mount_problem(root: str) -> str | None:
 
 
 def _spawn_daemon(
-    args: argparse.Namespace, root: str, state_dir: Path, session_id: str, base_url: str
+    args: argparse.Namespace, root: str, state_dir: Path, session_id: str, base_url: str, run: Any = None
 ) -> int:
     """Start the daemon detached and return once it reports every store readable (or fails).
 
@@ -324,7 +338,7 @@ def _spawn_daemon(
     sys.stderr.flush()
     pid = os.fork()
     if pid == 0:
-        os._exit(_daemon_child(args, root, state_dir, session_id, base_url, log_path, read_fd, write_fd))
+        os._exit(_daemon_child(args, root, state_dir, session_id, base_url, log_path, read_fd, write_fd, run))
     os.close(write_fd)
     with os.fdopen(read_fd, "r") as pipe:
         report = pipe.read()
@@ -354,7 +368,7 @@ def _exit_now(code: int) -> NoReturn:
 
 
 def _daemon_child(args, root: str, state_dir: Path, session_id: str, base_url: str, log_path: Path,
-                  read_fd: int, write_fd: int) -> int:  # fmt: skip
+                  read_fd: int, write_fd: int, run: Any = None) -> int:  # fmt: skip
     """The forked daemon: its own process group, stdin from /dev/null, stdout/stderr to the log."""
     rc = 1
     try:
@@ -381,7 +395,7 @@ def _daemon_child(args, root: str, state_dir: Path, session_id: str, base_url: s
         os.dup2(logf, 2)
         os.close(null)
         os.close(logf)
-        rc = _run_foreground(args, root, state_dir, session_id, base_url, ready_fd=write_fd)
+        rc = (run or _run_foreground)(args, root, state_dir, session_id, base_url, ready_fd=write_fd)
     except BaseException:
         import traceback
 
@@ -513,7 +527,13 @@ def cmd_status(args: argparse.Namespace) -> int:
     for s in answer.get("stores", []):
         print(
             f"  {s['mount_path']}  {s['access']}  id={s['store_id']}  counter={s.get('counter')}  "
-            f"last sync={s.get('last_sync_at') or '-'} ({s.get('last_result') or '-'})  staged={s.get('staged', 0)}  "
+            f"last sync={s.get('last_sync_at') or '-'} ({s.get('last_result') or '-'})  "
+            + (
+                f"last ok={s.get('last_ok_at') or 'never'}  "
+                if s.get("last_result") not in (None, "ok")  # how far behind a mount that cannot sync is
+                else ""
+            )
+            + f"staged={s.get('staged', 0)}  "
             f"refused={s.get('refused', 0)}  held={s.get('held', 0)}  deletes held={s.get('deletes_held', 0)}"
             + (f"  error: {s['last_error']}" if s.get("last_error") else "")
             + (f"  archived at {s['archived_at']}: read-only" if s.get("archived_at") else "")
@@ -624,6 +644,8 @@ def cmd_unmount(args: argparse.Namespace) -> int:
 
 
 def cmd_flush(args: argparse.Namespace) -> int:
+    import functools
+
     import trio
 
     from memfs.session.offline import flush_state_dir
@@ -632,12 +654,27 @@ def cmd_flush(args: argparse.Namespace) -> int:
     state_dir = Path(args.state_dir)
     if not (state_dir / "state.db").exists():
         return _fail("flush", f"no memfs state in {state_dir}")
-    token = _token()
+    token = None if args.api_key_file else _token()
+    api_key = False
+    if not token:  # a store mounted with --store: the organisation's API key (SEMANTICS.md#d-store-mount)
+        from memfs.session.store_mount import read_api_key
+
+        token, _ = read_api_key(args.api_key_file)
+        api_key = token is not None
     if not token:
-        return _fail("flush", "no sessions token: set ANTHROPIC_WORK_SECRET or MEMFS_TOKEN")
+        return _fail(
+            "flush",
+            "no credential: set ANTHROPIC_WORK_SECRET or MEMFS_TOKEN (a session's mount), or "
+            "ANTHROPIC_API_KEY or --api-key-file (a store mounted with --store)",
+        )
     try:
         result = trio.run(
-            flush_state_dir, state_dir, args.base_url, token, args.flush_timeout, args.sync_deletions
+            functools.partial(flush_state_dir, api_key=api_key),
+            state_dir,
+            args.base_url,
+            token,
+            args.flush_timeout,
+            args.sync_deletions,
         )
     except Exception as exc:  # print one clear line, not a traceback
         return _fail("flush", f"{type(exc).__name__}: {exc}")

@@ -14,6 +14,7 @@ import logging
 import os
 import signal
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,7 @@ from memfs.mount.mount_table import fuse_mount_at
 from memfs.mount.state import State, StateLocked
 from memfs.mount.upkeep import StateUpkeep
 from memfs.protocol import Deletions, OnConflict
+from memfs.records import StoreInfo
 from memfs.session import control
 from memfs.session.early_fetch import EarlyFetch
 
@@ -66,6 +68,16 @@ class MountOptions:
         limits.SAFETY_NET_INTERVAL
     )  # the hosted API: one store's wide feed read at most this often
     full_listing: float = limits.FULL_LISTING_INTERVAL  # the hosted API: one store's full listing
+    # A store mounted without a session (SEMANTICS.md#d-store-mount, memfs/session/store_mount.py):
+    # `token` is the organisation's API key, the stores come from `find_stores(client, state)`
+    # instead of the session, and with `single_store` the one store is the mount root itself.
+    api_key: bool = False
+    find_stores: Callable[[StoreClient, State], Awaitable[list[StoreInfo]]] | None = None
+    single_store: bool = False
+    # Whether the mount may start from the state dir when its first download fails (a store
+    # mounted at a path before, on a laptop without network); None: it may not.
+    start_offline: Callable[[], bool] | None = None
+    conflict_who: str | None = None  # whose version a conflict copy holds (default: the session id)
 
 
 # -- the daemon ---------------------------------------------------------------------------------
@@ -139,23 +151,16 @@ class Daemon:
 
         opts = self.opts
         early = self.early
-        async with StoreClient(opts.base_url, opts.token or "", timeout=opts.request_timeout) as client:
-            session = None
-            if early is not None:  # read while this process imported: asked again when it failed
-                session = await trio.to_thread.run_sync(early.session, abandon_on_cancel=True)
-            if session is None:
-                try:
-                    session = await client.get_session(opts.session_id)
-                except ApiError as exc:
-                    raise MountError(
-                        f"cannot read session {opts.session_id} from {opts.base_url}: {exc}"
-                    ) from exc
-                except Unreachable as exc:
-                    raise MountError(f"the store service at {opts.base_url} is unreachable: {exc}") from exc
-            stores = stores_from_session(session, opts.root)
+        async with StoreClient(
+            opts.base_url, opts.token or "", timeout=opts.request_timeout, api_key=opts.api_key
+        ) as client:
+            stores = await self._stores(client, state)
             for s in stores:
                 state.set_store(s.store_id, s.name, s.slug, s.access)
             state.set_meta("session_id", opts.session_id)
+            # What `memfs status|flush` without a daemon need of a store mounted without a session.
+            state.set_meta("layout", "single" if opts.single_store else None)
+            state.set_meta("conflict_who", opts.conflict_who)
             state.set_meta("base_url", opts.base_url)
             state.set_meta("root", opts.root)
             # What decides "not on the store" offline (`memfs status` after a crash, `memfs flush`).
@@ -166,6 +171,10 @@ class Daemon:
             fs = Filesystem(
                 state, stores, max_files=opts.max_files, max_bytes=opts.max_bytes, uid=opts.uid, gid=opts.gid
             )
+            if opts.single_store:
+                from memfs.mount.single_store import mount_store_at_root
+
+                mount_store_at_root(fs, opts.state_dir)
             self.fs = fs
             store: Store = client  # the engine's port (memfs/sync/ports.py): mypy checks the client has it
             options = EngineOptions(
@@ -178,7 +187,8 @@ class Daemon:
                 safety_net=opts.safety_net,
                 full_listing=opts.full_listing,
                 on_conflict=opts.on_conflict,
-                conflict_who=opts.session_id,  # a conflict copy's name says whose version it holds
+                conflict_who=opts.conflict_who
+                or opts.session_id,  # a conflict copy's name says whose version it holds
             )
             engine = SyncEngine(store, state, fs, stores, options)
             self.engine = engine
@@ -206,7 +216,14 @@ class Daemon:
                 )
                 _release_freed_memory()
             except (ApiError, Unreachable, TickFailed) as exc:  # TickFailed: what initial() raises
-                raise MountError(f"cannot download the memory stores from {opts.base_url}: {exc}") from exc
+                if not (opts.start_offline and opts.start_offline()):
+                    raise MountError(
+                        f"cannot download the memory stores from {opts.base_url}: {exc}"
+                    ) from exc
+                # A store this state dir mounted before: its last view is served, and the ticks
+                # catch up once the service answers (SEMANTICS.md#d-store-mount, offline start).
+                log.warning("cannot reach the store service (%s): serving the state dir's last view", exc)
+                engine.start_offline()
 
             async with trio.open_nursery() as nursery:
                 await nursery.start(
@@ -259,10 +276,35 @@ class Daemon:
         log.info("every change is on the store service")
         return 0
 
+    async def _stores(self, client: StoreClient, state: State) -> list[StoreInfo]:
+        """The stores to mount: the session's, or (no session) the ones `find_stores` names."""
+        opts = self.opts
+        if opts.find_stores is not None:
+            return await opts.find_stores(client, state)
+        session = None
+        if self.early is not None:  # read while this process imported: asked again when it failed
+            session = await trio.to_thread.run_sync(self.early.session, abandon_on_cancel=True)
+        if session is None:
+            try:
+                session = await client.get_session(opts.session_id)
+            except ApiError as exc:
+                raise MountError(
+                    f"cannot read session {opts.session_id} from {opts.base_url}: {exc}"
+                ) from exc
+            except Unreachable as exc:
+                raise MountError(f"the store service at {opts.base_url} is unreachable: {exc}") from exc
+        return stores_from_session(session, opts.root)
+
     async def _serve_mount(self, run, task_status=trio.TASK_STATUS_IGNORED) -> None:
         try:
             await run(task_status=task_status)
         except RuntimeError as exc:  # from pyfuse3.init: the kernel refused the mount
+            if os.geteuid() != 0:  # libfuse went through fusermount3, which said why in the log
+                raise MountError(
+                    f"cannot mount FUSE at {self.opts.root}: {exc}; as a user, memfs mounts through "
+                    "fusermount3 (package fuse3), which needs /dev/fuse readable and writable by you and "
+                    f"a passwd entry for uid {os.geteuid()} (fusermount3 said why, just before, in the mount's log)"
+                ) from exc
             raise MountError(
                 f"cannot mount FUSE at {self.opts.root}: {exc}; memfs needs /dev/fuse and CAP_SYS_ADMIN "
                 "(in a container: --cap-add SYS_ADMIN --device /dev/fuse --security-opt apparmor=unconfined)"
@@ -342,12 +384,11 @@ class Daemon:
         if op == "write_through":
             return await self.write_through(request.get("path"))
         if op == "status":
-            return {
-                "ok": True,
-                "pid": os.getpid(),
-                "root": self.opts.root,
-                **self.engine.status(self.opts.root),
-            }
+            status = self.engine.status(self.opts.root)
+            if self.opts.single_store:  # the store is the mount root itself
+                for s in status["stores"]:
+                    s["mount_path"] = self.opts.root
+            return {"ok": True, "pid": os.getpid(), "root": self.opts.root, **status}
         if op == "unmount":
             if request.get("flush_timeout") is not None:
                 self.opts.flush_timeout = float(request["flush_timeout"])
@@ -372,6 +413,8 @@ class Daemon:
         root = os.path.join(os.path.realpath(os.path.dirname(given)), os.path.basename(given))
         rel = os.path.relpath(os.path.normpath(path), root)
         slug, _, inner = rel.partition(os.sep)
+        if self.opts.single_store and not rel.startswith(".."):
+            slug, inner = self.engine.stores[0].slug, rel
         store = next((s for s in self.engine.stores if s.slug == slug), None)
         if rel.startswith("..") or store is None or not inner:
             return {"ok": False, "error": f"{path} is not a memory file of a store mounted at {root}"}

@@ -41,10 +41,17 @@ def describe_not_on_store(answer: dict[str, Any], limit: int = 10) -> list[str]:
 
 
 async def flush_state_dir(
-    state_dir: Path, base_url: str | None, token: str, timeout: float, deletions: str | None
+    state_dir: Path,
+    base_url: str | None,
+    token: str,
+    timeout: float,
+    deletions: str | None,
+    *,
+    api_key: bool = False,
 ) -> dict[str, Any]:
     """`memfs flush`: push what a dead mount left staged, without mounting anything. `deletions`
-    None: the --sync-deletions the mount used (a delete it held back stays held)."""
+    None: the --sync-deletions the mount used (a delete it held back stays held). `api_key`:
+    `token` is an organisation's API key (a store mounted with `--store`)."""
     state = State(state_dir)
     state.lock(state.get_meta("root") or "(flush)")
     try:
@@ -53,7 +60,7 @@ async def flush_state_dir(
             raise ValueError(f"no --base-url given and none recorded in {state_dir}")
         stores = [s.info for s in state.stores()]
         fs = Filesystem(state, stores)
-        async with StoreClient(url, token) as client:
+        async with StoreClient(url, token, api_key=api_key) as client:
             recorded = _recorded_limits(state)
             store: Store = client  # the engine's port (memfs/sync/ports.py)
             options = EngineOptions(
@@ -63,7 +70,7 @@ async def flush_state_dir(
                 max_bytes=recorded["max_bytes"],
                 live=False,
                 on_conflict=as_on_conflict(state.get_meta("on_conflict")),
-                conflict_who=state.get_meta("session_id") or "agent",
+                conflict_who=state.get_meta("conflict_who") or state.get_meta("session_id") or "agent",
             )
             engine = SyncEngine(store, state, fs, stores, options)
             return await engine.final_sync(timeout)
@@ -103,7 +110,10 @@ def offline_status(state_dir: Path) -> dict[str, Any]:
                     "store_id": info.store_id,
                     "name": info.name,
                     "slug": info.slug,
-                    "mount_path": os.path.join(root, info.slug),
+                    # a store mounted at a path of its own is that path (SEMANTICS.md#d-store-mount)
+                    "mount_path": root
+                    if state.get_meta("layout") == "single"
+                    else os.path.join(root, info.slug),
                     "access": info.access,
                     "counter": s.counter,
                     "last_sync_at": s.last_sync_at,

@@ -31,7 +31,7 @@ from memfs.sync import plan as P
 from memfs.sync.apply import maybe_staged
 from memfs.sync.bounded import gather
 from memfs.sync.live import QUIET_SECONDS, LiveWatch
-from memfs.sync.not_on_store import NotOnStore, archived_reason, not_on_store
+from memfs.sync.not_on_store import NotOnStore, not_on_store
 from memfs.sync.options import EngineOptions
 from memfs.sync.ports import Journal, Store, View
 from memfs.sync.push import Pusher
@@ -39,7 +39,7 @@ from memfs.sync.remote import Prefetched, StoreReader
 from memfs.sync.report import StoreSync, TickFailed, TickReport
 from memfs.sync.schedule import PollSchedule
 from memfs.sync.store_pull import StorePull
-from memfs.sync.write_through import outcome
+from memfs.sync.write_through import write_through
 
 log = logging.getLogger("memfs.sync")
 
@@ -49,7 +49,6 @@ TIMER_STEP = 0.1  # seconds between the timer's looks (a watch's answer wakes it
 # The final sync tries a failed tick again this many times, after 0.5 s, then 1 s (within its bound).
 FINAL_RETRIES = 2
 FINAL_RETRY_PAUSE = 0.5
-WRITE_THROUGH_TRIES = 3  # a write-through's pushes: the first on what the mount knows, then merged again
 FINAL_TICKS = 6  # the final sync's ticks that went through, at most (each merges what met a 409)
 
 Pushes = list[tuple[StoreInfo, list[tuple[P.PushAction, ...]]]]  # what a tick's pulls left to push, by store
@@ -214,9 +213,9 @@ class SyncEngine:
         if pushes and report.ok:
             self.push_done = trio.Event()
             if wait or self._nursery is None:
-                await self._push_all(pushes, report)
+                await self.push_all(pushes, report)
             else:
-                self._nursery.start_soon(self._push_all, pushes, report)
+                self._nursery.start_soon(self.push_all, pushes, report)
         if wait:
             await self.push_done.wait()
         return {
@@ -253,6 +252,13 @@ class SyncEngine:
         # crashed mount left staged) comes one interval later, or at the first `memfs sync --force`.
         self.schedule.started()
         # What a crashed mount left staged waits for that tick, live or not.
+        self.live.started(lambda s: maybe_staged(self.fs, s.store_id, self.state.baseline(s.store_id)))
+
+    def start_offline(self) -> None:
+        """Serve without a first download (it failed: the service is unreachable) what the state
+        dir held: the ticks then run as after a download, and catch up once the service answers
+        (a store mounted on a laptop, SEMANTICS.md#d-store-mount)."""
+        self.schedule.started()
         self.live.started(lambda s: maybe_staged(self.fs, s.store_id, self.state.baseline(s.store_id)))
 
     async def _pull_all(
@@ -315,6 +321,8 @@ class SyncEngine:
     def _record(self, store, result: str, error: str | None) -> None:
         s = self.sync[store.store_id]
         s.last_sync_at = _now_iso()
+        if result == "ok":
+            s.last_ok_at = s.last_sync_at
         if (s.last_result, s.last_error) != (result, error):  # persisted for `memfs status` offline
             self.state.update_store(
                 store.store_id, last_sync_at=s.last_sync_at, last_result=result, last_error=error
@@ -324,45 +332,11 @@ class SyncEngine:
 
     # -- the worker's write and edit (SEMANTICS.md#d-merge, "told in band") ------------------------
     async def write_through(self, store_id: str, path: str) -> dict[str, Any]:
-        """Push `path`'s store now and say what became of `path` (sync/write_through.py). The
-        first try plans on the store as the mount last read it and costs one write request; a
-        409 (the store moved) reads the store, merges and pushes again, WRITE_THROUGH_TRIES at
-        most. Other staged changes of the store go with it, as they would at the next tick."""
-        store = next((s for s in self.stores if s.store_id == store_id), None)
-        if store is None or store.access != "read_write":
-            return {"ok": False, "error": f"no read_write store {store_id!r} in this mount"}
-        self.schedule.used()
-        report = TickReport()
-        async with self.tick_lock:
-            await self.push_done.wait()
-            for attempt in range(WRITE_THROUGH_TRIES):
-                superseded = report.superseded
-                try:
-                    stages = await self.store_pull.pull(
-                        store,
-                        None,
-                        report,
-                        has_counter=self.has_counter,
-                        tally=self.sync[store_id],
-                        read=attempt > 0,
-                    )
-                except (ApiError, Unreachable) as exc:
-                    report.ok, report.error = False, str(exc)
-                    break
-                await self.fs.wait_invalidated()
-                if stages:
-                    self.push_done = trio.Event()
-                    await self._push_all([(store, stages)], report)
-                if not report.ok or report.superseded == superseded:
-                    break
-        if store_id in self.pusher.archived:  # it takes no write any more (SEMANTICS.md#d-archived)
-            return {"ok": True, "result": "staged", "error": archived_reason(self.pusher.archived[store_id])}
-        base = {b.memory_id: b for b in self.state.baseline(store_id).values()}
-        local = self.fs.local_file(store_id, path)
-        return outcome(path, local, base.get(local.memory_id) if local and local.memory_id else None, report)
+        """Push `path`'s store now and say what became of `path` (sync/write_through.py)."""
+        return await write_through(self, store_id, path)
 
     # -- push -------------------------------------------------------------------------------
-    async def _push_all(self, pushes: Pushes, report: TickReport) -> None:
+    async def push_all(self, pushes: Pushes, report: TickReport) -> None:
         """Every store's pushes at once (each in its own stage order): over a WAN a store must
         not wait for the round trips of the one before it. A store that fails keeps its changes
         staged and the others go on."""
@@ -483,6 +457,7 @@ class SyncEngine:
                     "last_sync_at": s.last_sync_at,
                     "last_result": s.last_result,
                     "last_error": s.last_error,
+                    "last_ok_at": s.last_ok_at,
                     **missing[store.store_id].summary(),
                     **s.conflict_summary(),
                 }

@@ -20,6 +20,7 @@ class StoreSync:
     last_sync_at: str | None = None
     last_result: str | None = None
     last_error: str | None = None
+    last_ok_at: str | None = None  # the last sync that reached the store: how far behind an offline mount is
     pushed: int = 0
     # concurrent writers since the mount started (SEMANTICS.md#d-merge): changes merged with the
     # store's, true conflicts (the two changed the same lines), and the conflict copies made of them

@@ -1,6 +1,6 @@
-"""What became of one file the worker's `write` or `edit` just wrote (SEMANTICS.md#d-merge, "told
-in band"): the engine pushes the file's store at once (`SyncEngine.write_through`), and this pure
-function reads the answer off the file, its base and what the applied plans said.
+"""One file the worker's `write` or `edit` just wrote, pushed at once (SEMANTICS.md#d-merge, "told in
+band"): `write_through` pushes the file's store under the engine's tick lock, and `outcome` (pure)
+reads what became of the file off it, its base and what the applied plans said.
 
 - "pushed": the file is on the store as written;
 - "merged": the store had moved; the file was merged with the store's version and the merge is on
@@ -15,10 +15,58 @@ function reads the answer off the file, its base and what the applied plans said
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+import trio
+
+from memfs.client.errors import ApiError, Unreachable
 from memfs.records import BaseEntry, LocalFile
+from memfs.sync.not_on_store import archived_reason
 from memfs.sync.report import TickReport
+
+if TYPE_CHECKING:
+    from memfs.sync.engine import SyncEngine
+
+TRIES = 3  # a write-through's pushes: the first on what the mount knows, then read, merged and again
+
+
+async def write_through(engine: SyncEngine, store_id: str, path: str) -> dict[str, Any]:
+    """Push `path`'s store now and say what became of `path`. The first try plans on the store as
+    the mount last read it and costs one write request; a 409 (the store moved) reads the store,
+    merges and pushes again, TRIES at most. Other staged changes of the store go with it, as they
+    would at the next tick."""
+    store = next((s for s in engine.stores if s.store_id == store_id), None)
+    if store is None or store.access != "read_write":
+        return {"ok": False, "error": f"no read_write store {store_id!r} in this mount"}
+    engine.schedule.used()
+    report = TickReport()
+    async with engine.tick_lock:
+        await engine.push_done.wait()
+        for attempt in range(TRIES):
+            superseded = report.superseded
+            try:
+                stages = await engine.store_pull.pull(
+                    store,
+                    None,
+                    report,
+                    has_counter=engine.has_counter,
+                    tally=engine.sync[store_id],
+                    read=attempt > 0,
+                )
+            except (ApiError, Unreachable) as exc:
+                report.ok, report.error = False, str(exc)
+                break
+            await engine.fs.wait_invalidated()
+            if stages:
+                engine.push_done = trio.Event()
+                await engine.push_all([(store, stages)], report)
+            if not report.ok or report.superseded == superseded:
+                break
+    if store_id in engine.pusher.archived:  # it takes no write any more (SEMANTICS.md#d-archived)
+        return {"ok": True, "result": "staged", "error": archived_reason(engine.pusher.archived[store_id])}
+    base = {b.memory_id: b for b in engine.state.baseline(store_id).values()}
+    local = engine.fs.local_file(store_id, path)
+    return outcome(path, local, base.get(local.memory_id) if local and local.memory_id else None, report)
 
 
 def outcome(path: str, local: LocalFile | None, base: BaseEntry | None, report: TickReport) -> dict[str, Any]:

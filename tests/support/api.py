@@ -39,6 +39,12 @@ class Api:
     def create_store(self, name: str) -> str:
         return self._ok(self.http.post("/v1/memory_stores", json={"name": name}, headers=MEMORY_BETA))["id"]
 
+    def stores(self) -> list[dict]:
+        """The stores that are not archived (one page of 100: enough for a test)."""
+        return self._ok(self.http.get("/v1/memory_stores", params={"limit": 100}, headers=MEMORY_BETA))[
+            "data"
+        ]
+
     def create_session(self, stores: list[tuple[str, str]]) -> dict:
         resources = [{"type": "memory_store", "memory_store_id": s, "access": a} for s, a in stores]
         return self._ok(self.http.post("/v1/sessions", json={"resources": resources}, headers=SESSION_BETA))
