@@ -104,6 +104,19 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--log-format", choices=LOG_FORMATS, default="text")
     p.add_argument("--flush-timeout", type=_float, default=limits.FLUSH_TIMEOUT)
     p.add_argument("--foreground", action="store_true")
+    p.add_argument(
+        "--prestart",
+        action="store_true",
+        help="start a standby daemon for --root before the session is known (at sandbox boot) and "
+        "return: it imports everything a mount needs and waits; a later `memfs mount --root` with the "
+        "session hands it over (docs/SEMANTICS.md#d-standby). Only --root and --standby-timeout apply",
+    )
+    p.add_argument(
+        "--standby-timeout",
+        type=_float,
+        default=3600.0,
+        help="with --prestart: seconds the standby waits for its session before it exits",
+    )
     p.set_defaults(func=cmd_mount)
 
     p = sub.add_parser("sync", help="run a sync tick now if one is due")
@@ -190,6 +203,8 @@ def cmd_mount(args: argparse.Namespace) -> int:
     # while its early download runs (early_fetch.py); this process only waits for its answer.
     from memfs.session.preflight import MountError, check_interval
 
+    if args.prestart:
+        return _prestart(args)
     session_id = args.session_id or os.environ.get("ANTHROPIC_SESSION_ID")
     base_url = args.base_url or os.environ.get("ANTHROPIC_BASE_URL")
     if not session_id:
@@ -213,6 +228,16 @@ def cmd_mount(args: argparse.Namespace) -> int:
     state_dir = Path(args.state_dir).resolve() if args.state_dir else control.default_state_dir(root)
     args.token = _token()  # before the fork: taken out of the environment (secret_env.py)
     if not args.foreground:
+        try:
+            private_dir(state_dir)  # every store's content lands here (memfs/private_files.py)
+        except OSError as exc:
+            return _fail(
+                "mount",
+                f"cannot create the state dir {state_dir}: {exc.strerror}; choose a writable --state-dir",
+            )
+        handed = _hand_to_standby(args, root, state_dir, session_id, base_url)
+        if handed is not None:
+            return handed
         return _spawn_daemon(args, root, state_dir, session_id, base_url)
     return _run_foreground(args, root, state_dir, session_id, base_url)
 
@@ -251,12 +276,6 @@ def _spawn_daemon(
     The daemon is this process, forked (nothing has started a thread yet) right after the
     arguments are checked: no second interpreter to start, and the heavy imports (~0.4 s) run in
     the daemon, beside its early download (early_fetch.py), not before the fork."""
-    try:
-        private_dir(state_dir)  # every store's content lands here (memfs/private_files.py)
-    except OSError as exc:
-        return _fail(
-            "mount", f"cannot create the state dir {state_dir}: {exc.strerror}; choose a writable --state-dir"
-        )
     log_path = state_dir / "memfs.log"
     read_fd, write_fd = os.pipe()
     sys.stdout.flush()
@@ -275,6 +294,131 @@ def _spawn_daemon(
         report.strip() or f"the daemon exited with status {os.waitstatus_to_exitcode(status)}; see {log_path}"
     )
     return _fail("mount", message.removeprefix("error: "))
+
+
+def _hand_to_standby(
+    args: argparse.Namespace, root: str, state_dir: Path, session_id: str, base_url: str
+) -> int | None:
+    """Hand the mount to a standby daemon of root (`memfs mount --prestart`, standby.py) and
+    return once it reports every store readable (or fails); None when no standby took it."""
+    from memfs import secret_env
+    from memfs.session import standby
+
+    if not standby.waiting(root):
+        return None
+    umask = os.umask(0o077)
+    os.umask(umask)
+    request = {
+        "root": root,
+        "state_dir": str(state_dir),
+        "session_id": session_id,
+        "base_url": base_url,
+        "token": args.token,  # on the owner-only socket only: never on a command line
+        "args": {k: v for k, v in vars(args).items() if k not in ("func", "token")},
+        # The daemon runs with the environment of the mount (proxies, MEMFS_* settings), not the
+        # one the standby was started with; credentials were taken out of it (_token()).
+        "env": {k: v for k, v in os.environ.items() if k not in secret_env.SECRET_NAMES},
+        "umask": umask,
+    }
+    sock = standby.hand_over(root, request)
+    if sock is None:
+        return None
+    chunks = []
+    try:
+        while chunk := sock.recv(65536):
+            chunks.append(chunk)
+    except OSError:
+        pass
+    finally:
+        sock.close()
+    report = b"".join(chunks).decode("utf-8", "replace")
+    if report.startswith("ready"):
+        print(report[len("ready") :].strip() or f"memfs: mounted at {root}")
+        _exit_now(0)
+    message = (
+        report.strip()
+        or f"the standby daemon ended before the mount was ready; see {state_dir / 'memfs.log'}"
+    )
+    return _fail("mount", message.removeprefix("error: "))
+
+
+def _prestart(args: argparse.Namespace) -> int:
+    """`memfs mount --prestart`: bind the standby socket of root, fork the standby, return."""
+    from memfs.session import standby
+
+    root = os.path.abspath(args.root)
+    if not args.standby_timeout > 0:
+        return _fail("mount", "--standby-timeout must be positive", 2)
+    try:
+        control.checked_runtime_dir(create=True)
+    except (control.RegistryRefused, OSError) as exc:
+        return _fail("mount", str(exc))
+    problem = _live_mount_problem(root)
+    if problem:
+        return _fail("mount", problem, EXIT_NOT_ANSWERING if "does not answer" in problem else 1)
+    try:
+        listener = standby.listen(root)
+    except (standby.StandbyError, control.RegistryRefused, OSError) as exc:
+        return _fail("mount", str(exc))
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:
+        os._exit(_standby_child(root, listener, args.standby_timeout))
+    listener.close()  # the socket stays bound: the standby holds it
+    print(
+        f"memfs: standby daemon (pid {pid}) waits for a session at {root} (at most {args.standby_timeout:g}s)"
+    )
+    return 0
+
+
+def _standby_child(root: str, listener, timeout: float) -> int:
+    """The standby: detached like a daemon, its imports done, then the session's mount."""
+    import argparse
+
+    from memfs import secret_env
+    from memfs.session import standby
+
+    rc = 1
+    try:
+        _detach(listener.fileno(), None)
+        # It will hold a token: closed to same-uid readers from the start. A credential in the
+        # boot environment is not its own (the mount hands over its token): wiped.
+        secret_env.make_non_dumpable()
+        secret_env.take()
+
+        def stop(_signum: int, _frame: object) -> None:
+            raise SystemExit(0)  # its socket is removed on the way out (standby.serve)
+
+        signal.signal(signal.SIGTERM, stop)
+        handed = standby.serve(listener, root, timeout)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        if handed is None:
+            return 0
+        os.environ.clear()
+        os.environ.update(handed.env)
+        os.umask(handed.umask)
+        state_dir = Path(handed.state_dir)
+        logf = open_private_append(state_dir / "memfs.log")
+        os.dup2(logf, 1)
+        os.dup2(logf, 2)
+        os.close(logf)
+        args = argparse.Namespace(**handed.args)
+        args.token = handed.token
+        ready_fd = handed.conn.detach()
+        rc = _run_foreground(
+            args, handed.root, state_dir, handed.session_id, handed.base_url, ready_fd=ready_fd
+        )
+    except SystemExit as exc:
+        rc = exc.code if isinstance(exc.code, int) else 1
+    except BaseException:
+        import traceback
+
+        traceback.print_exc()
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    return rc
 
 
 def _exit_now(code: int) -> NoReturn:
@@ -298,28 +442,7 @@ def _daemon_child(args, root: str, state_dir: Path, session_id: str, base_url: s
     rc = 1
     try:
         os.close(read_fd)
-        # A process group of its own (no ^C or job-control signal of the caller's shell reaches
-        # it), but not a session of its own: with the scheduler's autogroups (one per session,
-        # CONFIG_SCHED_AUTOGROUP) a daemon in a new session competes as a group of its own against
-        # the session whose tools it serves, and every FUSE request it answers waits for the CPU
-        # once more on a busy machine (a warm `grep -r` 1.3 s instead of 0.9 s under load:
-        # docs/PERFORMANCE.md "Reads"). A hang-up of the caller's terminal signals its foreground
-        # group, not this one; SIGHUP is ignored all the same.
-        os.setpgid(0, 0)
-        signal.signal(signal.SIGHUP, signal.SIG_IGN)
-        # Holds no directory of the caller's (the agent's working directory, often) for hours.
-        os.chdir("/")
-        # Like Popen(close_fds=True): descriptors the caller's shell passed down (pipes of a
-        # command substitution, say) must not be held open by a daemon that runs for hours.
-        os.closerange(3, write_fd)
-        os.closerange(write_fd + 1, 1 << 16)
-        null = os.open(os.devnull, os.O_RDONLY)
-        logf = open_private_append(log_path)
-        os.dup2(null, 0)
-        os.dup2(logf, 1)
-        os.dup2(logf, 2)
-        os.close(null)
-        os.close(logf)
+        _detach(write_fd, log_path)
         rc = _run_foreground(args, root, state_dir, session_id, base_url, ready_fd=write_fd)
     except BaseException:
         import traceback
@@ -329,6 +452,33 @@ def _daemon_child(args, root: str, state_dir: Path, session_id: str, base_url: s
         sys.stdout.flush()
         sys.stderr.flush()
     return rc
+
+
+def _detach(keep_fd: int, log_path: Path | None) -> None:
+    """Make this forked process a daemon: its own process group, no descriptor of the caller's
+    but `keep_fd`, stdin from /dev/null, stdout/stderr to the log (/dev/null without one)."""
+    # A process group of its own (no ^C or job-control signal of the caller's shell reaches
+    # it), but not a session of its own: with the scheduler's autogroups (one per session,
+    # CONFIG_SCHED_AUTOGROUP) a daemon in a new session competes as a group of its own against
+    # the session whose tools it serves, and every FUSE request it answers waits for the CPU
+    # once more on a busy machine (a warm `grep -r` 1.3 s instead of 0.9 s under load:
+    # docs/PERFORMANCE.md "Reads"). A hang-up of the caller's terminal signals its foreground
+    # group, not this one; SIGHUP is ignored all the same.
+    os.setpgid(0, 0)
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    # Holds no directory of the caller's (the agent's working directory, often) for hours.
+    os.chdir("/")
+    # Like Popen(close_fds=True): descriptors the caller's shell passed down (pipes of a
+    # command substitution, say) must not be held open by a daemon that runs for hours.
+    os.closerange(3, keep_fd)
+    os.closerange(keep_fd + 1, 1 << 16)
+    null = os.open(os.devnull, os.O_RDONLY)
+    logf = open_private_append(log_path) if log_path is not None else os.open(os.devnull, os.O_WRONLY)
+    os.dup2(null, 0)
+    os.dup2(logf, 1)
+    os.dup2(logf, 2)
+    os.close(null)
+    os.close(logf)
 
 
 def _run_foreground(
