@@ -18,15 +18,15 @@ from tests.support.sandbox import Sandbox
 
 
 def _prestart(sb: Sandbox) -> int:
-    """A standby for the sandbox's root, waited for until it has imported (it answers only then):
-    the sandbox booted before its session was known."""
+    """A standby for the sandbox's root, waited for until its imports are done (its ping says
+    "warm"): the sandbox booted before its session was known."""
     out = sb.memfs("mount", "--prestart", "--root", str(sb.root), check=True).stdout
     pid = int(out.split("(pid ")[1].split(")")[0])
     path = standby.socket_path(str(sb.root), sb.env["MEMFS_RUNTIME_DIR"])
     deadline = time.monotonic() + 60
-    while standby.ping(path, timeout=5) is None:
+    while not (standby.ping(path, timeout=5) or {}).get("warm"):
         if time.monotonic() > deadline:
-            raise RuntimeError(f"the standby for {sb.root} never answered")
+            raise RuntimeError(f"the standby for {sb.root} never finished its imports")
         time.sleep(0.05)
     time.sleep(0.5)  # idle, as a sandbox waiting for its work item would be
     return pid

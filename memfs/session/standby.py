@@ -5,7 +5,9 @@ runtime registry dir and forks a standby daemon, which imports everything a moun
 trio, httpx, pyfuse3, the engine) and then waits. A later `memfs mount --root R --session-id …`
 finds the socket by R, sends the session, the token, its options and its environment in one JSON
 line, and waits for "ready" as it does from a daemon it forks itself: the standby becomes that
-mount's daemon, with the same start (commands.py `_run_foreground`) as the forked one.
+mount's daemon, with the same start (commands.py `_run_foreground`) as the forked one. A mount
+that comes while the standby still imports is taken between two imports (WARM_UP), so its early
+download overlaps the rest of them as in a forked daemon; a ping says whether they are done.
 
 The handover is three steps, so that exactly one of the two sides goes on: the mount's request;
 the standby's "accepted"; the mount's "go". The mount falls back to forking its own daemon (today's
@@ -158,12 +160,12 @@ def serve(listener: socket.socket, root: str, timeout: float) -> Handover | None
     deadline = time.monotonic() + timeout
     try:
         for name in WARM_UP:
-            handed = _take(listener, root, 0)  # a mount already waiting: it goes first
+            handed = _take(listener, root, 0, warm=False)  # a mount already waiting: it goes first
             if handed is not None:
                 return handed
             _import(name)
         while (left := deadline - time.monotonic()) > 0:
-            handed = _take(listener, root, left)
+            handed = _take(listener, root, left, warm=True)
             if handed is not None:
                 return handed
         return None
@@ -176,14 +178,15 @@ def serve(listener: socket.socket, root: str, timeout: float) -> Handover | None
             pass
 
 
-def _take(listener: socket.socket, root: str, wait: float) -> Handover | None:
-    """The next connection within `wait` seconds (0: only one already there), served."""
+def _take(listener: socket.socket, root: str, wait: float, *, warm: bool) -> Handover | None:
+    """The next connection within `wait` seconds (0: only one already there), served; `warm`:
+    the imports are done (a ping says so)."""
     listener.settimeout(wait)
     try:
         conn, _addr = listener.accept()
     except (TimeoutError, BlockingIOError):
         return None
-    handed = _serve_one(conn, root)
+    handed = _serve_one(conn, root, warm)
     if handed is None:
         conn.close()
     return handed
@@ -197,7 +200,7 @@ def peer_uid(conn: _socket.socket) -> int:
     return uid
 
 
-def _serve_one(conn: _socket.socket, root: str) -> Handover | None:
+def _serve_one(conn: _socket.socket, root: str, warm: bool) -> Handover | None:
     """One connection: a ping answered, or a mount request accepted and confirmed ("go")."""
     import json
 
@@ -209,7 +212,7 @@ def _serve_one(conn: _socket.socket, root: str) -> Handover | None:
         if not isinstance(request, dict):
             return None
         if request.get("op") == "ping":
-            answer = {"ok": True, "standby": True, "pid": os.getpid(), "root": root}
+            answer = {"ok": True, "standby": True, "pid": os.getpid(), "root": root, "warm": warm}
             conn.sendall(json.dumps(answer).encode() + b"\n")
             return None
         if request.get("op") != "mount" or control.registry_key(

@@ -61,11 +61,11 @@ def _wait_gone(pid: int, timeout: float) -> bool:
 
 
 def _wait_ready(path: str, timeout: float = 60) -> dict:
-    """The standby's answer to a ping once it has imported (it accepts only then)."""
+    """The standby's answer to a ping once its imports are done."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         answer = standby.ping(path, timeout=5)
-        if answer is not None:
+        if answer is not None and answer["warm"]:
             return answer
         time.sleep(0.05)
     raise AssertionError(f"no standby answers at {path}")
