@@ -26,7 +26,8 @@ class Config:
     memories: int = 2000  # per full store
     store_bytes: int = 33_400_000  # ~31.9 MiB: under the mount's default --max-bytes (32 MiB)
     stores: int = 8
-    runs: int = 3  # mount-ready, write-burst, ticks
+    runs: int = 3  # write-burst, ticks
+    mount_runs: int = 5  # mount-ready and mount-ready-early
     runs_8: int = 2  # mount-ready-8 (the last run's mounts also serve idle-tick, one-change-tick, rss)
     read_runs: int = 5  # grep / stat
     burst_runs: int = 2  # each run pushes 2,000 creates per side: bound by the service's commits
@@ -45,6 +46,7 @@ class Config:
             store_bytes=2_500_000,
             stores=3,
             runs=1,
+            mount_runs=1,
             runs_8=1,
             read_runs=3,
             burst_runs=1,

@@ -43,6 +43,7 @@ def machine() -> dict:
 
 ORDER = [
     "mount-ready",
+    "mount-ready-early",
     "mount-ready-8",
     "idle-tick",
     "one-change-tick",

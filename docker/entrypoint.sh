@@ -27,10 +27,18 @@
 # memfs; MEMFS_STORE_URL (the memory store service when it is not ANTHROPIC_BASE_URL); MEMFS_ROOT (/mnt/memory), MEMFS_STATE_DIR (/var/lib/memfs/state), MEMFS_SYNC_INTERVAL (15),
 # MEMFS_MOUNT_ARGS (more `memfs mount` flags), MEMFS_FLUSH_TIMEOUT (30), MEMFS_AGENT_GRACE (5),
 # AGENT_UID / AGENT_GID (the `agent` user's, 1000), MEMFS_LOG_TO_STDERR (1: the daemon's log
-# goes to the container's log).
+# goes to the container's log), MEMFS_PRESTART (1: a standby daemon started first; 0: none).
 set -uo pipefail
 
 ROOT="${MEMFS_ROOT:-/mnt/memory}"
+# First: a standby daemon that imports what the mount needs while the rest boots; `memfs mount`
+# below hands it the session (docs/SEMANTICS.md#d-standby). Without it (MEMFS_PRESTART=0, or it
+# failed) `memfs mount` forks its own daemon, as it always did.
+if [ "${MEMFS_PRESTART:-1}" = 1 ]; then
+    mkdir -p "$ROOT"
+    memfs mount --prestart --root "$ROOT" --standby-timeout 600 >/dev/null \
+        || echo "memfs-sandbox: no standby daemon; memfs mount starts its own" >&2
+fi
 STATE_DIR="${MEMFS_STATE_DIR:-/var/lib/memfs/state}"
 FLUSH_TIMEOUT="${MEMFS_FLUSH_TIMEOUT:-30}"
 MODE="${MEMFS_MODE:-agent}"

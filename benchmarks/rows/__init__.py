@@ -43,7 +43,7 @@ class Group:
 def _mount(b: Bench, r: Run) -> None:
     from benchmarks.rows.mount import row_mount_ready
 
-    row_mount_ready(b, r.sess1, "mount-ready", b.cfg.runs)
+    row_mount_ready(b, r.sess1, "mount-ready", b.cfg.mount_runs)
 
 
 def _reads(b: Bench, r: Run) -> None:
@@ -120,7 +120,7 @@ def _writers(b: Bench, r: Run) -> None:
 
 
 GROUPS: list[Group] = [
-    Group("mount", "mount-ready", _mount),
+    Group("mount", "mount-ready, mount-ready-early", _mount),
     Group("reads", "grep / stat over a mounted full store", _reads),
     Group("burst", "write-burst", _burst),
     Group(

@@ -1,4 +1,5 @@
-"""`memfs mount|sync|status|unmount|flush` (SEMANTICS.md#d-commands).
+"""`memfs mount` and the command line of `memfs mount|sync|status|unmount|flush` (SEMANTICS.md#d-commands;
+status, unmount and flush run in state_commands.py).
 
 This module imports only what parsing and the control socket need at the top (no httpx, trio or
 pyfuse3: ~0.3 s of imports); every command imports the rest when it runs. `memfs sync` itself
@@ -6,7 +7,6 @@ lives in hook.py, which the command line reaches without importing this module a
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import sys
@@ -17,41 +17,14 @@ from memfs.logging_setup import LOG_FORMATS, setup_logging
 from memfs.private_files import open_private_append, private_dir
 from memfs.protocol import DELETION_MODES, ON_CONFLICT_MODES
 from memfs.session import control
+from memfs.session.cli_support import _fail, _float, _token, parse_size
 from memfs.session.hook import EXIT_NOT_ANSWERING, cmd_sync
+from memfs.session.state_commands import cmd_flush, cmd_status, cmd_unmount
 
 TYPE_CHECKING = False  # typing itself costs the per-call hook ~5 ms of imports
 if TYPE_CHECKING:
     import argparse
     from typing import Any, NoReturn
-
-EXIT_NOT_ON_STORE = 3  # changes are kept in the state dir, not on the store
-
-
-def parse_size(text: str) -> int:
-    import argparse
-    import re
-
-    m = re.fullmatch(r"\s*(\d+)\s*([KMG]i?B?|B)?\s*", text, re.IGNORECASE)
-    if not m:
-        raise argparse.ArgumentTypeError(f"not a size: {text!r} (examples: 2000000, 512KiB, 32MiB)")
-    n = int(m.group(1))
-    unit = (m.group(2) or "").upper().rstrip("B").rstrip("I")
-    return n * {"": 1, "K": 1024, "M": 1024**2, "G": 1024**3}[unit]
-
-
-def _float(text: str) -> float:
-    try:
-        return float(text)
-    except ValueError:
-        import argparse
-
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-
-
-def _fail(command: str, message: str, code: int = 1) -> int:
-    print(f"memfs {command}: error: {message}", file=sys.stderr)
-    return code
-
 
 _MOUNTED_ROOT_HELP = "the root the stores were mounted at (default %(default)s)"
 _LOG_FORMAT_HELP = "one line per event: text or json (default %(default)s)"
@@ -163,6 +136,19 @@ def register(sub: argparse._SubParsersAction) -> None:
     from memfs.session import store_mount  # light: argparse only at the top
 
     store_mount.add_arguments(p)  # `--store`: one store at a path, no session (SEMANTICS.md#d-store-mount)
+    p.add_argument(
+        "--prestart",
+        action="store_true",
+        help="start a standby daemon for --root before the session is known (at sandbox boot) and "
+        "return: it imports everything a mount needs and waits; a later `memfs mount --root` with the "
+        "session hands it over (docs/SEMANTICS.md#d-standby). Only --root and --standby-timeout apply",
+    )
+    p.add_argument(
+        "--standby-timeout",
+        type=_float,
+        default=3600.0,
+        help="with --prestart: seconds the standby waits for its session before it exits (default %(default)s)",
+    )
     p.set_defaults(func=cmd_mount)
 
     p = sub.add_parser("sync", help="run a sync tick now if one is due")
@@ -203,25 +189,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=cmd_flush)
 
 
-def _token() -> str | None:
-    """The sessions token: from the pipe a parent passed (MEMFS_TOKEN_FD), else the work secret,
-    else MEMFS_TOKEN. Read once: the variables are then wiped from this process's environment
-    and the process made non-dumpable (memfs/secret_env.py), so no same-uid process (the agent's
-    tools) reads the credential in /proc/<pid>/environ or its memory; the daemon and its early
-    download are forks of this process and inherit both."""
-    from memfs import secret_env  # light: read before the heavy imports
-    from memfs.client.work_secret import sessions_token_from_secret
-
-    passed = secret_env.read_token_fd()
-    taken = secret_env.take(("ANTHROPIC_WORK_SECRET", "MEMFS_TOKEN"))
-    token = (
-        passed or sessions_token_from_secret(taken.get("ANTHROPIC_WORK_SECRET")) or taken.get("MEMFS_TOKEN")
-    )
-    if token:
-        secret_env.make_non_dumpable()
-    return token or None
-
-
 # -- mount --------------------------------------------------------------------------------------
 def import_trio_without_ldconfig() -> None:
     """Import trio with its one library lookup answered by the dynamic loader.
@@ -260,6 +227,8 @@ def cmd_mount(args: argparse.Namespace) -> int:
     from memfs.session import store_mount
     from memfs.session.preflight import MountError, check_interval
 
+    if args.prestart:
+        return _prestart(args)
     if args.store:
         return store_mount.cmd_mount_store(args)
     problem = store_mount.without_store_problem(args)
@@ -288,6 +257,16 @@ def cmd_mount(args: argparse.Namespace) -> int:
     state_dir = Path(args.state_dir).resolve() if args.state_dir else control.default_state_dir(root)
     args.token = _token()  # before the fork: taken out of the environment (secret_env.py)
     if not args.foreground:
+        try:
+            private_dir(state_dir)  # every store's content lands here (memfs/private_files.py)
+        except OSError as exc:
+            return _fail(
+                "mount",
+                f"cannot create the state dir {state_dir}: {exc.strerror}; choose a writable --state-dir",
+            )
+        handed = _hand_to_standby(args, root, state_dir, session_id, base_url)
+        if handed is not None:
+            return handed
         return _spawn_daemon(args, root, state_dir, session_id, base_url)
     return _run_foreground(args, root, state_dir, session_id, base_url)
 
@@ -326,12 +305,6 @@ def _spawn_daemon(
     The daemon is this process, forked (nothing has started a thread yet) right after the
     arguments are checked: no second interpreter to start, and the heavy imports (~0.4 s) run in
     the daemon, beside its early download (early_fetch.py), not before the fork."""
-    try:
-        private_dir(state_dir)  # every store's content lands here (memfs/private_files.py)
-    except OSError as exc:
-        return _fail(
-            "mount", f"cannot create the state dir {state_dir}: {exc.strerror}; choose a writable --state-dir"
-        )
     log_path = state_dir / "memfs.log"
     read_fd, write_fd = os.pipe()
     sys.stdout.flush()
@@ -350,6 +323,131 @@ def _spawn_daemon(
         report.strip() or f"the daemon exited with status {os.waitstatus_to_exitcode(status)}; see {log_path}"
     )
     return _fail("mount", message.removeprefix("error: "))
+
+
+def _hand_to_standby(
+    args: argparse.Namespace, root: str, state_dir: Path, session_id: str, base_url: str
+) -> int | None:
+    """Hand the mount to a standby daemon of root (`memfs mount --prestart`, standby.py) and
+    return once it reports every store readable (or fails); None when no standby took it."""
+    from memfs import secret_env
+    from memfs.session import standby
+
+    if not standby.waiting(root):
+        return None
+    umask = os.umask(0o077)
+    os.umask(umask)
+    request = {
+        "root": root,
+        "state_dir": str(state_dir),
+        "session_id": session_id,
+        "base_url": base_url,
+        "token": args.token,  # on the owner-only socket only: never on a command line
+        "args": {k: v for k, v in vars(args).items() if k not in ("func", "token")},
+        # The daemon runs with the environment of the mount (proxies, MEMFS_* settings), not the
+        # one the standby was started with; credentials were taken out of it (_token()).
+        "env": {k: v for k, v in os.environ.items() if k not in secret_env.SECRET_NAMES},
+        "umask": umask,
+    }
+    sock = standby.hand_over(root, request)
+    if sock is None:
+        return None
+    chunks = []
+    try:
+        while chunk := sock.recv(65536):
+            chunks.append(chunk)
+    except OSError:
+        pass
+    finally:
+        sock.close()
+    report = b"".join(chunks).decode("utf-8", "replace")
+    if report.startswith("ready"):
+        print(report[len("ready") :].strip() or f"memfs: mounted at {root}")
+        _exit_now(0)
+    message = (
+        report.strip()
+        or f"the standby daemon ended before the mount was ready; see {state_dir / 'memfs.log'}"
+    )
+    return _fail("mount", message.removeprefix("error: "))
+
+
+def _prestart(args: argparse.Namespace) -> int:
+    """`memfs mount --prestart`: bind the standby socket of root, fork the standby, return."""
+    from memfs.session import standby
+
+    root = os.path.abspath(args.root)
+    if not args.standby_timeout > 0:
+        return _fail("mount", "--standby-timeout must be positive", 2)
+    try:
+        control.checked_runtime_dir(create=True)
+    except (control.RegistryRefused, OSError) as exc:
+        return _fail("mount", str(exc))
+    problem = _live_mount_problem(root)
+    if problem:
+        return _fail("mount", problem, EXIT_NOT_ANSWERING if "does not answer" in problem else 1)
+    try:
+        listener = standby.listen(root)
+    except (standby.StandbyError, control.RegistryRefused, OSError) as exc:
+        return _fail("mount", str(exc))
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:
+        os._exit(_standby_child(root, listener, args.standby_timeout))
+    listener.close()  # the socket stays bound: the standby holds it
+    print(
+        f"memfs: standby daemon (pid {pid}) waits for a session at {root} (at most {args.standby_timeout:g}s)"
+    )
+    return 0
+
+
+def _standby_child(root: str, listener, timeout: float) -> int:
+    """The standby: detached like a daemon, its imports done, then the session's mount."""
+    import argparse
+
+    from memfs import secret_env
+    from memfs.session import standby
+
+    rc = 1
+    try:
+        _detach(listener.fileno(), None)
+        # It will hold a token: closed to same-uid readers from the start. A credential in the
+        # boot environment is not its own (the mount hands over its token): wiped.
+        secret_env.make_non_dumpable()
+        secret_env.take()
+
+        def stop(_signum: int, _frame: object) -> None:
+            raise SystemExit(0)  # its socket is removed on the way out (standby.serve)
+
+        signal.signal(signal.SIGTERM, stop)
+        handed = standby.serve(listener, root, timeout)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        if handed is None:
+            return 0
+        os.environ.clear()
+        os.environ.update(handed.env)
+        os.umask(handed.umask)
+        state_dir = Path(handed.state_dir)
+        logf = open_private_append(state_dir / "memfs.log")
+        os.dup2(logf, 1)
+        os.dup2(logf, 2)
+        os.close(logf)
+        args = argparse.Namespace(**handed.args)
+        args.token = handed.token
+        ready_fd = handed.conn.detach()
+        rc = _run_foreground(
+            args, handed.root, state_dir, handed.session_id, handed.base_url, ready_fd=ready_fd
+        )
+    except SystemExit as exc:
+        rc = exc.code if isinstance(exc.code, int) else 1
+    except BaseException:
+        import traceback
+
+        traceback.print_exc()
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    return rc
 
 
 def _exit_now(code: int) -> NoReturn:
@@ -373,28 +471,7 @@ def _daemon_child(args, root: str, state_dir: Path, session_id: str, base_url: s
     rc = 1
     try:
         os.close(read_fd)
-        # A process group of its own (no ^C or job-control signal of the caller's shell reaches
-        # it), but not a session of its own: with the scheduler's autogroups (one per session,
-        # CONFIG_SCHED_AUTOGROUP) a daemon in a new session competes as a group of its own against
-        # the session whose tools it serves, and every FUSE request it answers waits for the CPU
-        # once more on a busy machine (a warm `grep -r` 1.3 s instead of 0.9 s under load:
-        # docs/PERFORMANCE.md "Reads"). A hang-up of the caller's terminal signals its foreground
-        # group, not this one; SIGHUP is ignored all the same.
-        os.setpgid(0, 0)
-        signal.signal(signal.SIGHUP, signal.SIG_IGN)
-        # Holds no directory of the caller's (the agent's working directory, often) for hours.
-        os.chdir("/")
-        # Like Popen(close_fds=True): descriptors the caller's shell passed down (pipes of a
-        # command substitution, say) must not be held open by a daemon that runs for hours.
-        os.closerange(3, write_fd)
-        os.closerange(write_fd + 1, 1 << 16)
-        null = os.open(os.devnull, os.O_RDONLY)
-        logf = open_private_append(log_path)
-        os.dup2(null, 0)
-        os.dup2(logf, 1)
-        os.dup2(logf, 2)
-        os.close(null)
-        os.close(logf)
+        _detach(write_fd, log_path)
         rc = (run or _run_foreground)(args, root, state_dir, session_id, base_url, ready_fd=write_fd)
     except BaseException:
         import traceback
@@ -404,6 +481,33 @@ def _daemon_child(args, root: str, state_dir: Path, session_id: str, base_url: s
         sys.stdout.flush()
         sys.stderr.flush()
     return rc
+
+
+def _detach(keep_fd: int, log_path: Path | None) -> None:
+    """Make this forked process a daemon: its own process group, no descriptor of the caller's
+    but `keep_fd`, stdin from /dev/null, stdout/stderr to the log (/dev/null without one)."""
+    # A process group of its own (no ^C or job-control signal of the caller's shell reaches
+    # it), but not a session of its own: with the scheduler's autogroups (one per session,
+    # CONFIG_SCHED_AUTOGROUP) a daemon in a new session competes as a group of its own against
+    # the session whose tools it serves, and every FUSE request it answers waits for the CPU
+    # once more on a busy machine (a warm `grep -r` 1.3 s instead of 0.9 s under load:
+    # docs/PERFORMANCE.md "Reads"). A hang-up of the caller's terminal signals its foreground
+    # group, not this one; SIGHUP is ignored all the same.
+    os.setpgid(0, 0)
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    # Holds no directory of the caller's (the agent's working directory, often) for hours.
+    os.chdir("/")
+    # Like Popen(close_fds=True): descriptors the caller's shell passed down (pipes of a
+    # command substitution, say) must not be held open by a daemon that runs for hours.
+    os.closerange(3, keep_fd)
+    os.closerange(keep_fd + 1, 1 << 16)
+    null = os.open(os.devnull, os.O_RDONLY)
+    logf = open_private_append(log_path) if log_path is not None else os.open(os.devnull, os.O_WRONLY)
+    os.dup2(null, 0)
+    os.dup2(logf, 1)
+    os.dup2(logf, 2)
+    os.close(null)
+    os.close(logf)
 
 
 def _run_foreground(
@@ -482,207 +586,3 @@ def _run_foreground(
 # -- sync / status / unmount ---------------------------------------------------------------------
 # None of these touches the mount path before the daemon has answered (control.py): a stopped
 # daemon would hang that call for ever.
-NAMED_PER_STORE = 10  # paths `memfs status` names per store and category (the rest are counted)
-
-
-def cmd_status(args: argparse.Namespace) -> int:
-    try:
-        state_dir = control.lookup_state_dir(args.root)
-    except control.RegistryRefused as exc:
-        return _fail("status", str(exc))
-    try:
-        answer: dict[str, Any] = control.call(state_dir, {"op": "status"}, timeout=30)
-        answer["live"] = True
-    except control.DaemonNotAnswering as exc:
-        return _fail("status", str(exc), EXIT_NOT_ANSWERING)
-    except TimeoutError:
-        return _fail(
-            "status",
-            f"the memfs daemon for {args.root} answered the ping but not the status "
-            f"within 30s; see {state_dir / 'memfs.log'}",
-            EXIT_NOT_ANSWERING,
-        )
-    except control.NoDaemon:
-        offline = _offline_status(state_dir)
-        if offline is None:
-            return _fail("status", f"no memfs mount at {args.root} and no state dir at {state_dir}")
-        answer = offline
-    answer["state_dir"] = str(state_dir)
-    if args.json:
-        print(json.dumps(answer, indent=2))
-        return 0
-    live = "live" if answer.get("live") else "NOT RUNNING"
-    print(f"memfs at {args.root}: {live}; state dir {state_dir}")
-    if answer.get("mode"):  # a running daemon: live mode (watching) or polling, and why
-        print(f"  sync: {answer['mode']}: {answer.get('mode_reason') or '-'}")
-    if isinstance(answer.get("requests"), dict):  # what the mount sent (SEMANTICS.md#d-budget)
-        r = answer["requests"]
-        line = "  requests: last minute " + (
-            ", ".join(f"{k} {n}" for k, n in r["last_minute"].items()) or "none"
-        )
-        line += "; last hour " + (", ".join(f"{k} {n}" for k, n in r["last_hour"].items()) or "none")
-        print(
-            line + (f"; held back {r['held_for']:g}s more (the service asked)" if r.get("held_for") else "")
-        )
-    for s in answer.get("stores", []):
-        print(
-            f"  {s['mount_path']}  {s['access']}  id={s['store_id']}  counter={s.get('counter')}  "
-            f"last sync={s.get('last_sync_at') or '-'} ({s.get('last_result') or '-'})  "
-            + (
-                f"last ok={s.get('last_ok_at') or 'never'}  "
-                if s.get("last_result") not in (None, "ok")  # how far behind a mount that cannot sync is
-                else ""
-            )
-            + f"staged={s.get('staged', 0)}  "
-            f"refused={s.get('refused', 0)}  held={s.get('held', 0)}  deletes held={s.get('deletes_held', 0)}"
-            + (f"  error: {s['last_error']}" if s.get("last_error") else "")
-            + (f"  archived at {s['archived_at']}: read-only" if s.get("archived_at") else "")
-        )
-        reasons = s.get("reasons", {})
-        for category, paths in s.get("paths", {}).items():
-            for path in paths[:NAMED_PER_STORE]:
-                why = f": {reasons[path]}" if path in reasons else ""
-                print(f"    {category}: {path}{why}")
-            if len(paths) > NAMED_PER_STORE:
-                print(f"    {category}: and {len(paths) - NAMED_PER_STORE} more")
-    return 0
-
-
-def _offline_status(state_dir: Path) -> dict[str, Any] | None:
-    from memfs.session.offline import offline_status
-
-    if not (state_dir / "state.db").exists():
-        return None
-    return {"live": False, **offline_status(state_dir)}
-
-
-def _not_on_store_message(answer: dict[str, Any], state_dir: str) -> str:
-    """`N change(s) are not on the store service: <bounded list>; kept in STATE: the fix`."""
-    from memfs.session.offline import describe_not_on_store
-
-    summaries = answer.get("not_on_store", {}).values()
-    staged = sum(s["staged"] for s in summaries)
-    archived = sum(s["staged"] for s in summaries if s.get("archived_at"))
-    named = "\n  ".join(describe_not_on_store(answer))
-    fixes = []
-    if archived:
-        fixes.append(
-            f"changes to an archived store: it will never take them; a copy of each is in {state_dir}/kept/ "
-            "(SEMANTICS.md#d-archived)"
-        )
-    if staged > archived:
-        fixes.append(
-            f"staged changes: `memfs flush --state-dir {state_dir}` when the store service is "
-            "reachable (or the next mount with this state dir uploads them)"
-        )
-    if sum(s["refused"] + s["held"] for s in summaries):
-        fixes.append(
-            f"refused and held files: mount again with --state-dir {state_dir}, then change or "
-            "remove them (`memfs status` names them)"
-        )
-    refused = sum(s["refused"] for s in summaries)
-    held = sum(s["held"] for s in summaries)
-    return (
-        f"{answer.get('pending', 0)} change(s) are not on the store service ({staged} staged change(s), "
-        f"{refused} refused by the service, {held} held back); they are kept in the state dir "
-        f"{state_dir}:\n  {named}\n" + "\n".join(fixes)
-    )
-
-
-def _deletes_held_note(answer: dict[str, Any]) -> str:
-    held = sum(s.get("deletes_held", 0) for s in answer.get("not_on_store", {}).values())
-    return (
-        f" ({held} local delete(s) held back by --sync-deletions: the store keeps those memories)"
-        if held
-        else ""
-    )
-
-
-def cmd_unmount(args: argparse.Namespace) -> int:
-    from memfs.mount.mount_table import fuse_mount_at
-    from memfs.session.daemon import clear_stale_mount, wait_until_unmounted
-
-    root = os.path.abspath(args.root)
-    try:
-        state_dir = control.lookup_state_dir(root)
-    except control.RegistryRefused as exc:
-        return _fail("unmount", str(exc))
-    try:
-        answer = control.call(
-            state_dir, {"op": "unmount", "flush_timeout": args.flush_timeout}, timeout=args.flush_timeout + 30
-        )
-    except control.DaemonNotAnswering as exc:
-        return _fail("unmount", str(exc), EXIT_NOT_ANSWERING)
-    except TimeoutError:
-        return _fail(
-            "unmount",
-            f"the memfs daemon for {root} did not finish its final sync within "
-            f"{args.flush_timeout + 30:g}s; see {state_dir / 'memfs.log'}",
-            EXIT_NOT_ANSWERING,
-        )
-    except control.NoDaemon:
-        entry = control.registry_entry(root)
-        mount_point = entry["root"] if entry and entry.get("root") else root
-        if fuse_mount_at(mount_point) is None:
-            return _fail("unmount", f"nothing is mounted at {root}")
-        clear_stale_mount(mount_point)
-        return _fail(
-            "unmount",
-            f"the memfs daemon for {root} was dead; cleared its mount. Staged changes, "
-            f"if any, are kept in {state_dir}: upload them with `memfs flush --state-dir {state_dir}`",
-        )
-    if not wait_until_unmounted(answer.get("root") or root, 15, resolve=not answer.get("root")):
-        return _fail("unmount", f"{root} is still mounted (busy?); try again or `fusermount3 -uz {root}`")
-    if int(answer.get("pending", 0)):
-        return _fail(
-            "unmount",
-            _not_on_store_message(answer, str(answer.get("state_dir") or state_dir)),
-            EXIT_NOT_ON_STORE,
-        )
-    print(f"memfs: unmounted {root}; every change is on the store service{_deletes_held_note(answer)}")
-    return 0
-
-
-def cmd_flush(args: argparse.Namespace) -> int:
-    import functools
-
-    import trio
-
-    from memfs.session.offline import flush_state_dir
-
-    setup_logging(args.log_format)
-    state_dir = Path(args.state_dir)
-    if not (state_dir / "state.db").exists():
-        return _fail("flush", f"no memfs state in {state_dir}")
-    token = None if args.api_key_file else _token()
-    api_key = False
-    if not token:  # a store mounted with --store: the organisation's API key (SEMANTICS.md#d-store-mount)
-        from memfs.session.store_mount import read_api_key
-
-        token, _ = read_api_key(args.api_key_file)
-        api_key = token is not None
-    if not token:
-        return _fail(
-            "flush",
-            "no credential: set ANTHROPIC_WORK_SECRET or MEMFS_TOKEN (a session's mount), or "
-            "ANTHROPIC_API_KEY or --api-key-file (a store mounted with --store)",
-        )
-    try:
-        result = trio.run(
-            functools.partial(flush_state_dir, api_key=api_key),
-            state_dir,
-            args.base_url,
-            token,
-            args.flush_timeout,
-            args.sync_deletions,
-        )
-    except Exception as exc:  # print one clear line, not a traceback
-        return _fail("flush", f"{type(exc).__name__}: {exc}")
-    if result["pending"]:
-        error = f" (last error: {result['error']})" if result.get("error") else ""
-        return _fail("flush", _not_on_store_message(result, str(state_dir)) + error, EXIT_NOT_ON_STORE)
-    print(
-        f"memfs flush: uploaded {result.get('pushed', 0)} change(s); every change is on the store service"
-        f"{_deletes_held_note(result)}"
-    )
-    return 0

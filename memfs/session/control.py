@@ -195,6 +195,9 @@ def _registry_file(key: str, directory: str | None = None) -> str:
     return os.path.join(directory or _runtime_dir(), f"{_sha256_hex(key.encode())[:20]}.json")
 
 
+registry_file = _registry_file  # public: the standby socket of a root is named after it (standby.py)
+
+
 def _default_state_dir(root: str | os.PathLike[str]) -> str:
     name = registry_key(root).strip("/").replace("/", "_") or "root"
     base = (
