@@ -257,13 +257,9 @@ def cmd_mount(args: argparse.Namespace) -> int:
     state_dir = Path(args.state_dir).resolve() if args.state_dir else control.default_state_dir(root)
     args.token = _token()  # before the fork: taken out of the environment (secret_env.py)
     if not args.foreground:
-        try:
-            private_dir(state_dir)  # every store's content lands here (memfs/private_files.py)
-        except OSError as exc:
-            return _fail(
-                "mount",
-                f"cannot create the state dir {state_dir}: {exc.strerror}; choose a writable --state-dir",
-            )
+        problem = _made_state_dir(state_dir)
+        if problem:
+            return _fail("mount", problem)
         handed = _hand_to_standby(args, root, state_dir, session_id, base_url)
         if handed is not None:
             return handed
@@ -297,6 +293,15 @@ def _live_mount_problem(root: str) -> str | None:
     )
 
 
+def _made_state_dir(state_dir: Path) -> str | None:
+    """Create the state dir, private: every store's content lands there (memfs/private_files.py)."""
+    try:
+        private_dir(state_dir)
+    except OSError as exc:
+        return f"cannot create the state dir {state_dir}: {exc.strerror}; choose a writable --state-dir"
+    return None
+
+
 def _spawn_daemon(
     args: argparse.Namespace, root: str, state_dir: Path, session_id: str, base_url: str, run: Any = None
 ) -> int:
@@ -305,6 +310,9 @@ def _spawn_daemon(
     The daemon is this process, forked (nothing has started a thread yet) right after the
     arguments are checked: no second interpreter to start, and the heavy imports (~0.4 s) run in
     the daemon, beside its early download (early_fetch.py), not before the fork."""
+    problem = _made_state_dir(state_dir)  # (memfs mount --store comes here directly)
+    if problem:
+        return _fail("mount", problem)
     log_path = state_dir / "memfs.log"
     read_fd, write_fd = os.pipe()
     sys.stdout.flush()

@@ -287,8 +287,18 @@ def _frozen_clock() -> float:
 
 
 def _answer(r) -> tuple[int, bytes, list[tuple[str, str]]]:
-    """Status, body and headers, the request id (per app, per request) blanked."""
-    headers = sorted((k, v) for k, v in r.headers.items() if k != "request-id")
+    """Status, body and headers, the request id (per app, per request) blanked, and the organisation
+    limit's `-remaining`/`-reset` (where its bucket stands at that moment) named, not compared."""
+    headers = sorted(
+        (
+            k,
+            v
+            if k not in ("anthropic-ratelimit-requests-remaining", "anthropic-ratelimit-requests-reset")
+            else "…",
+        )
+        for k, v in r.headers.items()
+        if k != "request-id"
+    )
     return r.status_code, re.sub(rb"req_[0-9a-f]+", b"req_", r.content), headers
 
 
