@@ -8,6 +8,8 @@ in sandbox B, 20 trials per row, on a service and store of its own:
   socket, then a look at the store's directory);
 - polling: `--live off --sync-interval 5`, idle, watched as in the first row;
 - official: the official worker (interval 5 s) on both sides, a tool call (sync_if_due) every 0.25 s;
+- live, a busy reader: B reads one file every 0.1 s (never `memfs sync`) until it holds A's
+  rewrite of it (close-to-open: a busy mount applies what moved at a file nobody has open);
 - idle cost: requests per idle live mount per minute, through the counting proxy.
 """
 
@@ -116,6 +118,45 @@ def busy_trials(a: Sandbox, b: Sandbox, trials: int) -> list[float]:
     return out
 
 
+def reader_trials(a: Sandbox, b: Sandbox, trials: int) -> list[float]:
+    """A busy reader in B (SEMANTICS.md#d-when, close-to-open): a loop that opens and reads one file
+    every 0.1 s, never calling `memfs sync`, until it sees A's write (A rewrites that file)."""
+    out = []
+    target = b.root / SLUG / "status.md"
+    (a.root / SLUG / "status.md").write_text("reader trial start\n")
+    deadline = time.monotonic() + TRIAL_TIMEOUT
+    while time.monotonic() < deadline:
+        if target.exists() and target.read_text() == "reader trial start\n":
+            break
+        time.sleep(0.1)
+    for i in range(trials):
+        want = f"done {i}\n"
+        stop = threading.Event()
+        seen: list[float] = []
+
+        def poll(want: str = want, stop: threading.Event = stop, seen: list[float] = seen) -> None:
+            while not stop.is_set():
+                try:
+                    if target.read_text() == want:
+                        seen.append(time.monotonic())
+                        return
+                except OSError:
+                    pass
+                stop.wait(0.1)
+
+        reader = threading.Thread(target=poll)
+        reader.start()
+        time.sleep(1.0)  # the reader is busy before the write
+        t0 = time.monotonic()
+        (a.root / SLUG / "status.md").write_text(want)
+        reader.join(TRIAL_TIMEOUT)
+        stop.set()
+        if not seen:
+            raise RuntimeError(f"reader trial {i}: B's reader never saw A's write")
+        out.append(seen[0] - t0)
+    return out
+
+
 async def official_trials(url: str, sess: dict, work: Path, trials: int) -> list[float]:
     """The official worker on both sides: a tool call (sync_if_due) every 0.25 s on each."""
     ca, a, sa = await official_open(url, sess, work / "official-a")
@@ -193,6 +234,7 @@ def measure(work: Path, *, trials: int, idle_window: float, official: bool = Tru
         a, b = pair("live", "--sync-interval", "300")
         rows["live-idle"] = idle_trials(a, b, trials, "idle")
         rows["live-busy"] = busy_trials(a, b, trials)
+        rows["live-reader"] = reader_trials(a, b, trials)
         a.close()
         b.close()
         a, b = pair("polling", "--sync-interval", "5", "--live", "off")
@@ -219,6 +261,7 @@ def row_live(b: Bench, work: Path) -> None:
     for key, label in (
         ("live-idle", "both idle"),
         ("live-busy", "tool calls every 0.25 s"),
+        ("live-reader", "a reader polling a file every 0.1 s"),
         ("polling-idle", "polling (5 s), both idle"),
     ):
         xs = rows[key]
