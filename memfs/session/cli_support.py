@@ -4,6 +4,7 @@ by the command line before any heavy module (no httpx, trio or pyfuse3 here)."""
 
 from __future__ import annotations
 
+import os
 import sys
 
 EXIT_NOT_ON_STORE = 3  # changes are kept in the state dir, not on the store
@@ -52,3 +53,21 @@ def _token() -> str | None:
     if token:
         secret_env.make_non_dumpable()
     return token or None
+
+
+class ReadyLine:
+    """The one line a forked daemon's parent waits for on `ready_fd` ("ready …" or "error: …"),
+    written once; without a descriptor (`--foreground`) nothing is written."""
+
+    def __init__(self, ready_fd: int | None):
+        self._file = os.fdopen(ready_fd, "w") if ready_fd is not None else None
+
+    @property
+    def pending(self) -> bool:
+        return self._file is not None
+
+    def __call__(self, text: str) -> None:
+        if self._file is not None:
+            self._file.write(text)
+            self._file.close()
+            self._file = None

@@ -17,7 +17,7 @@ from memfs.logging_setup import LOG_FORMATS, setup_logging
 from memfs.private_files import open_private_append, private_dir
 from memfs.protocol import DELETION_MODES, ON_CONFLICT_MODES
 from memfs.session import control
-from memfs.session.cli_support import _fail, _float, _token, parse_size
+from memfs.session.cli_support import ReadyLine, _fail, _float, _token, parse_size
 from memfs.session.hook import EXIT_NOT_ANSWERING, cmd_sync
 from memfs.session.state_commands import cmd_flush, cmd_status, cmd_unmount
 
@@ -536,14 +536,7 @@ def _run_foreground(
     from memfs.session.daemon import Daemon, MountError, MountOptions
 
     setup_logging(args.log_format)
-    ready_file = os.fdopen(ready_fd, "w") if ready_fd is not None else None
-
-    def report(text: str) -> None:
-        nonlocal ready_file
-        if ready_file is not None:
-            ready_file.write(text)
-            ready_file.close()
-            ready_file = None
+    report = ReadyLine(ready_fd)
 
     opts = MountOptions(
         root=root,
@@ -570,7 +563,7 @@ def _run_foreground(
         lines = [f"memfs: mounted {len(stores)} store(s) at {root} (state dir {state_dir})"]
         lines += [f"  {os.path.join(root, s.slug)}  {s.access}  {s.store_id}" for s in stores]
         text = "\n".join(lines)
-        if ready_file is not None:
+        if report.pending:
             report("ready " + text + "\n")
         else:
             print(text, flush=True)
@@ -583,7 +576,7 @@ def _run_foreground(
 
         logging.getLogger("memfs").error("%s", exc)
         report(f"error: {exc}\n")
-        if ready_file is None and ready_fd is None:
+        if ready_fd is None:
             print(f"memfs mount: error: {exc}", file=sys.stderr)
         return 1
     except BaseException as exc:

@@ -166,6 +166,7 @@ def run_store_mount(
     ready_fd: int | None = None,
 ) -> int:  # fmt: skip
     """The daemon, in this process (`ready_fd`: as commands._run_foreground's)."""
+    from memfs.session.cli_support import ReadyLine
     from memfs.session.commands import import_trio_without_ldconfig
 
     import_trio_without_ldconfig()
@@ -175,14 +176,7 @@ def run_store_mount(
     from memfs.session.daemon import Daemon, MountError, MountOptions
 
     setup_logging(args.log_format)
-    ready_file = os.fdopen(ready_fd, "w") if ready_fd is not None else None
-
-    def report(text: str) -> None:
-        nonlocal ready_file
-        if ready_file is not None:
-            ready_file.write(text)
-            ready_file.close()
-            ready_file = None
+    report = ReadyLine(ready_fd)
 
     finder = StoreFinder(args.store, root, create=args.create, read_only=args.read_only)
     opts = MountOptions(
@@ -214,7 +208,7 @@ def run_store_mount(
     def on_ready(stores: list[StoreInfo]) -> None:
         (s,) = stores
         text = f"memfs: mounted store {s.name!r} ({s.store_id}, {s.access}) at {root} (state dir {state_dir})"
-        if ready_file is not None:
+        if report.pending:
             report("ready " + text + "\n")
         else:
             print(text, flush=True)
