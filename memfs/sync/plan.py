@@ -7,6 +7,12 @@ deletes, then updates (renames ordered so that none lands on a path still in use
 Each group's order is a valid sequential order; `plan.push_stages` groups pushes that may run
 concurrently. After every successful push the engine records the store's answer as the base entry
 (creates also give the local file its memory id). Every choice is explained in docs/SEMANTICS.md.
+
+Merge mode (`Inputs.on_conflict == "merge"`, SEMANTICS.md#d-merge): a memory both sides changed
+the content of is left as it is and named in `plan.merge_wanted`; the engine merges the three
+versions (sync/merging.py) and plans again with `Inputs.merges`, which turns it into the merged
+text pushed over the store's, or into the store's text with a `PlaceCopy` (+ `PushCreate`) of the
+agent's version beside it. The records live in sync/actions.py.
 """
 
 from __future__ import annotations
