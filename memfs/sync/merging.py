@@ -11,6 +11,8 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterable
 
+import trio
+
 from memfs.sync import plan as P
 from memfs.sync.merge import DEFAULT_POLICY, MergePolicy, merge_bytes
 from memfs.sync.ports import Journal
@@ -34,32 +36,39 @@ def missing_content(state: Journal, pulled: Pulled, wanted: Iterable[P.MergeWant
     return {w.remote_sha: w.memory_id for w in wanted if content(state, pulled, w.remote_sha) is None}
 
 
-def merge_wanted(
+async def merge_wanted(
     state: Journal,
     pulled: Pulled,
     wanted: Iterable[P.MergeWanted],
     policy: MergePolicy = DEFAULT_POLICY,
 ) -> dict[P.MergeKey, P.MergeResult]:
     """Merge every wanted conflict whose three versions are at hand. A file the policy does not
-        merge, a side that is not UTF-8, or changes that overlap give MergeResult(None): a true
-        conflict. A merged text joins the pull's content, where the plan's Materialise finds it (and
-    stores it as a blob only when applied: a merge the plan drops leaves nothing behind)."""
+    merge, a side that is not UTF-8, changes that overlap, or a base whose content is not held give
+    MergeResult(None): a true conflict. The store's version is stored as a blob at once, since it
+    becomes the memory's base (an unused one goes with the next blob sweep); a merged text joins the
+    pull's content, where the plan's Materialise finds it (stored as a blob when applied).
+
+    The merges themselves run on a worker thread: a large one takes a few hundred milliseconds
+    (merge.py's edit bound), which the event loop, serving every FUSE request, must not wait for.
+    Only bytes cross to the thread; the state dir and `pulled` are touched here."""
     results: dict[P.MergeKey, P.MergeResult] = {}
+    jobs: list[tuple[P.MergeKey, bytes, bytes, bytes]] = []
     for w in wanted:
         base, store, local = (content(state, pulled, sha) for sha in w.key)
         if store is None:
             continue  # the store's version was not fetched yet (or moved on): the next round
-        # The store's version becomes this memory's base whatever the plan makes of it: its blob
-        # must be here for the next merge (a merged view never materialises it).
-        state.put_blobs([(w.remote_sha, store)])
-        if base is None or local is None:  # a base no longer held: no merge can be trusted
+        state.put_blobs([(w.remote_sha, store)])  # (a merged view never materialises it)
+        if base is None or local is None or not policy.applies_to(w.path):
             results[w.key] = P.MergeResult(None)
-            continue
-        merged = merge_bytes(base, store, local) if policy.applies_to(w.path) else None
-        if merged is None:
-            results[w.key] = P.MergeResult(None)
-            continue
-        sha = hashlib.sha256(merged).hexdigest()
-        pulled.contents[sha] = merged
-        results[w.key] = P.MergeResult(sha, len(merged))
+        else:
+            jobs.append((w.key, base, store, local))
+    if jobs:
+        merged_all = await trio.to_thread.run_sync(lambda: [merge_bytes(b, s, lo) for _, b, s, lo in jobs])
+        for (key, *_), merged in zip(jobs, merged_all, strict=True):
+            if merged is None:
+                results[key] = P.MergeResult(None)
+                continue
+            sha = hashlib.sha256(merged).hexdigest()
+            pulled.contents[sha] = merged
+            results[key] = P.MergeResult(sha, len(merged))
     return results

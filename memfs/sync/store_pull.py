@@ -280,7 +280,7 @@ class StorePull:
                 and not pulled.has_content(a.sha)
                 and not self.state.has_blob(a.sha)
             }
-            merged = merge_wanted(self.state, pulled, plan.merge_wanted)
+            merged = await merge_wanted(self.state, pulled, plan.merge_wanted)
             if merged.keys() - merges.keys():
                 merges.update(merged)  # a merge made now: plan again with it
                 continue
