@@ -9,6 +9,11 @@ so it is gone. Only the mount must run on trio; the app is plain ASGI with anyio
 for storage, anyio in the watch hub and the retention job), so it runs on either loop (the tests
 run it in process under trio).
 
+uvicorn's internals are taken here and nowhere else in memfs: its `HttpToolsProtocol` subclassed
+(the coalesced writes, the slow-client guard) and the request cycle's flags the guard reads. Checked
+on uvicorn 0.55.0, pinned to 0.55.x in pyproject.toml; tests/service/test_uvicorn_internals.py fails,
+naming what moved, when a release moves them.
+
 Shutdown (SIGTERM/SIGINT): the held watches are answered first (`watch_hub.close()`), then uvicorn
 stops accepting, drains in-flight requests (at most 5 s) and runs the lifespan's shutdown.
 """

@@ -31,6 +31,9 @@ PROTOCOL_METHODS = {
 }
 # attributes the overrides read, set by __init__ or connection_made
 PROTOCOL_ATTRIBUTES = ("connections", "tasks", "loop", "transport", "flow")
+# what the body guard (`_body_too_slow`) reads and sets on the request in progress: the protocol's
+# `cycle`, and on it whether the answer started, the disconnect flag and the event the app waits on
+CYCLE_ATTRIBUTES = ("response_started", "disconnected", "message_event")
 SERVER_METHODS = {"handle_exit": ["sig", "frame"], "serve": ["sockets"]}
 SERVER_ATTRIBUTES = ("should_exit", "started")
 SERVER_STARTED_ATTRIBUTES = ("servers",)  # set once it listens: looked for in its source
@@ -116,6 +119,16 @@ def test_the_uvicorn_internals_memfs_subclasses_are_where_it_expects_them():
         return missing
 
     moved += asyncio.run(make())
+    if "self.cycle" not in inspect.getsource(protocol_cls.__init__):
+        moved.append("HttpToolsProtocol.__init__ sets no 'cycle'")
+    cycle_cls = getattr(httptools_impl, "RequestResponseCycle", None)
+    if cycle_cls is None:
+        moved.append("uvicorn.protocols.http.httptools_impl.RequestResponseCycle is gone")
+    else:
+        cycle_init = inspect.getsource(cycle_cls.__init__)
+        moved += [
+            f"RequestResponseCycle sets no {a!r}" for a in CYCLE_ATTRIBUTES if f"self.{a} =" not in cycle_init
+        ]
     server = uvicorn.Server(uvicorn.Config(app=None, log_config=None))
     moved += [f"uvicorn.Server has no attribute {a!r}" for a in SERVER_ATTRIBUTES if not hasattr(server, a)]
     source = inspect.getsource(uvicorn.Server)
