@@ -8,7 +8,7 @@ The fences (each module's docstring says what it takes and why it earns it):
   per-call hook's start (this file, below);
 - memfs/session/_trio.py: `ctypes.util.find_library` replaced while trio imports
   (tests/session/test_start_path.py);
-- memfs/service/asgi_server.py: uvicorn's internal `HttpToolsProtocol` subclassed, uvicorn pinned to
+- memfs/service/_uvicorn.py: uvicorn's internal `HttpToolsProtocol` subclassed, uvicorn pinned to
   a minor in pyproject.toml (tests/service/test_uvicorn_internals.py).
 
 What the scan below finds in any other module of memfs/: an import of a private module or name of
@@ -35,7 +35,7 @@ FENCES = {
     "worker/_sdk.py": {"anthropic"},
     "session/_cpython.py": {"_json", "_socket", "_sha2", "_sha256"},
     "session/_trio.py": {"ctypes"},
-    "service/asgi_server.py": {"uvicorn"},
+    "service/_uvicorn.py": {"uvicorn"},
 }
 ONLY_IN_FENCE = {"anthropic"}  # even its public names come through the fence
 # underscored but not private: documented (os._exit), or a type only in annotations, never run

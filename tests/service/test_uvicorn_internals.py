@@ -1,10 +1,10 @@
 """The uvicorn internals memfs relies on, checked by name and signature: a uvicorn release that
 moves them fails here, naming what moved, before the service misbehaves.
 
-memfs/service/asgi_server.py subclasses uvicorn's internal `HttpToolsProtocol` (the coalesced
+memfs/service/_uvicorn.py subclasses uvicorn's internal `HttpToolsProtocol` (the coalesced
 writes, the slow-client guard of docs/OPERATIONS.md#security) and `uvicorn.Server`; pyproject.toml
 pins uvicorn to the minor version tested here. When this test fails after an upgrade, re-read
-asgi_server.py's overrides against the new uvicorn, then update the pin and this test.
+_uvicorn.py's overrides against the new uvicorn, then update the pin and this test.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import pytest
 
 pytestmark = pytest.mark.timeout(60)
 
-# method -> its parameter names (after self), as asgi_server.py's overrides call them
+# method -> its parameter names (after self), as _uvicorn.py's overrides call them
 PROTOCOL_METHODS = {
     "connection_made": ["transport"],
     "connection_lost": ["exc"],
@@ -100,7 +100,7 @@ def test_the_uvicorn_internals_memfs_subclasses_are_where_it_expects_them():
     moved += [f"uvicorn.Config has no parameter {p!r}" for p in CONFIG_PARAMETERS if p not in config_params]
 
     # a protocol as uvicorn makes one, on a stand-in transport: the attributes the overrides read
-    from memfs.service.asgi_server import guarded_protocol
+    from memfs.service._uvicorn import guarded_protocol
     from memfs.service.connections import ConnectionLimits
 
     async def make():
@@ -136,5 +136,5 @@ def test_the_uvicorn_internals_memfs_subclasses_are_where_it_expects_them():
         f"uvicorn.Server sets no {a!r}" for a in SERVER_STARTED_ATTRIBUTES if f"self.{a} =" not in source
     ]
     assert not moved, (
-        "uvicorn's internals moved (memfs/service/asgi_server.py relies on them):\n" + "\n".join(moved)
+        "uvicorn's internals moved (memfs/service/_uvicorn.py relies on them):\n" + "\n".join(moved)
     )
