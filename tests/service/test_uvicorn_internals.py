@@ -135,6 +135,6 @@ def test_the_uvicorn_internals_memfs_subclasses_are_where_it_expects_them():
     moved += [
         f"uvicorn.Server sets no {a!r}" for a in SERVER_STARTED_ATTRIBUTES if f"self.{a} =" not in source
     ]
-    assert not moved, (
-        "uvicorn's internals moved (memfs/service/_uvicorn.py relies on them):\n" + "\n".join(moved)
+    assert not moved, "uvicorn's internals moved (memfs/service/_uvicorn.py relies on them):\n" + "\n".join(
+        moved
     )
