@@ -54,7 +54,8 @@ from memfs.service.routes.operations import OperationRoutes
 from memfs.service.routes.sessions import SessionRoutes
 from memfs.service.routes.stores import StoreRoutes
 from memfs.service.routes.versions import VersionRoutes
-from memfs.service.storage import Storage, StorageError
+from memfs.service.rules import StoreService
+from memfs.service.storage import StorageError
 from memfs.service.watch import WatchHub
 
 
@@ -126,7 +127,7 @@ async def _on_unexpected(request: Request, exc: Exception) -> Response:
 
 
 def create_app(
-    storage: Storage,
+    storage: StoreService,
     admin_key: str,
     max_memories: int = DEFAULT_MAX_MEMORIES,
     *,
