@@ -288,9 +288,9 @@ def test_the_bench_uses_only_public_names():
 @pytest.mark.parametrize(
     "source",
     [
-        "from memfs.service.sqlite_storage import SqliteBackend\nclass S(SqliteBackend):\n    pass\n",
+        "from memfs.service.sqlite_backend import SqliteBackend\nclass S(SqliteBackend):\n    pass\n",
         "def f(backend):\n    with backend._conn() as c:\n        return c\n",
-        "from memfs.service.sqlite_storage import _HeldRead\n",
+        "from memfs.service.sqlite_backend import _HeldRead\n",
         "import memfs.service._private\n",
     ],
 )

@@ -77,45 +77,32 @@ def _serve_relay(args: argparse.Namespace) -> int:
         print("memfs serve: --confirm-grace must be 0 or more seconds", file=sys.stderr)
         return 2
     from memfs import secret_env
-    from memfs.service import connections
-    from memfs.service.commands import read_key_file
+    from memfs.relay.server import run
+    from memfs.service.serving import read_key_file, serve_options
 
     # taken out of the environment once read, as every credential handed over there
     operator_key = secret_env.take(("MEMFS_UPSTREAM_KEY",)).get("MEMFS_UPSTREAM_KEY")
-    admin_key = args.admin_key
-    try:
-        if args.upstream_key_file:
+    if args.upstream_key_file:
+        try:
             operator_key = read_key_file(args.upstream_key_file, "--upstream-key-file")
-        if args.admin_key_file:
-            admin_key = read_key_file(args.admin_key_file, "--admin-key-file")
-    except ValueError as e:
-        print(f"memfs serve: {e}", file=sys.stderr)
-        return 2
-
-    limits = connections.from_args(args)
-    if isinstance(limits, str):
-        print(f"memfs serve: {limits}", file=sys.stderr)
-        return 2
-    from memfs.relay.server import run
-
+        except ValueError as e:
+            print(f"memfs serve: {e}", file=sys.stderr)
+            return 2
     # Not the service's default database: a relay's cache is its own (`Mirror.claim_database`).
     db = (
         args.db
         if args.db != SERVICE_DEFAULT_DB
         else os.environ.get("MEMFS_RELAY_DB") or "./memfs-data/relay.db"
     )
+    options = serve_options(args, db)
+    if isinstance(options, str):
+        print(f"memfs serve: {options}", file=sys.stderr)
+        return 2
     return run(
         args.upstream,
-        key_on_command_line=not args.admin_key_file,
-        host=args.host,
-        port=args.port,
-        db_path=db,
-        admin_key=admin_key,
+        options,
         interval=args.poll_interval,
         confirm_every=args.confirm_every,
         confirm_grace=args.confirm_grace,
         operator_key=operator_key,
-        certfile=args.certfile,
-        keyfile=args.keyfile,
-        limits=limits,
     )

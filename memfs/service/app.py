@@ -54,7 +54,8 @@ from memfs.service.routes.operations import OperationRoutes
 from memfs.service.routes.sessions import SessionRoutes
 from memfs.service.routes.stores import StoreRoutes
 from memfs.service.routes.versions import VersionRoutes
-from memfs.service.storage import Storage, StorageError
+from memfs.service.rules import StoreService
+from memfs.service.storage import StorageError
 from memfs.service.watch import WatchHub
 
 
@@ -126,7 +127,7 @@ async def _on_unexpected(request: Request, exc: Exception) -> Response:
 
 
 def create_app(
-    storage: Storage,
+    storage: StoreService,
     admin_key: str,
     max_memories: int = DEFAULT_MAX_MEMORIES,
     *,
@@ -142,7 +143,7 @@ def create_app(
     """The ASGI app serving `storage`. `admin_key` can do everything; sessions get scoped tokens.
 
     The returned app's `watch_hub` holds the watches; its change source runs for the app's lifespan,
-    and `watch_hub.close()` (server.py, at SIGTERM) answers every held watch at once.
+    and `watch_hub.close()` (asgi_server.py, at SIGTERM) answers every held watch at once.
     `rate_limiter` (None: no limit) limits each credential's requests (429 with retry-after).
     `hosted`: the emulator's switches (hosted.py; default: the hosted API's documented behaviour).
     `org_limits` (None: none): the per-organisation limits of every request (orglimit.py).

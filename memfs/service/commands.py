@@ -180,6 +180,7 @@ def _serve(args: argparse.Namespace) -> int:
         from memfs.service.hosted import HostedOptions
         from memfs.service.orglimit import DEFAULT_BURST_S
         from memfs.service.server import run  # imports the server only for this command
+        from memfs.service.serving import serve_options
     except ImportError as exc:
         if exc.name is None or exc.name.startswith("memfs"):
             raise  # memfs's own module: a broken install, not a missing extra
@@ -200,44 +201,24 @@ def _serve(args: argparse.Namespace) -> int:
     if args.rate_burst is not None and (args.rate_burst < 1 or not args.rate_limit):
         print("memfs serve: --rate-burst must be at least 1, and goes with --rate-limit", file=sys.stderr)
         return 2
-    limits = connections.from_args(args)
-    if isinstance(limits, str):
-        print(f"memfs serve: {limits}", file=sys.stderr)
+    options = serve_options(args, args.db)
+    if isinstance(options, str):
+        print(f"memfs serve: {options}", file=sys.stderr)
         return 2
-    key_from_file = None
-    if args.admin_key_file:
-        try:
-            key_from_file = read_key_file(args.admin_key_file, "--admin-key-file")
-        except ValueError as e:
-            print(f"memfs serve: {e}", file=sys.stderr)
-            return 2
     try:
         org_limits = _org_limits(args)
     except ValueError as e:
         print(f"memfs serve: {e}", file=sys.stderr)
         return 2
     return run(
-        args.host, args.port, args.db, key_from_file or args.admin_key, args.max_memories, extensions=not args.hosted_api,
+        options, args.max_memories, extensions=not args.hosted_api,
         retention_days=args.version_retention_days, retention_interval_s=args.retention_interval,
         console=args.console, rate_limit=args.rate_limit, rate_burst=args.rate_burst,
-        certfile=args.certfile, keyfile=args.keyfile, limits=limits, key_on_command_line=key_from_file is None,
         hosted=HostedOptions(session_versions=args.session_versions == "allow",
                              late_versions=args.test_late_versions, repeat_conflicts=args.hosted_api,
                              unavailable=args.test_unavailable),
         org_limits=org_limits, org_burst_s=args.org_burst or DEFAULT_BURST_S,
     )  # fmt: skip
-
-
-def read_key_file(path: str, flag: str) -> str:
-    """A key from a file (not shown by ps), stripped; ValueError saying why it cannot be had."""
-    try:
-        with open(path) as f:
-            key = f.read().strip()
-    except OSError as e:
-        raise ValueError(f"cannot read {flag} {path}: {e.strerror}") from None
-    if not key:
-        raise ValueError(f"{flag} {path} is empty")
-    return key
 
 
 def _org_limits(args: argparse.Namespace) -> tuple[int, int] | None:

@@ -147,7 +147,7 @@ class CounterPath:
         """`counters_for(token_hash, ids)` answered with the other reads of this loop step: the
         first reader yields once, so every request handled in the same step joins, then reads
         the union in one statement (`sql_tx.counters_batch_query`; on PostgreSQL under asyncio
-        its prepared form, `postgres_storage.COUNTERS_BATCH`). While MAX_STATEMENTS_OUT are at
+        its prepared form, `postgres_backend.COUNTERS_BATCH`). While MAX_STATEMENTS_OUT are at
         the database the batch stays open, and every request arriving meanwhile joins it. A
         batch is joined only before its statement is sent, so every answer is read after its
         request arrived.

@@ -45,12 +45,12 @@ def redacted(db: str) -> str:
 def open_storage(db: str | os.PathLike) -> StoreService:
     path = sqlite_path(db)
     if path is not None:
-        from memfs.service.sqlite_storage import SqliteBackend
+        from memfs.service.sqlite_backend import SqliteBackend
 
         if not path.parent.exists():
             private_dir(path.parent)  # a directory made for the database: only its owner's
         private_file(path)  # every store's content, private whatever the umask (and its -wal, -shm)
         return StoreService(SqliteBackend(path))
-    from memfs.service.postgres_storage import PostgresBackend
+    from memfs.service.postgres_backend import PostgresBackend
 
     return StoreService(PostgresBackend(os.fspath(db)))

@@ -55,7 +55,7 @@ class RequestFrame:
         self.credentials = credentials  # None: every credential taken as valid (a test's frame)
         self.org_limits = org_limits  # the per-organisation limits, before any path (orglimit.py)
         self.metrics = metrics
-        self.watch_hub = watch_hub  # for server.py, which closes it at SIGTERM
+        self.watch_hub = watch_hub  # for asgi_server.py, which closes it at SIGTERM
         self.counter_path = counter_path  # answers plain counter reads without the router
         self.list_path = list_path  # answers list pages without the router (list_path.py)
 

@@ -24,7 +24,7 @@ draws on one allowance per class, so a bench or a test sees what a fleet of sand
   body, before the fast paths (counter_path.py, list_path.py), so the requests they answer count
   like any other and they stay on: their answers are the same bytes as the full path's.
 - Across replicas: with a `shared` taker (PostgreSQL: one row per class, updated in one statement,
-  `postgres_storage.org_take`) the buckets live in the database; else they are per process.
+  `postgres_backend.org_take`) the buckets live in the database; else they are per process.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The store service's rules, above every backend: `StoreService(backend)` is the `Storage` the app uses.
+"""The store service's rules, above every backend: `StoreService(backend)` is the storage the app uses.
 
 Everything here is the API's behaviour, whatever database holds the rows: ids and timestamps,
 which memory a path conflict names, the precondition/no-op rule, the metadata merge, mount-path
@@ -165,7 +165,7 @@ def _paged(rows: list, limit: int) -> Page:
     return Page([r for _, r in rows], None)
 
 
-class _Snapshot:
+class Snapshot:
     """All live memories of one store, read in one read transaction held open while it streams."""
 
     def __init__(self, tx: ReadTx, store_id: str):
@@ -193,7 +193,9 @@ class _Snapshot:
 
 
 class StoreService:
-    """The `Storage` of the app: the API's rules over one backend."""
+    """The app's storage: the API's rules over one backend. Every method is blocking and is called
+    from a worker thread, never from the event loop (the counter and list fast paths' reads on the
+    loop say so: `inline_read`)."""
 
     def __init__(self, backend: Backend):
         self.backend = backend
@@ -610,8 +612,8 @@ class StoreService:
                 )
             return Changes(store_id, since, counter, too_old=False, changes=changes)
 
-    def open_snapshot(self, store_id: str) -> _Snapshot:
-        return _Snapshot(self.backend.open_read(), store_id)
+    def open_snapshot(self, store_id: str) -> Snapshot:
+        return Snapshot(self.backend.open_read(), store_id)
 
     # --- sessions ------------------------------------------------------------------------------
 

@@ -1,7 +1,7 @@
 """The SQL both backends run, written once (see `SqlTx`), so SQLite and PostgreSQL answer alike.
 
 Only statements that both dialects accept as they are (after placeholder rewriting) belong here;
-the schema, the connections and the transactions are each backend's own.
+the schema is schema.py's, the connections and the transactions are each backend's own.
 """
 
 from __future__ import annotations

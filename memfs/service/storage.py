@@ -1,15 +1,13 @@
-"""The narrow storage interface of the store service, its records and its domain errors.
+"""What the store service's storage holds and refuses: its records and its domain errors.
 
-`app.py` talks only to `Storage`; a backend (SQLite today, PostgreSQL later) implements it.
-Every method is blocking and is called from a worker thread, never from the event loop.
-Records are plain dataclasses; turning them into wire JSON is the app's job.
+The app calls the rules (`rules.StoreService`), the rules call a backend (`backend.py`), and all
+of them speak these records. Records are plain dataclasses; turning them into wire JSON is the
+app's job.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
 
 from memfs.protocol import Access
 
@@ -237,140 +235,3 @@ class BatchOutcome:
 class BatchResult:
     outcomes: list[BatchOutcome]
     counter: int  # the store's counter after the batch, in the batch's transaction
-
-
-class SnapshotReader(Protocol):
-    """A read of one store at one counter, consumed in chunks (one read transaction)."""
-
-    counter: int
-
-    def read(self, n: int) -> list[MemoryRecord]: ...
-
-    def close(self) -> None: ...
-
-
-class Storage(Protocol):
-    # stores
-    def create_store(self, name: str, description: str, metadata: dict[str, str]) -> StoreRecord: ...
-    def list_stores(
-        self,
-        *,
-        limit: int,
-        after: int | None,
-        include_archived: bool,
-        created_gte: str | None,
-        created_lte: str | None,
-        only_ids: Sequence[str] | None = None,
-    ) -> Page: ...
-    def get_store(self, store_id: str) -> StoreRecord: ...
-    def update_store(
-        self,
-        store_id: str,
-        *,
-        name: str | None,
-        description: str | None,
-        metadata_patch: dict[str, str | None] | None,
-    ) -> StoreRecord: ...
-    def archive_store(self, store_id: str) -> StoreRecord: ...
-    def delete_store(self, store_id: str) -> None: ...
-    def store_totals(self, store_id: str) -> StoreTotals: ...  # the console's overview
-
-    # memories
-    # backdate_s (create, update, delete): record the write that many seconds in the past
-    # (`memfs serve --test-late-versions`: a version that becomes visible behind later ones)
-    def create_memory(
-        self,
-        store_id: str,
-        path: str,
-        content: str,
-        actor: Actor,
-        *,
-        max_memories: int,
-        backdate_s: float = 0.0,
-    ) -> MemoryRecord: ...
-    def list_memories(
-        self,
-        store_id: str,
-        *,
-        path_prefix: str,
-        depth: int,
-        limit: int,
-        after: str | None,
-        with_content: bool,
-    ) -> Page: ...
-    def list_memories_as(
-        self,
-        token_hash: str,
-        store_id: str,
-        *,
-        path_prefix: str,
-        depth: int,
-        limit: int,
-        after: str | None,
-        with_content: bool,
-    ) -> tuple[SessionRecord | None, Page | None]: ...
-    def get_memory(self, store_id: str, memory_id: str) -> MemoryRecord: ...
-    def update_memory(
-        self,
-        store_id: str,
-        memory_id: str,
-        *,
-        content: str | None,
-        path: str | None,
-        expected_sha256: str | None,
-        actor: Actor,
-        backdate_s: float = 0.0,
-        repeat_ok: bool = True,
-    ) -> MemoryRecord: ...
-    def delete_memory(
-        self,
-        store_id: str,
-        memory_id: str,
-        *,
-        expected_sha256: str | None,
-        actor: Actor,
-        backdate_s: float = 0.0,
-    ) -> None: ...
-
-    def write_batch(
-        self, store_id: str, items: Sequence[BatchItem], actor: Actor, *, max_memories: int
-    ) -> BatchResult: ...
-
-    # versions
-    def list_versions(
-        self, store_id: str, *, filters: VersionFilter, limit: int, after: str | None, with_content: bool
-    ) -> Page:
-        """Newest first: `created_at` descending, then `id` descending (the hosted order); `after`
-        is a page's `next_after`, "CREATED_AT ID" of the last version it held."""
-
-    def get_version(self, store_id: str, version_id: str) -> VersionRecord: ...
-    def redact_version(self, store_id: str, version_id: str, actor: Actor) -> VersionRecord: ...
-
-    # counter extension
-    def get_counters(self, store_ids: Sequence[str]) -> dict[str, int]: ...
-    def counters_for(self, token_hash: str | None, store_ids: Sequence[str]) -> dict[str, int] | None: ...
-    def counters_batch(
-        self, token_hashes: Sequence[str], store_ids: Sequence[str]
-    ) -> tuple[dict[str, int], dict[str, set[str]]]: ...
-    def changes_since(self, store_id: str, since: int) -> Changes: ...
-    def open_snapshot(self, store_id: str) -> SnapshotReader: ...
-
-    # sessions
-    def create_session(
-        self,
-        resources: Sequence[ResourceSpec],
-        *,
-        token_hash: str,
-        title: str | None,
-        metadata: dict[str, str],
-    ) -> SessionRecord: ...
-    def get_session(self, session_id: str) -> SessionRecord: ...
-    def session_for_token(self, token_hash: str) -> SessionRecord | None: ...
-    def archive_session(self, session_id: str) -> SessionRecord: ...
-    def sessions_for_store(self, store_id: str) -> list[SessionRecord]: ...  # newest first (console)
-
-    # operations
-    def ping(self) -> None:
-        """One round trip to the database (raises when it does not answer)."""
-
-    def close(self) -> None: ...

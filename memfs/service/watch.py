@@ -33,7 +33,7 @@ import anyio.from_thread
 import anyio.lowlevel
 import anyio.to_thread
 
-from memfs.service.storage import Storage
+from memfs.service.rules import StoreService
 
 log = logging.getLogger("memfs.service.watch")
 
@@ -53,7 +53,7 @@ class _Waiter:
 
 
 class WatchHub:
-    def __init__(self, storage: Storage):
+    def __init__(self, storage: StoreService):
         self.storage = storage
         self._by_store: dict[str, set[_Waiter]] = {}
         self._closed = False
@@ -199,7 +199,7 @@ class WatchHub:
             conn.close()
 
     def _sqlite_counters(self, ids: list[str]) -> dict[str, int | None]:
-        backend = self.storage.backend  # type: ignore[attr-defined]
+        backend = self.storage.backend
         with backend.read() as tx:
             return {sid: (tx.counter(sid) if tx.store(sid) is not None else None) for sid in ids}
 

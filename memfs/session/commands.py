@@ -508,25 +508,8 @@ def _run_foreground(
     setup_logging(args.log_format)
     report = ReadyLine(ready_fd)
 
-    opts = MountOptions(
-        root=root,
-        session_id=session_id,
-        base_url=base_url,
-        token=token,
-        state_dir=state_dir,
-        sync_interval=args.sync_interval,
-        sync_deletions=args.sync_deletions,
-        on_conflict=args.on_conflict,
-        max_files=args.max_files,
-        max_bytes=args.max_bytes,
-        uid=args.uid if args.uid is not None else os.getuid(),
-        gid=args.gid if args.gid is not None else os.getgid(),
-        allow_other=args.allow_other,
-        flush_timeout=args.flush_timeout,
-        live=args.live != "off",
-        idle_poll=args.idle_poll_interval,
-        safety_net=args.safety_net_interval,
-        full_listing=args.full_listing_interval,
+    opts = MountOptions.from_flags(
+        args, root=root, session_id=session_id, base_url=base_url, token=token, state_dir=state_dir
     )
 
     def on_ready(stores) -> None:

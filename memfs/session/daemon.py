@@ -79,6 +79,27 @@ class MountOptions:
     start_offline: Callable[[], bool] | None = None
     conflict_who: str | None = None  # whose version a conflict copy holds (default: the session id)
 
+    @classmethod
+    def from_flags(cls, args: Any, **given: Any) -> MountOptions:
+        """The options the mount flags every mount command shares set (`memfs mount`, and with a
+        store, `memfs mount --store`), and `given` (where the mount is, whose, and how found)."""
+        return cls(
+            sync_interval=args.sync_interval,
+            sync_deletions=args.sync_deletions,
+            on_conflict=args.on_conflict,
+            max_files=args.max_files,
+            max_bytes=args.max_bytes,
+            uid=args.uid if args.uid is not None else os.getuid(),
+            gid=args.gid if args.gid is not None else os.getgid(),
+            allow_other=args.allow_other,
+            flush_timeout=args.flush_timeout,
+            live=args.live != "off",
+            idle_poll=args.idle_poll_interval,
+            safety_net=args.safety_net_interval,
+            full_listing=args.full_listing_interval,
+            **given,
+        )
+
 
 # -- the daemon ---------------------------------------------------------------------------------
 class Daemon:

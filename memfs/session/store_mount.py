@@ -179,25 +179,13 @@ def run_store_mount(
     report = ReadyLine(ready_fd)
 
     finder = StoreFinder(args.store, root, create=args.create, read_only=args.read_only)
-    opts = MountOptions(
+    opts = MountOptions.from_flags(
+        args,
         root=root,
         session_id="",
         base_url=base_url,
         token=args.token,
         state_dir=state_dir,
-        sync_interval=args.sync_interval,
-        sync_deletions=args.sync_deletions,
-        on_conflict=args.on_conflict,
-        max_files=args.max_files,
-        max_bytes=args.max_bytes,
-        uid=args.uid if args.uid is not None else os.getuid(),
-        gid=args.gid if args.gid is not None else os.getgid(),
-        allow_other=args.allow_other,
-        flush_timeout=args.flush_timeout,
-        live=args.live != "off",
-        idle_poll=args.idle_poll_interval,
-        safety_net=args.safety_net_interval,
-        full_listing=args.full_listing_interval,
         api_key=True,
         find_stores=finder,
         start_offline=finder.mounted_before,

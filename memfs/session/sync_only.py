@@ -7,10 +7,12 @@ met a 409) and `status` and nothing else, to anyone who can reach its path (mode
 may be hostile (the agent, same uid as the worker):
 - its directory must be the daemon user's (or root's) and writable by nobody else, never a
   symlink; the socket's mode is set on the socket itself, never through a link;
-- CONNECTIONS at a time; a new connection when all are taken closes the one idle longest (waiting
-  for its next request line), so connections an agent holds cannot lock the worker out: the
-  worker's next request re-opens its own (a client re-opens a held connection found closed once);
-  only when every connection is in the middle of a request is the new one answered "busy";
+- CONNECTIONS at a time; a new connection when all are taken waits up to EVICT_GRACE for one to
+  close (a client that closed after its answer frees its slot a moment later: without the wait, a
+  new connection whose request was already on its way could be the one closed as idle), then
+  closes the one idle longest (waiting for its next request line), so connections an agent holds
+  cannot lock the worker out: the worker's next request re-opens its own (a client re-opens a
+  held connection found closed once); only when every connection is in the middle of a request is the new one answered "busy";
 - forced ticks cost the store service a counters read each: at most one per forced gap (the
   mount's sync interval, at most FORCED_GAP_MAX). A forced request waits for the next forced tick
   and every forced request that comes meanwhile shares it (coalesced): an agent forcing in a loop
@@ -42,6 +44,7 @@ SYNC_ONLY_SOCKET_ENV = "MEMFS_SYNC_SOCKET"
 CONNECTIONS = 4
 MAX_REQUEST = 4096
 IDLE = 60.0  # an idle connection is closed after this; the worker re-opens it
+EVICT_GRACE = 0.5  # how long a new connection waits for a free slot before one idle is closed
 FORCED_GAP_MAX = 15.0  # forced ticks at most once per sync interval, and at least this often allowed
 SOCKET_MODE = 0o666  # it grants nothing but sync and status
 DIR_MODE = 0o755  # a directory the daemon makes for it: the agent's user must reach the socket
@@ -101,13 +104,19 @@ class _Connection:
 
 
 class _Slots:
-    """CONNECTIONS at a time; a new one takes the slot of the one idle longest."""
+    """CONNECTIONS at a time; a new one waits EVICT_GRACE for a slot to be given back, then
+    takes the slot of the one idle longest."""
 
     def __init__(self, size: int):
         self.size = size
         self.open: set[_Connection] = set()
+        self._freed = trio.Event()
 
-    def take(self) -> _Connection | None:
+    async def take(self) -> _Connection | None:
+        with trio.move_on_after(EVICT_GRACE):
+            while len(self.open) >= self.size:
+                await self._freed.wait()
+                self._freed = trio.Event()
         if len(self.open) >= self.size:
             idle = [c for c in self.open if c.idle_since is not None]
             if not idle:
@@ -120,7 +129,9 @@ class _Slots:
         return conn
 
     def give_back(self, conn: _Connection) -> None:
-        self.open.discard(conn)
+        if conn in self.open:
+            self.open.discard(conn)
+            self._freed.set()
 
 
 @dataclass(eq=False)
@@ -187,7 +198,7 @@ async def serve_sync_only(daemon: Daemon, path: str | None, task_status=trio.TAS
 
     async def handle(stream: trio.SocketStream) -> None:
         async with stream:
-            conn = slots.take()
+            conn = await slots.take()
             if conn is None:
                 await _send_line(stream, {"ok": False, "error": "busy: every connection is in a request"})
                 return

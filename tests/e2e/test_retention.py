@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from memfs.service.retention import Retention
-from memfs.service.sqlite_storage import SqliteBackend
+from memfs.service.sqlite_backend import SqliteBackend
 
 pytestmark = pytest.mark.timeout(120)
 RW = "work-notes"

@@ -15,7 +15,7 @@ import time
 import httpx
 import pytest
 
-from memfs.service import postgres_storage, sqlite_storage
+from memfs.service import postgres_backend, sqlite_backend
 from tests.service.dbcheck import rows
 from tests.support.service import ServiceProcess
 
@@ -50,10 +50,10 @@ def test_sigterm_restart_schema_and_request_log(service):
     hashes = [r[0] for r in rows(service, "SELECT token_hash FROM sessions")]
     assert token not in hashes and len(hashes[0]) == 64  # tokens are stored hashed
     if service.db_url:
-        assert rows(service, "SELECT version FROM memfs_schema") == [(postgres_storage.SCHEMA_VERSION,)]
+        assert rows(service, "SELECT version FROM memfs_schema") == [(postgres_backend.SCHEMA_VERSION,)]
     else:
         with sqlite3.connect(service.db_path) as db:
-            assert db.execute("PRAGMA user_version").fetchone()[0] == sqlite_storage.SCHEMA_VERSION
+            assert db.execute("PRAGMA user_version").fetchone()[0] == sqlite_backend.SCHEMA_VERSION
             assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
 
 

@@ -27,13 +27,13 @@ class _OneTransaction:
 
     @contextmanager
     def write(self, *store_ids: str) -> Iterator:
-        from memfs.service.sqlite_storage import SqliteTx
+        from memfs.service.sqlite_backend import SqliteTx
 
         yield SqliteTx(self.conn)
 
     @contextmanager
     def read(self) -> Iterator:
-        from memfs.service.sqlite_storage import SqliteTx
+        from memfs.service.sqlite_backend import SqliteTx
 
         yield SqliteTx(self.conn)
 
@@ -51,7 +51,7 @@ def seed_database(db_path: Path, stores: dict[str, dict[str, str]], *, age_s: fl
     before the service starts, so the benchmark runs against the stock schema. Returns
     name -> store id."""
     from memfs.service.rules import StoreService
-    from memfs.service.sqlite_storage import SqliteBackend
+    from memfs.service.sqlite_backend import SqliteBackend
     from memfs.service.storage import Actor
 
     SqliteBackend(db_path).close()  # creates and migrates the schema, as `memfs serve` would

@@ -9,10 +9,11 @@ from memfs.service.console.backend import ConsoleBackend
 from memfs.service.console.pages import BASE, SECURITY_HEADERS
 from memfs.service.console.routes import Console
 from memfs.service.cursors import Cursors
-from memfs.service.storage import Actor, Storage
+from memfs.service.rules import StoreService
+from memfs.service.storage import Actor
 
 
-def console_mount(storage: Storage, admin_key: str, max_memories: int) -> Mount:
+def console_mount(storage: StoreService, admin_key: str, max_memories: int) -> Mount:
     """The console as one route of the service app; its writes are the admin key's (api_actor)."""
     actor = Actor("api_actor", admin_key_id(admin_key))
     # cursors keyed by the admin key, like the API's: a console URL's page token works on every replica

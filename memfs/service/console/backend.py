@@ -21,12 +21,11 @@ import anyio.to_thread
 from memfs.service import params
 from memfs.service.cursors import CursorError, Cursors
 from memfs.service.errors import ApiError, from_storage, invalid
+from memfs.service.rules import Snapshot, StoreService
 from memfs.service.storage import (
     Actor,
     MemoryRecord,
     SessionRecord,
-    SnapshotReader,
-    Storage,
     StorageError,
     StoreRecord,
     StoreTotals,
@@ -48,7 +47,9 @@ class ConsolePage:
 
 
 class ConsoleBackend:
-    def __init__(self, storage: Storage, actor: Actor, max_memories: int, cursors: Cursors | None = None):
+    def __init__(
+        self, storage: StoreService, actor: Actor, max_memories: int, cursors: Cursors | None = None
+    ):
         self._storage = storage
         self._cursors = cursors or Cursors(secrets.token_hex(16))
         self.actor = actor  # the admin key's api_actor: console writes are the admin's, like the API's
@@ -286,11 +287,11 @@ class ConsoleBackend:
 
     # --- export --------------------------------------------------------------------------------
 
-    async def open_snapshot(self, store_id: str) -> SnapshotReader:
+    async def open_snapshot(self, store_id: str) -> Snapshot:
         """Every memory with its content, read at one counter (the API's snapshot read)."""
         return await self._call(self._storage.open_snapshot, store_id)
 
-    async def read_snapshot(self, reader: SnapshotReader, n: int) -> list[MemoryRecord]:
+    async def read_snapshot(self, reader: Snapshot, n: int) -> list[MemoryRecord]:
         return await self._call(reader.read, n)
 
 

@@ -24,7 +24,8 @@ from memfs.service.errors import ApiError, from_storage, invalid
 from memfs.service.hosted import HostedOptions
 from memfs.service.metrics import Metrics
 from memfs.service.ratelimit import RateLimiter, caller_refusal
-from memfs.service.storage import Actor, Storage, StorageError
+from memfs.service.rules import StoreService
+from memfs.service.storage import Actor, StorageError
 from memfs.service.watch import WatchHub
 
 
@@ -37,7 +38,7 @@ class RouteContext:
 
     def __init__(
         self,
-        storage: Storage,
+        storage: StoreService,
         admin_key: str,
         max_memories: int,
         metrics: Metrics,

@@ -30,7 +30,7 @@ class OperationRoutes:
         return _json({"status": "ok"})
 
     async def get_ready(self, request: Request) -> Response:
-        # Readiness: this app exists only after the storage opened and migrated (server.py opens
+        # Readiness: this app exists only after the storage opened and migrated (serving.py opens
         # it first), and the database must answer one round trip now, within a bound.
         try:
             with anyio.fail_after(READY_TIMEOUT_S):

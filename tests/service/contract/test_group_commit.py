@@ -1,7 +1,7 @@
 """Concurrent writes committed together (SQLite's group commit), each still atomic on its own.
 
 On SQLite, writers that queue while another one writes share its transaction, each inside its
-own savepoint (sqlite_storage.py). These tests force such a group deterministically: writer A
+own savepoint (sqlite_backend.py). These tests force such a group deterministically: writer A
 holds the writer connection until writers B and C are queued behind it. What must hold on every
 backend: a request's failure undoes its own writes and nobody else's, the counter never skips or
 repeats; on SQLite also: one commit for the group, and no writer returns before its write is
@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-from memfs.service.sqlite_storage import WriteGroupFailed
+from memfs.service.sqlite_backend import WriteGroupFailed
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -11,7 +11,7 @@ statements are SQLite's (`sql_tx.SqlTx`); what is PostgreSQL's own:
 - **Reads** are `REPEATABLE READ READ ONLY`: one snapshot for a listing page, its counter
   header and a streamed snapshot (a server-side cursor on its own pooled connection).
 - **Byte-order paths**: every compared or sorted text column is `COLLATE "C"`, whatever the
-  database's locale.
+  database's locale (schema.py's `bytewise` columns).
 - **Content** is `bytea` (UTF-8): PostgreSQL text cannot hold NUL, memory content may.
 - **Migrations** run under a transaction-scoped advisory lock, so replicas starting together
   apply each one exactly once; the version lives in `memfs_schema`.
@@ -29,108 +29,15 @@ import psycopg
 import psycopg_pool
 from psycopg.rows import dict_row, tuple_row
 
+from memfs.service import schema
 from memfs.service.backend import DatabaseError
 from memfs.service.sql_tx import _MEM_COLS, COUNTER_KEY, SqlTx
 
 WATCH_CHANNEL = "memfs_counters"  # watch.CHANNEL (not imported: watch.py imports anyio)
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = schema.latest(schema.POSTGRESQL)
 _MIGRATION_LOCK = 0x6D656D6673  # "memfs": the advisory lock key of schema migrations
 _POOL_MAX = 16
-
-_MIGRATIONS: dict[int, list[str]] = {
-    1: [
-        """CREATE TABLE stores (
-            seq BIGSERIAL PRIMARY KEY,
-            id TEXT NOT NULL UNIQUE,
-            name TEXT NOT NULL,
-            description TEXT NOT NULL,
-            metadata TEXT NOT NULL,
-            created_at TEXT COLLATE "C" NOT NULL,
-            updated_at TEXT NOT NULL,
-            archived_at TEXT
-        )""",
-        """CREATE TABLE store_kv (
-            store_id TEXT NOT NULL,
-            key TEXT NOT NULL,
-            value BIGINT NOT NULL,
-            PRIMARY KEY (store_id, key)
-        )""",
-        """CREATE TABLE memories (
-            id TEXT COLLATE "C" PRIMARY KEY,
-            store_id TEXT NOT NULL,
-            path TEXT COLLATE "C" NOT NULL,
-            content BYTEA,
-            sha TEXT,
-            size INTEGER,
-            version_id TEXT NOT NULL,
-            counter BIGINT NOT NULL,
-            created_at TEXT NOT NULL,
-            updated_at TEXT NOT NULL,
-            deleted_at TEXT
-        )""",
-        # The backstop against two live memories at one path, whatever the code above it does.
-        "CREATE UNIQUE INDEX memories_live_path ON memories (store_id, path) WHERE deleted_at IS NULL",
-        "CREATE INDEX memories_counter ON memories (store_id, counter)",
-        """CREATE TABLE versions (
-            seq BIGSERIAL PRIMARY KEY,
-            id TEXT NOT NULL UNIQUE,
-            store_id TEXT NOT NULL,
-            memory_id TEXT NOT NULL,
-            operation TEXT NOT NULL,
-            path TEXT COLLATE "C",
-            content BYTEA,
-            sha TEXT,
-            size INTEGER,
-            counter BIGINT NOT NULL,
-            created_at TEXT COLLATE "C" NOT NULL,
-            actor_type TEXT,
-            actor_id TEXT,
-            redacted_at TEXT,
-            redactor_type TEXT,
-            redactor_id TEXT
-        )""",
-        "CREATE INDEX versions_store ON versions (store_id, seq)",
-        "CREATE INDEX versions_memory ON versions (store_id, memory_id, counter)",
-        """CREATE TABLE sessions (
-            seq BIGSERIAL PRIMARY KEY,
-            id TEXT NOT NULL UNIQUE,
-            token_hash TEXT UNIQUE,
-            title TEXT,
-            metadata TEXT NOT NULL,
-            created_at TEXT NOT NULL,
-            updated_at TEXT NOT NULL,
-            archived_at TEXT
-        )""",
-        """CREATE TABLE session_resources (
-            session_id TEXT NOT NULL,
-            position INTEGER NOT NULL,
-            memory_store_id TEXT NOT NULL,
-            access TEXT NOT NULL,
-            name TEXT NOT NULL,
-            description TEXT NOT NULL,
-            instructions TEXT,
-            mount_path TEXT NOT NULL,
-            PRIMARY KEY (session_id, position)
-        )""",
-    ],
-    # 2: a store's overview (count and bytes) and the sessions attaching it, each from an index.
-    2: [
-        # covering: a store's live count and bytes are summed without reading a memory row
-        # (deleted_at is a column too: SQLite covers a query only with every column it names)
-        "CREATE INDEX memories_live_size ON memories (store_id, size, deleted_at) WHERE deleted_at IS NULL",
-        "CREATE INDEX session_resources_store ON session_resources (memory_store_id, session_id)",
-    ],
-    # 3: a versions listing in the hosted order (created_at desc, id desc), from an index; the
-    # per-organisation token buckets every replica shares (orglimit.py). Unlogged: a bucket is a
-    # few seconds of state, a crash that loses it only refills it, and no write of it waits for WAL.
-    3: [
-        'CREATE INDEX versions_time ON versions (store_id, created_at, (id COLLATE "C"))',
-        "CREATE UNLOGGED TABLE org_buckets (class TEXT PRIMARY KEY, tokens DOUBLE PRECISION NOT NULL, "
-        "at DOUBLE PRECISION NOT NULL, took BOOLEAN NOT NULL)",
-    ],
-}
-
 
 # `sql_tx.counters_batch_query` with arrays for its lists: every batch, whatever its number of
 # stores, is one of two statements (admin reads only, or with tokens to check), so each is
@@ -327,13 +234,8 @@ class PostgresBackend:
             conn.execute("CREATE TABLE IF NOT EXISTS memfs_schema (version INTEGER NOT NULL)")
             row = conn.execute("SELECT version FROM memfs_schema").fetchone()
             version = row["version"] if row else 0
-            if version > SCHEMA_VERSION:
-                raise DatabaseError(
-                    f"schema version {version} is newer than this memfs supports ({SCHEMA_VERSION})"
-                )
-            for v in range(version + 1, SCHEMA_VERSION + 1):
-                for stmt in _MIGRATIONS[v]:
-                    conn.execute(stmt)
+            for stmt in schema.pending(schema.POSTGRESQL, version, SCHEMA_VERSION):
+                conn.execute(stmt)
             if row is None:
                 conn.execute("INSERT INTO memfs_schema (version) VALUES (%s)", (SCHEMA_VERSION,))
             else:

@@ -1,6 +1,6 @@
 """SQLite backend of the store service (docs/SEMANTICS.md#d-storage): transactions and queries, no API rules.
 
-One file in WAL mode, schema versioned with PRAGMA user_version and migrated at start.
+One file in WAL mode; the schema (schema.py) versioned with PRAGMA user_version and migrated at start.
 Writes hold SQLite's write lock (`BEGIN IMMEDIATE`), so writers from several threads or service
 processes on one file are serialised by SQLite itself (the per-store lock of `backend.py` is the
 database lock here): the per-store counter (in `store_kv`) is bumped in the same transaction as
@@ -31,104 +31,11 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from memfs.service.backend import WouldBlock
+from memfs.service import schema
+from memfs.service.backend import DatabaseError, WouldBlock
 from memfs.service.sql_tx import SqlTx
 
-SCHEMA_VERSION = 4
-
-_MIGRATIONS: dict[int, list[str]] = {
-    1: [
-        """CREATE TABLE stores (
-            seq INTEGER PRIMARY KEY AUTOINCREMENT,
-            id TEXT NOT NULL UNIQUE,
-            name TEXT NOT NULL,
-            description TEXT NOT NULL,
-            metadata TEXT NOT NULL,
-            created_at TEXT NOT NULL,
-            updated_at TEXT NOT NULL,
-            archived_at TEXT
-        )""",
-        """CREATE TABLE store_kv (
-            store_id TEXT NOT NULL,
-            key TEXT NOT NULL,
-            value,
-            PRIMARY KEY (store_id, key)
-        ) WITHOUT ROWID""",
-        """CREATE TABLE memories (
-            id TEXT PRIMARY KEY,
-            store_id TEXT NOT NULL,
-            path TEXT NOT NULL,
-            content TEXT,
-            sha TEXT,
-            size INTEGER,
-            version_id TEXT NOT NULL,
-            counter INTEGER NOT NULL,
-            created_at TEXT NOT NULL,
-            updated_at TEXT NOT NULL,
-            deleted_at TEXT
-        )""",
-        # The backstop against two live memories at one path, whatever the code above it does.
-        "CREATE UNIQUE INDEX memories_live_path ON memories (store_id, path) WHERE deleted_at IS NULL",
-        "CREATE INDEX memories_counter ON memories (store_id, counter)",
-        """CREATE TABLE versions (
-            seq INTEGER PRIMARY KEY AUTOINCREMENT,
-            id TEXT NOT NULL UNIQUE,
-            store_id TEXT NOT NULL,
-            memory_id TEXT NOT NULL,
-            operation TEXT NOT NULL,
-            path TEXT,
-            content TEXT,
-            sha TEXT,
-            size INTEGER,
-            counter INTEGER NOT NULL,
-            created_at TEXT NOT NULL,
-            actor_type TEXT,
-            actor_id TEXT,
-            redacted_at TEXT,
-            redactor_type TEXT,
-            redactor_id TEXT
-        )""",
-        "CREATE INDEX versions_store ON versions (store_id, seq)",
-        "CREATE INDEX versions_memory ON versions (store_id, memory_id, counter)",
-        """CREATE TABLE sessions (
-            seq INTEGER PRIMARY KEY AUTOINCREMENT,
-            id TEXT NOT NULL UNIQUE,
-            token_hash TEXT UNIQUE,
-            title TEXT,
-            metadata TEXT NOT NULL,
-            created_at TEXT NOT NULL,
-            updated_at TEXT NOT NULL,
-            archived_at TEXT
-        )""",
-        """CREATE TABLE session_resources (
-            session_id TEXT NOT NULL,
-            position INTEGER NOT NULL,
-            memory_store_id TEXT NOT NULL,
-            access TEXT NOT NULL,
-            name TEXT NOT NULL,
-            description TEXT NOT NULL,
-            instructions TEXT,
-            mount_path TEXT NOT NULL,
-            PRIMARY KEY (session_id, position)
-        )""",
-    ],
-    # 2: a store's overview (count and bytes) and the sessions attaching it, each from an index.
-    2: [
-        # covering: a store's live count and bytes are summed without reading a memory row
-        # (deleted_at is a column too: SQLite covers a query only with every column it names)
-        "CREATE INDEX memories_live_size ON memories (store_id, size, deleted_at) WHERE deleted_at IS NULL",
-        "CREATE INDEX session_resources_store ON session_resources (memory_store_id, session_id)",
-    ],
-    # 3: a basic-view listing page from an index. `content` precedes the other columns in a
-    # memory's row, so reading its sha or size walks the content's overflow pages first (a
-    # page of 100 basic items read ~4 overflow pages per memory); covering, no row is read.
-    3: [
-        "CREATE INDEX memories_live_listing ON memories "
-        "(store_id, path, id, sha, size, version_id, created_at, updated_at, deleted_at) WHERE deleted_at IS NULL",
-    ],
-    # 4: a versions listing in the hosted order (created_at desc, id desc), from an index
-    4: ["CREATE INDEX versions_time ON versions (store_id, created_at, id)"],
-}
+SCHEMA_VERSION = schema.latest(schema.SQLITE)
 
 
 # Idle read connections kept: as many as there can be reads at once (anyio runs at most 40 worker
@@ -411,13 +318,12 @@ class SqliteBackend:
         conn.execute("BEGIN IMMEDIATE")
         try:
             version = conn.execute("PRAGMA user_version").fetchone()[0]
-            if version > SCHEMA_VERSION:
-                raise RuntimeError(
-                    f"{self.path}: schema version {version} is newer than this memfs supports ({SCHEMA_VERSION})"
-                )
-            for v in range(version + 1, SCHEMA_VERSION + 1):
-                for stmt in _MIGRATIONS[v]:
-                    conn.execute(stmt)
+            try:
+                statements = schema.pending(schema.SQLITE, version, SCHEMA_VERSION)
+            except DatabaseError as e:
+                raise DatabaseError(f"{self.path}: {e}") from None
+            for stmt in statements:
+                conn.execute(stmt)
             conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
         except BaseException:
             conn.execute("ROLLBACK")
