@@ -11,8 +11,11 @@ session) stops reading at its next confirmation. When the upstream cannot answer
 longer: a credential is served at most `ttl + grace` after the upstream last accepted it.
 
 A 401 is remembered for a `ttl`: the credential is refused without asking the upstream again
-(and the poll stops using it, poller.py), until the upstream accepts it again. Credentials are
-kept as their SHA-256 only; pure, with the clock passed in.
+(and the poll stops using it, poller.py), until the upstream accepts it again. Any other answer
+the upstream gave the credential within a `ttl` (a confirmation, an accepted write, a 2xx passed
+through, a probe answered 403/404) makes it `authenticated`: the front reads a request's body only
+for a credential known so (front.py), so no client the upstream would refuse can hold a connection
+by sending a body slowly. Credentials are kept as their SHA-256 only; pure, with the clock passed in.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from dataclasses import dataclass, field
 DEFAULT_TTL_S = 60.0
 DEFAULT_GRACE_S = 120.0
 REFUSED_KEPT = 4096  # 401s remembered at most (the oldest forgotten first)
+AUTHENTICATED_KEPT = 65536  # credentials known to authenticate (the oldest forgotten: asked again)
 
 
 def credential_hash(credential: str) -> str:
@@ -36,6 +40,7 @@ class AccessBook:
     _confirmed: dict[tuple[str, str], float] = field(default_factory=dict)  # (cred, store) -> when
     _sessions: dict[str, str] = field(default_factory=dict)  # cred -> the session it is the token of
     _refused: dict[str, float] = field(default_factory=dict)  # cred -> when the upstream answered 401
+    _authenticated: dict[str, float] = field(default_factory=dict)  # cred -> when last not refused
 
     def fresh(self, cred: str, store_id: str, now: float) -> bool:
         """Confirmed within the ttl: the cache may serve it without asking."""
@@ -50,9 +55,22 @@ class AccessBook:
 
     def confirm(self, cred: str, store_ids: list[str] | tuple[str, ...], now: float) -> None:
         """The upstream accepted the credential for these stores (a 401 before it is forgotten)."""
-        self._refused.pop(cred, None)
+        self.authenticate(cred, now)
         for sid in store_ids:
             self._confirmed[(cred, sid)] = now
+
+    def authenticate(self, cred: str, now: float) -> None:
+        """The upstream answered the credential as one it knows (a 401 before it is forgotten)."""
+        self._refused.pop(cred, None)
+        self._authenticated.pop(cred, None)  # re-inserted: the oldest come first when trimmed
+        self._authenticated[cred] = now
+        while len(self._authenticated) > AUTHENTICATED_KEPT:
+            del self._authenticated[next(iter(self._authenticated))]
+
+    def authenticated(self, cred: str, now: float) -> bool:
+        """The upstream knew the credential within the ttl: its requests' bodies may be read."""
+        at = self._authenticated.get(cred)
+        return at is not None and now - at < self.ttl
 
     def revoke(self, cred: str, store_id: str | None = None) -> None:
         """The upstream refused it: the store (or, None, every store) is no longer served to it."""
@@ -60,6 +78,7 @@ class AccessBook:
             del self._confirmed[key]
         if store_id is None:
             self._sessions.pop(cred, None)
+            self._authenticated.pop(cred, None)
 
     def refuse(self, cred: str, now: float) -> None:
         """The upstream answered 401 to it: nothing is served to it, and for a ttl it is refused

@@ -16,7 +16,9 @@ The credential is the one the upstream authenticates: a request naming two diffe
 (`x-api-key` and `authorization: Bearer`, or either twice) is refused 400, so the relay never
 records one credential for the upstream's answer to another. A 401 from the upstream, to any
 request, is remembered (access.py) and the poll stops using that credential (poller.py). A path
-with a `.` or `..` segment is refused 400 and never sent upstream.
+with a `.` or `..` segment is refused 400 and never sent upstream. An API request's body is read
+only once its credential is known to authenticate upstream (`_admit`): a client the upstream would
+refuse is answered 401 with its body unread and the connection closed, however slowly it drips.
 
 The upstream unable to confirm (unreachable, 429, 5xx): reads a credential had confirmed are served
 from the cache for `--confirm-grace` past their confirmation's `--confirm-every`, then 503;
@@ -39,9 +41,11 @@ import anyio.to_thread
 
 from memfs.protocol import (
     API_KEY_HEADER,
+    API_PREFIX,
     BETA_HEADER,
     MEMORY_BETA,
     SESSIONS_BETA,
+    STORES_PATH,
     memories_path,
     session_path,
 )
@@ -137,45 +141,88 @@ class RelayFront:
                 )
 
     async def _handle(self, routed: Routed, scope, receive, send) -> None:
-        try:
-            raw = await body.read_whole(scope, receive)
-        except body.ClientGone:
-            return
-        except body.BodyTooLarge as e:
-            await _answer_error(ApiError(413, "request_too_large", str(e)), scope, receive, send)
-            return
-        except body.BadLength as e:
-            await _answer_error(invalid(str(e)), scope, receive, send)
-            return
+        unread = body.declares_body(scope)  # until read: an answer before it closes the connection
+
+        async def sending(message) -> None:
+            if message["type"] == "http.response.start" and unread:
+                message = {**message, "headers": [*message.get("headers", []), (b"connection", b"close")]}
+            await send(message)
+
         if routed.kind == "invalid":
             dots = invalid("the path has a '.' or '..' segment (percent-encoded or not): it is not sent on")
-            await _answer_error(dots, scope, receive, send)
+            await _answer_error(dots, scope, receive, sending)
             return
         try:
             auth = _caller(scope)
         except ApiError as refused:
-            await _answer_error(refused, scope, receive, send)
+            await _answer_error(refused, scope, receive, sending)
             return
         if scope["path"] == STATUS_PATH:
-            await self._status(auth, scope, receive, send)
+            await self._status(auth, scope, receive, sending)
             return
         try:
+            raw = b""
+            if unread:
+                await self._admit(routed, auth, scope)
+                try:
+                    raw = await body.read_whole(scope, receive)
+                    unread = False
+                except body.ClientGone:
+                    return
+                except body.BodyTooLarge as e:
+                    unread = not e.drained
+                    raise ApiError(413, "request_too_large", str(e)) from None
+                except body.BadLength as e:
+                    raise invalid(str(e)) from None
             if routed.kind == "cached" and auth is not None:
                 try:
-                    await self._serve_cached(routed, auth, scope, raw, receive, send)
+                    await self._serve_cached(routed, auth, scope, raw, receive, sending)
                     return
                 except Refused:
                     pass  # the upstream's own answer, below
-            await self._pass(routed, auth, scope, raw, send)
+            await self._pass(routed, auth, scope, raw, sending)
         except UpstreamUnreachable as exc:
             log.warning("relay: the upstream is unreachable: %s", exc)
             what = (
                 "the write was not made: send it again later" if routed.kind == "write" else "try again later"
             )
             err = ApiError(503, "api_error", f"the relay cannot reach its upstream ({exc}); {what}")
-            await _answer_error(err, scope, receive, send)
+            await _answer_error(err, scope, receive, sending)
         except ApiError as err:
-            await _answer_error(err, scope, receive, send)
+            await _answer_error(err, scope, receive, sending)
+
+    async def _admit(self, routed: Routed, auth: Caller | None, scope) -> None:
+        """Whether a request's body may be read: an API request's only once its credential is known
+        to authenticate upstream (ApiError 401, or UpstreamUnreachable when the upstream cannot
+        say), so no client the upstream would refuse holds a connection by dripping a body. A
+        credential the book knows costs nothing; another is asked upstream once per --confirm-every
+        (the store the request names, which also confirms it for the cache; else a one-store
+        listing). Outside the API (no credential needed upstream) the body deadline alone bounds it."""
+        if not scope["path"].startswith(API_PREFIX):
+            return
+        if auth is None:
+            raise ApiError(
+                401,
+                "authentication_error",
+                "no credentials: send x-api-key: KEY or Authorization: Bearer KEY",
+            )
+        now = time.monotonic()
+        if self.book.authenticated(auth.hash, now):
+            return
+        if not self.book.refused(auth.hash, now):
+            if routed.store_ids:
+                known = await self._confirm(auth, routed.store_ids[0])
+                if known is not None:  # False: refused (401) or only not that store's (403/404)
+                    known = not self.book.refused(auth.hash, time.monotonic())
+            else:
+                known = await self._confirm(auth, "")
+            if known is None:
+                raise UpstreamUnreachable("cannot confirm the credential before reading the body")
+            if known:
+                return
+        raise ApiError(
+            401, "authentication_error", "the upstream refused this credential (401): the body was not read"
+        )
 
     async def _pass(self, routed: Routed, auth: Caller | None, scope, raw: bytes, send) -> None:
         """Sent upstream as it came (less hop-by-hop and identity headers); its answer passed on."""
@@ -194,7 +241,8 @@ class RelayFront:
             self._refused(auth.hash)
         elif routed.kind == "write" and auth is not None:
             await self._written(routed.store_ids[0], auth, scope, raw, answer)
-        elif auth is not None and answer.status == 200:
+        elif auth is not None and 200 <= answer.status < 300:
+            self.book.authenticate(auth.hash, time.monotonic())
             self._learn(scope, auth, answer)
         await _answer(answer, send)
 
@@ -252,6 +300,19 @@ class RelayFront:
         cred = auth.hash
         session = self.book.session_of(cred)
         now = time.monotonic()
+        if not sid:  # only whether it authenticates: the cheapest listing any credential may ask
+            answer = await self.upstream.send(
+                "confirm", "GET", STORES_PATH, b"limit=1", [*auth.headers, (_BETA, MEMORY_BETA.encode())]
+            )
+            if answer.status == 401:
+                self._refused(cred)
+                return False
+            if answer.status == 429:
+                self.poller.hold(_retry_after(answer))
+            if 200 <= answer.status < 300 or answer.status in (403, 404):
+                self.book.authenticate(cred, now)
+                return True
+            return None
         if session is not None:
             answer = await self.upstream.send(
                 "confirm",
@@ -281,8 +342,9 @@ class RelayFront:
         if answer.status == 401:
             self._refused(cred)
             return False
-        if answer.status in (403, 404):
+        if answer.status in (403, 404):  # it authenticates, but may not read this store
             self.book.revoke(cred, sid)
+            self.book.authenticate(cred, now)
             return False
         if answer.status == 429:
             self.poller.hold(_retry_after(answer))

@@ -4,7 +4,7 @@
 Without these a client that sends part of its headers, nothing at all, or part of a body held its
 connection (and the body read so far) for ever, unauthenticated. The HTTP server's own settings
 are used where it has them (uvicorn: `timeout_keep_alive`, `limit_concurrency`); the arrival of
-a request's head and body is bounded in memfs/service/asgi_server.py, where uvicorn has no setting
+a request's head and body is bounded in memfs/service/_uvicorn.py, where uvicorn has no setting
 for it.
 """
 

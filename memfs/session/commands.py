@@ -190,37 +190,6 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 # -- mount --------------------------------------------------------------------------------------
-def import_trio_without_ldconfig() -> None:
-    """Import trio with its one library lookup answered by the dynamic loader.
-
-    trio's import names its worker threads through libpthread, found with
-    `ctypes.util.find_library("pthread")`, which on Linux runs `ldconfig -p` in a subprocess and
-    parses its whole output: 10-60 ms of every mount here, for a name the loader resolves at once.
-    Only that lookup, and only during the import, is answered here (with the name the real
-    lookup returns on glibc); anything the loader cannot open falls back to the real lookup."""
-    if "trio" in sys.modules:
-        return
-    import ctypes
-    import ctypes.util
-
-    real = ctypes.util.find_library
-
-    def find_library(name: str) -> str | None:
-        if name == "pthread":
-            try:
-                ctypes.CDLL("libpthread.so.0")
-                return "libpthread.so.0"
-            except OSError:
-                pass
-        return real(name)
-
-    ctypes.util.find_library = find_library
-    try:
-        import trio  # noqa: F401
-    finally:
-        ctypes.util.find_library = real
-
-
 def cmd_mount(args: argparse.Namespace) -> int:
     # Only the light checks before the fork: the daemon imports trio, httpx and pyfuse3 itself,
     # while its early download runs (early_fetch.py); this process only waits for its answer.
@@ -524,6 +493,7 @@ def _run_foreground(
     """Run the daemon in this process. `ready_fd`: a pipe to report "ready …" or "error: …" on
     (the forked daemon's parent waits on it); without it the mount line goes to stdout."""
     from memfs.session import early_fetch
+    from memfs.session._trio import import_trio_without_ldconfig
     from memfs.session.preflight import REQUEST_TIMEOUT
 
     token = args.token

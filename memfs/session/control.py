@@ -17,16 +17,15 @@ wedged, while the request itself may take as long as it legitimately needs (`syn
 `unmount` with its 30 s final sync).
 """
 
-import _socket
 import os
 import time
 
+from memfs.session._cpython import csocket, dumps, loads, sha256_hex
+
 # None of typing, pathlib, json or socket at import time: the per-call hook (`memfs sync` as a
-# process, docs/SEMANTICS.md#d-commands) must answer in ~20 ms, a bare interpreter takes ~13 ms
-# here, and `json` costs ~10 ms more (json.decoder imports re, which imports enum and functools),
-# `socket` ~6 ms (enum again, selectors). So JSON goes through the C scanner and encoder of `_json`
-# (`_loads`, `_dumps`) and the socket is `_socket`'s; paths are strings inside and the public
-# functions return Paths.
+# process, docs/SEMANTICS.md#d-commands) must answer in ~20 ms. JSON, the socket and sha256 come
+# from CPython's C modules through memfs/session/_cpython.py (which says what each saves); paths
+# are strings inside and the public functions return Paths.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from pathlib import Path
@@ -36,77 +35,6 @@ SOCKET_NAME = "control.sock"
 SOCKET_PATH_MAX = 107  # bytes: a unix socket's sun_path is 108, with its terminating NUL
 PING_TIMEOUT = 5.0  # connect + the daemon's answer to the ping: a live daemon answers in well under 1 ms
 _PING = b'{"op":"ping"}\n'
-
-
-class _ScanContext:
-    """What `_json.make_scanner` reads from json.JSONDecoder: the defaults of json.loads."""
-
-    strict = True
-    object_hook = None
-    object_pairs_hook = None
-    parse_float = float
-    parse_int = int
-    parse_constant = {"-Infinity": float("-inf"), "Infinity": float("inf"), "NaN": float("nan")}.__getitem__
-
-
-_scan: "Any" = None  # the C scanner once made; False where `_json` has none
-
-
-def _loads(text: str | bytes) -> "Any":
-    """json.loads(text) for one JSON value with whitespace around it, through `_json`'s C scanner
-    (what json.loads itself runs) without importing the json package; ValueError when the text is
-    not one JSON value."""
-    global _scan
-    if isinstance(text, bytes):
-        text = text.decode("utf-8")
-    if _scan is None:
-        try:
-            from _json import make_scanner
-        except ImportError:
-            _scan = False
-        else:
-            context: Any = _ScanContext()  # typeshed wants a JSONDecoder; it reads only these six
-            _scan = make_scanner(context)
-    if _scan is False:
-        import json
-
-        return json.loads(text)
-    text = text.strip(" \t\n\r")
-    try:
-        value, end = _scan(text, 0)
-    except StopIteration as exc:  # the scanner's "no JSON value starts here"
-        raise ValueError(f"not JSON at character {exc.value}") from None
-    if end != len(text):
-        raise ValueError(f"extra data after the JSON value at character {end}")
-    return value
-
-
-def _dumps(value: "Any") -> str:
-    """json.dumps(value) (compact separators) for the flat requests and registry entries written
-    here: strings through `_json`'s C encoder, the rest by hand; json.dumps for anything else."""
-    if isinstance(value, dict) and all(isinstance(k, str) for k in value):
-        q: Any
-        try:
-            from _json import encode_basestring_ascii as q
-        except ImportError:
-            q = None
-        if q is not None:
-            parts = []
-            for k, v in value.items():
-                if v is True or v is False or v is None:
-                    enc = "true" if v is True else "false" if v is False else "null"
-                elif isinstance(v, str):
-                    enc = q(v)
-                elif type(v) is int:
-                    enc = str(v)
-                else:
-                    break
-                parts.append(f"{q(k)}:{enc}")
-            else:
-                return "{" + ",".join(parts) + "}"
-    import json
-
-    return json.dumps(value, separators=(",", ":"))
 
 
 def _path(p: str) -> "Path":
@@ -130,18 +58,6 @@ def registry_key(root: str | os.PathLike[str]) -> str:
     if not name:  # "/"
         return path
     return os.path.join(os.path.realpath(parent), name)
-
-
-def _sha256_hex(data: bytes) -> str:
-    # CPython's built-in sha256 module, where there is one: hashlib loads OpenSSL (~4 ms).
-    try:
-        from _sha2 import sha256  # 3.12+
-    except ImportError:
-        try:
-            from _sha256 import sha256  # 3.11
-        except ImportError:
-            from hashlib import sha256
-    return sha256(data).hexdigest()
 
 
 class RegistryRefused(Exception):
@@ -192,7 +108,7 @@ def checked_runtime_dir(create: bool = False) -> str | None:
 
 
 def _registry_file(key: str, directory: str | None = None) -> str:
-    return os.path.join(directory or _runtime_dir(), f"{_sha256_hex(key.encode())[:20]}.json")
+    return os.path.join(directory or _runtime_dir(), f"{sha256_hex(key.encode())[:20]}.json")
 
 
 registry_file = _registry_file  # public: the standby socket of a root is named after it (standby.py)
@@ -214,7 +130,7 @@ def default_state_dir(root: str | os.PathLike[str]) -> "Path":
 # The daemon passes its root already resolved, and the root as the user spelled it (`given`):
 # resolving either again while the daemon serves that very mount would make it wait on itself.
 def register(real_root: str, state_dir: "Path", pid: int, given: str | None = None) -> None:
-    body = _dumps({"root": real_root, "state_dir": str(state_dir), "pid": pid})
+    body = dumps({"root": real_root, "state_dir": str(state_dir), "pid": pid})
     keys = {real_root} | ({registry_key(given)} if given else set())
     directory = checked_runtime_dir(create=True)
     for key in keys:
@@ -256,7 +172,7 @@ def registry_entry(root: str | os.PathLike[str]) -> "dict[str, Any] | None":
         return None
     try:
         with open(_registry_file(registry_key(root), directory)) as f:
-            entry = _loads(f.read())
+            entry = loads(f.read())
     except (OSError, ValueError):
         return None
     return entry if isinstance(entry, dict) and "state_dir" in entry else None
@@ -277,7 +193,7 @@ def daemon_owner(state_dir: str | os.PathLike[str]) -> "dict[str, Any]":
     """The pid and root recorded in the state dir's lock file ({} when none)."""
     try:
         with open(os.path.join(os.fspath(state_dir), "lock")) as f:
-            info = _loads(f.read() or "{}")
+            info = loads(f.read() or "{}")
     except (OSError, ValueError):
         return {}
     return info if isinstance(info, dict) else {}
@@ -323,11 +239,11 @@ def socket_path_problem(state_dir: str | os.PathLike[str]) -> str | None:
     )
 
 
-def _connect(sock_path: str, deadline: float) -> _socket.socket:
+def _connect(sock_path: str, deadline: float) -> csocket.socket:
     problem = socket_path_problem(os.path.dirname(sock_path))
     if problem:  # no daemon can be listening there (the mount refuses such a state dir)
         raise NoDaemon(problem)
-    sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
+    sock = csocket.socket(csocket.AF_UNIX, csocket.SOCK_STREAM)
     sock.settimeout(max(0.001, deadline - time.monotonic()))
     try:
         sock.connect(sock_path)
@@ -343,7 +259,7 @@ def _connect(sock_path: str, deadline: float) -> _socket.socket:
 class _Lines:
     """Answer lines from one connection (a buffer, since answers may arrive together)."""
 
-    def __init__(self, sock: _socket.socket):
+    def __init__(self, sock: csocket.socket):
         self.sock = sock
         self.buf = b""
 
@@ -359,7 +275,7 @@ class _Lines:
 
 
 def _exchange(
-    sock: _socket.socket,
+    sock: csocket.socket,
     lines: _Lines,
     state_dir: str,
     request: "dict[str, Any]",
@@ -370,14 +286,14 @@ def _exchange(
     """Ping + request in one write; the ping's answer within the deadline, the request's within timeout."""
     try:
         sock.settimeout(max(0.001, ping_deadline - time.monotonic()))
-        sock.sendall(_PING + _dumps(request).encode() + b"\n")
+        sock.sendall(_PING + dumps(request).encode() + b"\n")
         lines.read(max(0.001, ping_deadline - time.monotonic()))
     except TimeoutError as exc:
         raise DaemonNotAnswering(state_dir, waited) from exc
     except (BrokenPipeError, ConnectionResetError) as exc:
         raise NoDaemon(f"the memfs daemon at {state_dir} closed the control connection") from exc
     try:
-        return _loads(lines.read(timeout))
+        return loads(lines.read(timeout))
     except (BrokenPipeError, ConnectionResetError) as exc:
         raise NoDaemon(f"the memfs daemon at {state_dir} closed the control connection") from exc
 
@@ -433,7 +349,7 @@ class DaemonClient:
             assert root is not None  # checked above: exactly one of the two
             self.state_dir = lookup_state_dir(os.fspath(root))
         self.timeout = timeout
-        self._sock: _socket.socket | None = None
+        self._sock: csocket.socket | None = None
         self._lines: _Lines | None = None
 
     def request(self, request: "dict[str, Any]", *, timeout: float | None = None) -> "dict[str, Any]":

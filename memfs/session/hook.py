@@ -1,8 +1,8 @@
 """`memfs sync`: the hook a worker runs before every tool call (docs/SEMANTICS.md#d-commands, #d-when).
 
 It runs as a process that often, so it imports as little as possible: the control module, which
-speaks JSON through `_json` and the socket through `_socket` (no json, socket, argparse, logging,
-typing, pathlib, httpx, trio: docs/SEMANTICS.md#d-commands says what it costs). A plain
+speaks JSON and the socket through CPython's C modules (memfs/session/_cpython.py: no json, socket,
+argparse, logging, typing, pathlib, httpx, trio: docs/SEMANTICS.md#d-commands says what it costs). A plain
 `memfs sync [--root R] [--force] [--wait] [--json]` is parsed here by `sync_fast` without building
 the whole command line's parser; anything else goes to argparse (memfs/session/commands.py), which
 calls the same `cmd_sync`.

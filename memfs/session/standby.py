@@ -28,11 +28,11 @@ to fork.
 
 from __future__ import annotations
 
-import _socket
 import os
 import time
 
 from memfs.session import control
+from memfs.session._cpython import csocket
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -85,7 +85,7 @@ def listen(root: str) -> socket.socket:
         os.unlink(path)  # a killed standby's socket: nothing listens on it (the ping was refused)
     except FileNotFoundError:
         pass
-    import socket  # the standby's side only: `memfs mount` uses _socket (~6 ms less)
+    import socket  # the standby's side only: `memfs mount` uses _socket through memfs/session/_cpython.py
 
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     old = os.umask(0o177)  # 0600 from the bind on: never a moment open to others
@@ -111,7 +111,7 @@ WARM_UP = (
     "memfs.client.egress",
     "memfs.mount.state",
     "memfs.client.snapshot_stream",
-    "trio",  # through commands.import_trio_without_ldconfig
+    "trio",  # through _trio.import_trio_without_ldconfig
     "httpx",
     "pyfuse3",
     "memfs.client",
@@ -126,7 +126,7 @@ WARM_UP = (
 
 def _import(name: str) -> None:
     if name == "trio":
-        from memfs.session.commands import import_trio_without_ldconfig
+        from memfs.session._trio import import_trio_without_ldconfig
 
         import_trio_without_ldconfig()
         return
@@ -139,7 +139,7 @@ class Handover:
     """What `memfs mount` handed over: its arguments, token, environment, and the connection on
     which the standby reports "ready …" or "error: …" (commands.py `_run_foreground`'s ready_fd)."""
 
-    def __init__(self, request: dict[str, Any], conn: _socket.socket):
+    def __init__(self, request: dict[str, Any], conn: csocket.socket):
         self.args: dict[str, Any] = request["args"]
         self.token: str | None = request.get("token")
         self.env: dict[str, str] = request["env"]
@@ -192,15 +192,15 @@ def _take(listener: socket.socket, root: str, wait: float, *, warm: bool) -> Han
     return handed
 
 
-def peer_uid(conn: _socket.socket) -> int:
+def peer_uid(conn: csocket.socket) -> int:
     import struct
 
-    cred = conn.getsockopt(_socket.SOL_SOCKET, _socket.SO_PEERCRED, _SO_PEERCRED_SIZE)
+    cred = conn.getsockopt(csocket.SOL_SOCKET, csocket.SO_PEERCRED, _SO_PEERCRED_SIZE)
     _pid, uid, _gid = struct.unpack("3i", cred)
     return uid
 
 
-def _serve_one(conn: _socket.socket, root: str, warm: bool) -> Handover | None:
+def _serve_one(conn: csocket.socket, root: str, warm: bool) -> Handover | None:
     """One connection: a ping answered, or a mount request accepted and confirmed ("go")."""
     import json
 
@@ -231,7 +231,7 @@ def _serve_one(conn: _socket.socket, root: str, warm: bool) -> Handover | None:
 
 
 class _LineReader:
-    def __init__(self, conn: _socket.socket):
+    def __init__(self, conn: csocket.socket):
         self.conn = conn
         self.buf = b""
 
@@ -253,7 +253,7 @@ def ping(path: str, timeout: float = control.PING_TIMEOUT) -> dict[str, Any] | N
     """The answer of a standby at path to a ping, or None when none answers."""
     import json
 
-    sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
+    sock = csocket.socket(csocket.AF_UNIX, csocket.SOCK_STREAM)
     try:
         sock.settimeout(timeout)
         sock.connect(path)
@@ -274,7 +274,7 @@ def waiting(root: str) -> bool:
         return False
 
 
-def hand_over(root: str, request: dict[str, Any]) -> _socket.socket | None:
+def hand_over(root: str, request: dict[str, Any]) -> csocket.socket | None:
     """Hand a mount to the standby of root: the connection to read its report from (until EOF),
     or None when no standby took it (then the caller forks its own daemon, as without one)."""
     import json
@@ -285,7 +285,7 @@ def hand_over(root: str, request: dict[str, Any]) -> _socket.socket | None:
         return None
     if _path_problem(path) or not os.path.exists(path):
         return None
-    sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
+    sock = csocket.socket(csocket.AF_UNIX, csocket.SOCK_STREAM)
     try:
         sock.settimeout(ACCEPT_WAIT)
         sock.connect(path)

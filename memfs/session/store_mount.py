@@ -166,8 +166,8 @@ def run_store_mount(
     ready_fd: int | None = None,
 ) -> int:  # fmt: skip
     """The daemon, in this process (`ready_fd`: as commands._run_foreground's)."""
+    from memfs.session._trio import import_trio_without_ldconfig
     from memfs.session.cli_support import ReadyLine
-    from memfs.session.commands import import_trio_without_ldconfig
 
     import_trio_without_ldconfig()
     import trio

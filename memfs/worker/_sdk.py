@@ -35,6 +35,7 @@ from typing import Any, NamedTuple
 
 import anthropic
 from anthropic import AsyncAnthropic
+from anthropic.lib.environments import EnvironmentWorker
 from anthropic.lib.tools import BetaAsyncBuiltinFunctionTool, ToolError
 from anthropic.lib.tools._beta_functions import aclose_runnable_tool  # private: see above
 from anthropic.lib.tools.agent_toolset import AgentToolContext, beta_agent_toolset_20260401, resolve_path
@@ -45,6 +46,7 @@ __all__ = [
     "SDK_VERSIONS_CHECKED",
     "AsyncAnthropic",
     "BetaAsyncBuiltinFunctionTool",
+    "EnvironmentWorker",
     "ToolError",
     "aclose_runnable_tool",
     "beta_agent_toolset_20260401",

@@ -86,7 +86,7 @@ def _calls(value: str) -> int | str:
 def cmd_worker(args: argparse.Namespace) -> int:
     setup_logging()
     try:
-        import anthropic  # noqa: F401
+        from memfs.worker import _sdk  # noqa: F401 (every name memfs takes from anthropic)
     except ImportError:
         print("memfs worker needs the worker extra: pip install 'memfs[worker]'", file=sys.stderr)
         return 2
@@ -127,10 +127,9 @@ def cmd_worker(args: argparse.Namespace) -> int:
 
 async def _run_item(args: argparse.Namespace) -> int:
     import anyio
-    from anthropic import AsyncAnthropic
-    from anthropic.lib.environments import EnvironmentWorker
 
     from memfs.worker import memfs_tools
+    from memfs.worker._sdk import AsyncAnthropic, EnvironmentWorker
 
     kwargs: dict = {} if args.max_idle is None else {"max_idle": args.max_idle}
     if args.max_concurrent_calls is not None:
@@ -255,9 +254,9 @@ def _unmount(args: argparse.Namespace) -> None:
 def _force_stop_item(secrets: dict[str, str]) -> bool:
     """Stop the work item so it does not sit queued until its lease expires."""
     import anyio
-    from anthropic import AsyncAnthropic
 
     from memfs.client.work_secret import sessions_token_from_secret
+    from memfs.worker._sdk import AsyncAnthropic
 
     token = sessions_token_from_secret(secrets.get("ANTHROPIC_WORK_SECRET")) or secrets.get(
         "ANTHROPIC_ENVIRONMENT_KEY"

@@ -127,6 +127,29 @@ def test_revoking_a_credential_forgets_its_session():
     assert not book.in_grace(c, "memstore_1", 0.0) and book.session_of(c) is None
 
 
+def test_a_credential_is_known_to_authenticate_for_a_ttl_after_any_answer_but_a_401(monkeypatch):
+    # what decides whether the front reads a request's body (front.py `_admit`)
+    book = AccessBook(ttl=60.0)
+    c, other = credential_hash("tok"), credential_hash("other")
+    assert not book.authenticated(c, 0.0)
+    book.confirm(c, ["memstore_1"], 0.0)  # a confirmation or an accepted write
+    assert book.authenticated(c, 59.0) and not book.authenticated(c, 60.0)
+    assert not book.authenticated(other, 1.0)
+    book.authenticate(c, 100.0)  # a 2xx passed through, a probe answered 403/404
+    assert book.authenticated(c, 159.0) and not book.fresh(c, "memstore_1", 100.0)  # no store confirmed
+    book.refuse(c, 110.0)
+    assert not book.authenticated(c, 111.0) and book.refused(c, 111.0)
+    book.authenticate(c, 120.0)
+    assert book.authenticated(c, 121.0) and not book.refused(c, 121.0)
+    book.revoke(c)  # an archived session: its token authenticates no more
+    assert not book.authenticated(c, 121.0)
+    monkeypatch.setattr("memfs.relay.access.AUTHENTICATED_KEPT", 2)
+    for i, cred in enumerate(("a", "b", "c")):
+        book.authenticate(credential_hash(cred), 200.0 + i)
+    known = [cred for cred in ("a", "b", "c") if book.authenticated(credential_hash(cred), 203.0)]
+    assert known == ["b", "c"]  # bounded: the oldest asked again
+
+
 def test_credentials_are_kept_as_hashes():
     assert credential_hash("tok") != "tok" and len(credential_hash("tok")) == 64
 

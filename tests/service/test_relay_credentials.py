@@ -11,6 +11,8 @@ upstream's failures (503, 429, a reset)."""
 from __future__ import annotations
 
 import http.client
+import socket
+import threading
 import time
 from collections.abc import Iterator
 from urllib.parse import urlsplit
@@ -20,6 +22,7 @@ import pytest
 
 from tests.service.test_relay_access import CONFIRM_S, MEMORY, SESSIONS, reads, refused, seeded, token_of
 from tests.service.test_relay_access import upstream as upstream  # the fixture: an emulator of the hosted API
+from tests.service.test_slow_clients import answered_within, drip, envelope
 from tests.support.proxy import Proxy
 from tests.support.service import ServiceProcess
 from tests.support.waits import wait_for
@@ -264,5 +267,65 @@ def test_a_credential_refused_upstream_is_not_presented_again_and_the_poll_goes_
             for _ in range(5):
                 assert a.get(f"/v1/memory_stores/{sid}/memories").status_code == 401
             assert presented(proxy, gone) == seen, (seen, presented(proxy, gone))
+    finally:
+        relay.stop()
+
+
+# -- 6. no body is read before the credential is known to authenticate --------------------------------
+
+
+def _post_head(path: str, credential: str | None, length: int) -> bytes:
+    cred = f"authorization: Bearer {credential}\r\n" if credential is not None else ""
+    return (
+        f"POST {path} HTTP/1.1\r\nhost: x\r\n{cred}anthropic-beta: {MEMORY['anthropic-beta']}\r\n"
+        f"content-type: application/json\r\ncontent-length: {length}\r\n\r\n"
+    ).encode()
+
+
+def test_a_body_is_read_only_once_its_credential_is_known_to_authenticate(tmp_path, upstream, proxy):
+    # Before: the relay read every body first (front.py `_handle`), so a client with no credential
+    # or one the upstream refuses held a connection for as long as it dripped (up to the body
+    # deadline, 30 s by default), and 20 of them held every connection.
+    sid, _ = seeded(upstream)
+    token = token_of(upstream.create_session([(sid, "read_write")]))
+    relay = relay_to(tmp_path, proxy.url)
+    try:
+        path = f"/v1/memory_stores/{sid}/memories"
+        stop = time.monotonic() + 8
+        drippers, threads = [], []
+        garbage = "sk-garbage-0123456789"
+        # a store's write, a store's creation (no store named: asked with a one-store listing)
+        for cred, to in (
+            (None, path),
+            (garbage, "/v1/memory_stores"),
+            (None, "/v1/sessions"),
+            (garbage, path),
+        ):
+            sock = socket.create_connection(("127.0.0.1", relay.port), timeout=10)
+            sock.sendall(_post_head(to, cred, 1000))
+            threads.append(threading.Thread(target=drip, args=(sock, 0.5, stop), daemon=True))
+            threads[-1].start()
+            drippers.append(sock)
+            answer = answered_within(sock, 3)  # at once: nowhere near the 30 s body deadline
+            assert answer, f"a client with {cred!r} still held its connection after 3 s"
+            status, body_, head_ = envelope(answer)
+            assert status == 401 and body_["error"]["type"] == "authentication_error", answer
+            assert b"connection: close" in head_
+        for t in threads:
+            t.join(10)
+        for sock in drippers:
+            sock.close()
+        # the garbage credential was asked upstream once (a cheap listing), never with the body,
+        # and its 401 remembered; no credential: nothing was sent at all
+        asked = [(e.method, e.path) for e in list(proxy.log) if garbage.encode() in e.head]
+        assert asked == [("GET", "/v1/memory_stores")], asked
+        assert all(e.method == "GET" for e in proxy.log), [(e.method, e.path) for e in proxy.log]
+        # a credential the upstream knows: its first write asks once, the next ones nothing more
+        with as_token(relay, token) as c:
+            for i in range(4):
+                r = c.post(path, json={"path": f"/n{i}.md", "content": f"{i}\n"})
+                assert r.status_code == 200, r.text
+        mine = [(e.method, e.path) for e in list(proxy.log) if token.encode() in e.head]
+        assert [m for m, _ in mine] == ["GET", "POST", "POST", "POST", "POST"], mine
     finally:
         relay.stop()

@@ -1,10 +1,10 @@
 """The uvicorn internals memfs relies on, checked by name and signature: a uvicorn release that
 moves them fails here, naming what moved, before the service misbehaves.
 
-memfs/service/asgi_server.py subclasses uvicorn's internal `HttpToolsProtocol` (the coalesced
+memfs/service/_uvicorn.py subclasses uvicorn's internal `HttpToolsProtocol` (the coalesced
 writes, the slow-client guard of docs/OPERATIONS.md#security) and `uvicorn.Server`; pyproject.toml
 pins uvicorn to the minor version tested here. When this test fails after an upgrade, re-read
-asgi_server.py's overrides against the new uvicorn, then update the pin and this test.
+_uvicorn.py's overrides against the new uvicorn, then update the pin and this test.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import pytest
 
 pytestmark = pytest.mark.timeout(60)
 
-# method -> its parameter names (after self), as asgi_server.py's overrides call them
+# method -> its parameter names (after self), as _uvicorn.py's overrides call them
 PROTOCOL_METHODS = {
     "connection_made": ["transport"],
     "connection_lost": ["exc"],
@@ -31,6 +31,9 @@ PROTOCOL_METHODS = {
 }
 # attributes the overrides read, set by __init__ or connection_made
 PROTOCOL_ATTRIBUTES = ("connections", "tasks", "loop", "transport", "flow")
+# what the body guard (`_body_too_slow`) reads and sets on the request in progress: the protocol's
+# `cycle`, and on it whether the answer started, the disconnect flag and the event the app waits on
+CYCLE_ATTRIBUTES = ("response_started", "disconnected", "message_event")
 SERVER_METHODS = {"handle_exit": ["sig", "frame"], "serve": ["sockets"]}
 SERVER_ATTRIBUTES = ("should_exit", "started")
 SERVER_STARTED_ATTRIBUTES = ("servers",)  # set once it listens: looked for in its source
@@ -97,7 +100,7 @@ def test_the_uvicorn_internals_memfs_subclasses_are_where_it_expects_them():
     moved += [f"uvicorn.Config has no parameter {p!r}" for p in CONFIG_PARAMETERS if p not in config_params]
 
     # a protocol as uvicorn makes one, on a stand-in transport: the attributes the overrides read
-    from memfs.service.asgi_server import guarded_protocol
+    from memfs.service._uvicorn import guarded_protocol
     from memfs.service.connections import ConnectionLimits
 
     async def make():
@@ -116,12 +119,22 @@ def test_the_uvicorn_internals_memfs_subclasses_are_where_it_expects_them():
         return missing
 
     moved += asyncio.run(make())
+    if "self.cycle" not in inspect.getsource(protocol_cls.__init__):
+        moved.append("HttpToolsProtocol.__init__ sets no 'cycle'")
+    cycle_cls = getattr(httptools_impl, "RequestResponseCycle", None)
+    if cycle_cls is None:
+        moved.append("uvicorn.protocols.http.httptools_impl.RequestResponseCycle is gone")
+    else:
+        cycle_init = inspect.getsource(cycle_cls.__init__)
+        moved += [
+            f"RequestResponseCycle sets no {a!r}" for a in CYCLE_ATTRIBUTES if f"self.{a} =" not in cycle_init
+        ]
     server = uvicorn.Server(uvicorn.Config(app=None, log_config=None))
     moved += [f"uvicorn.Server has no attribute {a!r}" for a in SERVER_ATTRIBUTES if not hasattr(server, a)]
     source = inspect.getsource(uvicorn.Server)
     moved += [
         f"uvicorn.Server sets no {a!r}" for a in SERVER_STARTED_ATTRIBUTES if f"self.{a} =" not in source
     ]
-    assert not moved, (
-        "uvicorn's internals moved (memfs/service/asgi_server.py relies on them):\n" + "\n".join(moved)
+    assert not moved, "uvicorn's internals moved (memfs/service/_uvicorn.py relies on them):\n" + "\n".join(
+        moved
     )

@@ -3,7 +3,7 @@
 The hook runs before every tool call, so its start is its cost (docs/SEMANTICS.md#d-commands):
 these tests pin that the installed `memfs` command reaches the daemon without importing the
 modules that made it slow (json through re, socket through enum), and that the `_json`-based
-reader and writer it uses instead agree with the json module."""
+reader and writer it uses instead (memfs/session/_cpython.py) agree with the json module."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from memfs.session import control
+from memfs.session import _cpython, control
 
 # What the hook must not import: each was a share of its start (json pulls re, re pulls enum and
 # functools; socket pulls enum and selectors), or belongs to the full command line.
@@ -52,30 +52,30 @@ json_values = st.recursive(
 @given(json_values, st.sampled_from([None, 2]), st.sampled_from(["", " ", "\n", " \t\r\n"]))
 def test_loads_reads_what_json_writes(value, indent, pad):
     text = pad + json.dumps(value, indent=indent, ensure_ascii=False) + pad
-    assert control._loads(text) == json.loads(text)
-    assert control._loads(text.encode()) == json.loads(text)
+    assert _cpython.loads(text) == json.loads(text)
+    assert _cpython.loads(text.encode()) == json.loads(text)
 
 
 def test_loads_reads_json_s_constants_and_refuses_what_json_refuses():
-    got = control._loads('{"a": NaN, "b": -Infinity, "c": 1e400, "d": "\\u00e9\\ud83d\\ude00"}')
+    got = _cpython.loads('{"a": NaN, "b": -Infinity, "c": 1e400, "d": "\\u00e9\\ud83d\\ude00"}')
     assert math.isnan(got["a"]) and got["b"] == -math.inf and got["c"] == math.inf
     assert got["d"] == "é😀"
     for bad in ("", "   ", "{", "[1,]", "1 2", '{"a":1}x', "'a'", '{"a" 1}', '"\\x"', "tru"):
         with pytest.raises(ValueError):
             json.loads(bad)
         with pytest.raises(ValueError):
-            control._loads(bad)
+            _cpython.loads(bad)
 
 
 @settings(max_examples=300, deadline=None)
 @given(st.dictionaries(st.text(), st.none() | st.booleans() | st.integers() | st.text(), max_size=6))
 def test_dumps_writes_what_json_reads(value):
-    assert json.loads(control._dumps(value)) == value
+    assert json.loads(_cpython.dumps(value)) == value
 
 
 def test_dumps_hands_anything_else_to_json():
     for value in ({"a": 1.5}, {"a": [1, {"b": None}]}, [1, 2], {1: "x"}, "s"):
-        assert json.loads(control._dumps(value)) == json.loads(json.dumps(value))
+        assert json.loads(_cpython.dumps(value)) == json.loads(json.dumps(value))
 
 
 class _FakeDaemon:

@@ -1,10 +1,13 @@
-"""The mount's start path: trio imported without `ldconfig`."""
+"""The mount's start path: trio imported without `ldconfig` (memfs/session/_trio.py)."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import textwrap
+
+from memfs.session import _trio
 
 
 def test_trio_is_imported_without_running_ldconfig():
@@ -17,7 +20,7 @@ def test_trio_is_imported_without_running_ldconfig():
         def refuse(*a, **k):
             raise AssertionError(f"a subprocess during trio's import: {a!r}")
         subprocess.Popen.__init__ = refuse
-        from memfs.session.commands import import_trio_without_ldconfig
+        from memfs.session._trio import import_trio_without_ldconfig
         assert "trio" not in sys.modules
         import_trio_without_ldconfig()
         import ctypes.util, threading, trio
@@ -55,6 +58,32 @@ def test_the_old_import_did_run_ldconfig():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert "ldconfig" in out.stdout
+
+
+def test_trios_import_still_looks_pthread_up_through_find_library():
+    # The shim's target, watched: a trio that no longer asks makes the shim dead code; this names
+    # what moved and where to look.
+    code = textwrap.dedent(
+        """
+        import ctypes.util, json
+        asked = []
+        real = ctypes.util.find_library
+        def note(name):
+            asked.append(name)
+            return real(name)
+        ctypes.util.find_library = note
+        import trio
+        print(json.dumps({"asked": asked, "version": trio.__version__}))
+        """
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    got = json.loads(out.stdout)
+    assert got["asked"] == [_trio.LOOKED_UP], (
+        f"trio {got['version']} (memfs/session/_trio.py was checked on {_trio.TRIO_VERSION_CHECKED}) "
+        f"asks ctypes.util.find_library for {got['asked']} while it imports, not [{_trio.LOOKED_UP!r}]: "
+        "re-read trio/_core/_thread_cache.py, then fix or remove the shim in memfs/session/_trio.py"
+    )
 
 
 def test_the_mount_forks_and_starts_its_early_download_before_the_heavy_imports():

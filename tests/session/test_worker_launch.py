@@ -116,3 +116,34 @@ def test_a_program_it_cannot_make_non_dumpable_is_not_started_unless_allowed(tmp
     )
     assert allowed.returncode == 0 and "runs dumpable" in allowed.stderr, allowed.stderr
     assert SECRET in marker.read_text()
+
+
+@pytest.mark.parametrize("machine", ["aarch64", "armv7l", "i686", "riscv64"])
+def test_off_x86_64_the_launcher_fails_closed_and_names_the_architecture(tmp_path, machine):
+    # The syscall it places in the child is x86_64's: on any other machine nothing is started (no
+    # fall-back to a dumpable node holding the secret), and the error says why.
+    marker = tmp_path / "ran"
+    code = (
+        f"import platform, sys; platform.machine = lambda: {machine!r};"
+        "from memfs.cli import main; sys.exit(main(sys.argv[1:]))"
+    )
+    refused = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            code,
+            "worker-launch",
+            "--",
+            "/bin/sh",
+            "-c",
+            f"cat <&$MEMFS_SECRETS_FD > {marker}",
+        ],
+        env={**os.environ, "ANTHROPIC_WORK_SECRET": SECRET},
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert refused.returncode == 70, refused.stderr
+    assert f"not supported on Linux {machine} (only Linux x86_64)" in refused.stderr, refused.stderr
+    assert "--allow-dumpable" in refused.stderr and SECRET not in refused.stderr
+    assert not marker.exists()

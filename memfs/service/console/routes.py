@@ -155,7 +155,7 @@ class Console:
         if declared is not None and declared.isdigit() and int(declared) > max_bytes:
             raise _TooLarge()
         seen = 0
-        receive = request._receive
+        receive = request.receive
 
         async def counted():
             nonlocal seen
@@ -165,8 +165,9 @@ class Console:
                 raise _TooLarge()
             return message
 
-        request._receive = counted
-        form = await request.form(max_part_size=FORM_MAX_BYTES, max_files=1, max_fields=50)
+        # The same request read through the counting receive (Starlette's public constructor).
+        counting = Request(request.scope, counted)
+        form = await counting.form(max_part_size=FORM_MAX_BYTES, max_files=1, max_fields=50)
         nonce = self._nonce(request)
         if nonce is None:
             raise HTTPException(401)
