@@ -17,7 +17,7 @@ from memfs.session import standby
 from tests.support.sandbox import Sandbox
 
 
-def _prestart(sb: Sandbox) -> int:
+def prestart(sb: Sandbox) -> int:
     """A standby for the sandbox's root, waited for until its imports are done (its ping says
     "warm"): the sandbox booted before its session was known."""
     out = sb.memfs("mount", "--prestart", "--root", str(sb.root), check=True).stdout
@@ -43,7 +43,7 @@ def row_mount_ready(b: Bench, sess: dict, label: str, runs: int) -> None:
         sb = b.sandbox(sess, name=f"{label}-early")
         pid = None
         try:
-            pid = _prestart(sb)
+            pid = prestart(sb)
             early.append(b.mount(sb))
             assert sb.daemon_pid() == pid, "the mount did not go to the standby"
         finally:
