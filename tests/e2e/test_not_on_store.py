@@ -13,8 +13,9 @@ import subprocess
 import pytest
 
 from tests.support.api import Api
+from tests.support.sandbox import SandboxWorld
 from tests.support.service import ServiceProcess
-from tests.support.world import RW_SEED, World
+from tests.support.world import RW_SEED
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -35,13 +36,12 @@ def full_world(tmp_path):
     """A service whose stores hold at most len(RW_SEED) memories: one more create is refused (400)."""
     svc = ServiceProcess(tmp_path / "service", max_memories=len(RW_SEED))
     api = Api(svc.base_url, svc.admin_key)
-    world = World(svc, api, tmp_path)
+    world = SandboxWorld(svc, api, tmp_path)
+    world.on_close += [svc.stop, api.close]
     try:
         yield world
     finally:
         world.close()
-        api.close()
-        svc.stop()
 
 
 @pytest.mark.expected_log(r"ERROR memfs.mount: 2 change\(s\) are not on the store service")

@@ -1,5 +1,5 @@
-"""The engine rung's fixtures: an in-process service (tests/support/inprocess.py) and a `World` of
-engine mounts over it (tests/engine/test_engine_rules.py), each closed after its test."""
+"""The engine rung's fixtures: an in-process service and an `EngineWorld` of engine mounts over it
+(tests/support/inprocess.py), each closed after its test."""
 
 from __future__ import annotations
 
@@ -7,8 +7,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from tests.engine.test_engine_rules import World
-from tests.support.inprocess import InProcessService
+from tests.support.inprocess import EngineWorld, InProcessService
 
 
 @pytest.fixture
@@ -21,8 +20,8 @@ async def svc(tmp_path) -> AsyncIterator[InProcessService]:
 
 
 @pytest.fixture
-async def world(svc, tmp_path) -> AsyncIterator[World]:
-    w = World(svc, tmp_path)
+async def world(svc, tmp_path) -> AsyncIterator[EngineWorld]:
+    w = EngineWorld(svc, tmp_path)
     try:
         yield w
     finally:

@@ -7,16 +7,16 @@ from __future__ import annotations
 import pytest
 
 from memfs.mount.upkeep import StateUpkeep
-from tests.engine.test_engine_rules import MEMORY_BY_ID, World, single_requests
+from tests.support.inprocess import MEMORY_BY_ID, EngineWorld, single_requests
 
 pytestmark = [pytest.mark.trio, pytest.mark.timeout(20)]
 
 
-async def test_no_sweep_while_a_tick_fetches_or_a_push_sends_and_one_after(world: World):
+async def test_no_sweep_while_a_tick_fetches_or_a_push_sends_and_one_after(world: EngineWorld):
     m = await world.setup({"/a.md": "alpha"})
     single_requests(m)
     upkeep = StateUpkeep(m.state, m.fs.live_shas, lambda: m.engine.busy)
-    await world.svc.update(world.notes, world.ids["/a.md"], content="alpha, edited elsewhere")
+    await world.svc.update(world.rw, world.ids["/a.md"], content="alpha, edited elsewhere")
     m.write("/notes/b.md", b"written here")
     swept_in_flight: list[bool] = []
 

@@ -20,7 +20,9 @@ import pytest
 
 from memfs.service.app import create_app
 from memfs.service.database import open_storage
+from tests.support.api import Api
 from tests.support.service import MEMORY_BETA, SESSIONS_BETA, ServiceProcess
+from tests.support.world import StoreSpec, World
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -67,22 +69,24 @@ def route_table(tmp_path, *, extensions: bool) -> list[tuple[str, set[str]]]:
         storage.close()
 
 
-class World:
-    """A server to walk and the ids that exist on it (a store, a memory, a version, a session)."""
+class Walked(World):
+    """A server to walk and the ids that exist on it (a store, a memory, a version, a session), made
+    on `owner` (a relay serves what its upstream holds)."""
 
     def __init__(self, svc: ServiceProcess, owner: ServiceProcess):
         self.svc = svc
         self.key = svc.admin_key
-        store = owner.create_store("walked")["id"]
-        with owner.admin_client() as c:
-            mem = c.post(f"/v1/memory_stores/{store}/memories", json={"path": "/a.md", "content": "a"}).json()
-            versions = c.get(f"/v1/memory_stores/{store}/memory_versions").json()["data"]
-        session = owner.create_session([(store, "read_write")])
+        api = Api(owner.base_url, owner.admin_key)
+        try:
+            self.build(api, [StoreSpec("walked", seed={"/a.md": "a"})])
+            versions = api.versions(self.rw, self.ids["/a.md"])
+        finally:
+            api.close()
         self.good = {
-            "store_id": store,
-            "memory_id": mem["id"],
+            "store_id": self.rw,
+            "memory_id": self.ids["/a.md"],
             "version_id": versions[0]["id"],
-            "session_id": session["id"],
+            "session_id": self.session["id"],
         }
 
     def url(self, template: str, ids: dict[str, str]) -> str:
@@ -108,7 +112,7 @@ BAD_QUERY = (
 )
 
 
-def walk(world: World, routes: list[tuple[str, set[str]]], what: str) -> int:
+def walk(world: Walked, routes: list[tuple[str, set[str]]], what: str) -> int:
     """Every route with bad input; returns how many requests were sent."""
     sent = 0
     with httpx.Client(base_url=world.svc.base_url, timeout=30) as c:
@@ -177,10 +181,10 @@ def test_every_route_answers_bad_input_with_a_json_error(servers, tmp_path):
     plain, hosted, relay = servers
     full, hosted_only = route_table(tmp_path, extensions=True), route_table(tmp_path, extensions=False)
     assert len(full) > len(hosted_only) >= 14  # the table was read, extensions and all
-    sent = walk(World(plain, plain), full, "memfs serve")
-    sent += walk(World(hosted, hosted), hosted_only, "--hosted-api")
+    sent = walk(Walked(plain, plain), full, "memfs serve")
+    sent += walk(Walked(hosted, hosted), hosted_only, "--hosted-api")
     # The relay speaks the whole API (the extensions from its cache) in front of the emulator.
-    sent += walk(World(relay, hosted), full, "relay")
+    sent += walk(Walked(relay, hosted), full, "relay")
     for headers in ({}, {"x-api-key": "not-the-relays-key"}):  # the relay's own route
         assert_json_error(httpx.get(f"{relay.base_url}/v1/relay_status", headers=headers), "relay_status")
     assert sent > 500

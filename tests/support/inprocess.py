@@ -6,7 +6,8 @@ front of it and records every request, and answers chosen ones itself (a status 
 a dropped connection) or runs a hook first (a second writer acting between two of the engine's
 requests). `EngineMount` is what `memfs mount` wires together (session/daemon.py): a State, the
 kernel-free `Filesystem` and the real `SyncEngine` over a `StoreClient` on that transport, plus
-path-level helpers that act as a shell would, minus the kernel. The engine takes the client at its
+path-level helpers that act as a shell would, minus the kernel; `EngineWorld` is a test world
+(tests/support/world.py) made on the in-process service with the engine mounts of its session. The engine takes the client at its
 `Store` port (memfs/sync/ports.py), as in production, through a `FailingStore`
 (tests/support/stores.py) that passes every call on until a test puts a fault on one. The engine is driven only through
 its public surface (constructor, initial(), sync_now(), status(), not_on_store()).
@@ -38,11 +39,13 @@ from memfs.service.hosted import HostedOptions
 from memfs.sync.engine import EngineOptions, SyncEngine
 from memfs.sync.ports import Store
 from tests.support.stores import FailingStore
+from tests.support.world import World, notes_and_handbook
 
 BASE_URL = "http://memfs.test"  # never resolved: the transport answers in process
 ADMIN_KEY = "test-admin-key-0123456789"
 MEMORY_BETA = {"anthropic-beta": "agent-memory-2026-07-22"}
 SESSIONS_BETA = {"anthropic-beta": "managed-agents-2026-04-01"}
+MEMORY_BY_ID = r"/memories/mem_[^/]+$"  # a FaultTransport path: one memory, by its id
 
 
 # ---- faults -------------------------------------------------------------------------------------
@@ -147,17 +150,12 @@ class InProcessService:
     async def create_store(self, name: str) -> str:
         return (await self._ok(await self.admin.post("/v1/memory_stores", json={"name": name})))["id"]
 
-    async def session_token(self, stores: list[tuple[str, str]]) -> tuple[str, dict]:
-        """A session with these (store id, access) attached: its bearer token and its record."""
-        from memfs.client.work_secret import sessions_token_from_secret
-
+    async def create_session(self, stores: list[tuple[str, str]]) -> dict:
+        """A session with these (store id, access) attached: its record (with its work secret)."""
         resources = [{"type": "memory_store", "memory_store_id": s, "access": a} for s, a in stores]
-        body = await self._ok(
+        return await self._ok(
             await self.admin.post("/v1/sessions", json={"resources": resources}, headers=SESSIONS_BETA)
         )
-        token = sessions_token_from_secret(body["work_secret"])
-        assert token
-        return token, body
 
     async def create(self, store: str, path: str, content: str) -> dict:
         return await self._ok(
@@ -326,3 +324,43 @@ class EngineMount:
     def notices(self, slug: str) -> list[str]:
         store = next(s for s in self.stores if s.slug == slug)
         return self.fs.notices(store.store_id)
+
+
+def single_requests(m: EngineMount) -> None:
+    """Push one request per change, as against the hosted API or a service without the batch route
+    (the engine learns that from the first batch answered 404/405): the faults below aim at the
+    single requests. The batch path's answers are tested through real mounts in
+    tests/e2e/test_write_burst.py (per-item 409, refusals, a failed batch)."""
+    m.engine.pusher.has_batch = False
+
+
+# ---- the engine rung's world --------------------------------------------------------------------
+
+
+class EngineWorld(World):
+    """A world (tests/support/world.py) on an in-process service and the engine mounts of its
+    session, each closed at close()."""
+
+    def __init__(self, svc: InProcessService, tmp: Path):
+        self.svc, self.tmp = svc, tmp
+        self.mounts: list[EngineMount] = []
+
+    async def setup(
+        self, notes: dict[str, str], handbook: dict[str, str] | None = None, **opts
+    ) -> EngineMount:
+        """Two stores, notes (read_write, slug "notes") and handbook (read_only, slug "handbook"),
+        seeded with these files, and a mount of both (`opts`: EngineMount's) after its first sync."""
+        await self.abuild(self.svc, notes_and_handbook(notes, handbook or {}, names=("Notes", "Handbook")))
+        self.stores = [StoreInfo(s, spec.name, spec.slug, spec.access) for s, spec in self.made()]
+        m = self.mount(self.stores, **opts)
+        await m.engine.initial()
+        return m
+
+    def mount(self, stores: list[StoreInfo], **opts) -> EngineMount:
+        m = EngineMount(self.tmp / "state", self.svc, self.token, stores, **opts)
+        self.mounts.append(m)
+        return m
+
+    async def close(self) -> None:
+        for m in self.mounts:
+            await m.aclose()

@@ -29,8 +29,6 @@ BRINGS_UP = {
     "tests.support.service": 2,
     "tests.support.mounts": 3,
     "tests.support.sandbox": 4,
-    "tests.support.world": 4,
-    "tests.support.worker_world": 4,
 }
 
 # the repository's own checks (imports, docs, this ladder) stay at the top of tests/: pure reads of

@@ -10,16 +10,16 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.api import Api, sessions_token
+from tests.support.api import Api
 from tests.support.fake_platform import FakePlatform, PlatformServer, Step, Work
-from tests.support.sandbox import Sandbox
+from tests.support.sandbox import SandboxWorld
+from tests.support.world import notes_and_handbook
 
 RW, RO = "work-notes", "team-handbook"
-RW_SEED = {
-    "/notes/todo.md": "# TODO\n- buy milk\n",
-    "/profile.md": "name: agent\nlikes: grep\n",
-}
-RO_SEED = {"/handbook/style.md": "Write short sentences.\n"}
+WORKER_WORLD = notes_and_handbook(
+    {"/notes/todo.md": "# TODO\n- buy milk\n", "/profile.md": "name: agent\nlikes: grep\n"},
+    {"/handbook/style.md": "Write short sentences.\n"},
+)
 
 
 @dataclass
@@ -41,31 +41,18 @@ class ItemRun:
         return [" ".join(b.get("text", "") for b in r.get("content") or []) for r in self.results()]
 
 
-class WorkerWorld:
-    """Two stores (read_write, read_only) of one session, mounted, and the fake platform serving it."""
+class WorkerWorld(SandboxWorld):
+    """The worker's world (WORKER_WORLD), mounted in one sandbox, and the fake platform serving it."""
 
     def __init__(self, service, api: Api, tmp_path: Path, monkeypatch):
-        self.service, self.api, self.tmp = service, api, tmp_path
-        self.rw = api.create_store("Work Notes")
-        self.ro = api.create_store("Team Handbook")
-        for path, content in RW_SEED.items():
-            api.create(self.rw, path, content)
-        for path, content in RO_SEED.items():
-            api.create(self.ro, path, content)
-        self.session = api.create_session([(self.rw, "read_write"), (self.ro, "read_only")])
-        self.token = sessions_token(self.session["work_secret"])
-        self.box = Sandbox(
-            tmp_path,
-            "sandbox",
-            base_url=service.base_url,
-            session_id=self.session["id"],
-            work_secret=self.session["work_secret"],
-        )
+        super().__init__(service, api, tmp_path, WORKER_WORLD)
+        self.box = self.sandbox("sandbox")
         monkeypatch.setenv("MEMFS_RUNTIME_DIR", self.box.env["MEMFS_RUNTIME_DIR"])
         self.workdir = tmp_path / "workdir"
         self.workdir.mkdir()
         self.platform = FakePlatform(ttl_seconds=2)
         self.server = PlatformServer(self.platform).__enter__()
+        self.on_close.append(lambda: self.server.__exit__(None, None, None))
 
     @property
     def root(self) -> Path:
@@ -130,19 +117,6 @@ class WorkerWorld:
 
         asyncio.run(main())
         return ItemRun(work, self.session["id"], self.platform)
-
-    def close(self) -> None:
-        try:
-            self.server.__exit__(None, None, None)
-        finally:
-            self.box.close()
-
-
-@pytest.fixture
-def api(service):
-    client = Api(service.base_url, service.admin_key)
-    yield client
-    client.close()
 
 
 @pytest.fixture
