@@ -1,10 +1,15 @@
-"""Fixtures for the worker tests: a real `memfs serve`, a real mount, the fake platform, the real SDK."""
+"""Fixtures for the worker tests: a real `memfs serve`, a real mount, the fake platform, the real SDKs
+(Python's in this process, TypeScript's under node), and `worker`: either one, for a scenario both run."""
 
 from __future__ import annotations
 
 import asyncio
 import json
 import logging
+import os
+import shutil
+import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,11 +29,14 @@ WORKER_WORLD = notes_and_handbook(
 
 @dataclass
 class ItemRun:
-    """What one handle_item() did, as the fake platform saw it."""
+    """What one item's run did, as the fake platform saw it, and what the worker said: its log
+    (Python: memfs.worker's records; TypeScript: node's output) and, for an item that failed, why."""
 
     work: Work
     session_id: str
     platform: FakePlatform
+    output: str = ""
+    error: str | None = None
 
     @property
     def session(self):
@@ -83,9 +91,17 @@ class WorkerWorld(SandboxWorld):
         )
 
     def run_item(
-        self, script: list[Step], *, tools=None, timeout: float = 60, worker_options: dict | None = None, **kw
+        self,
+        script: list[Step],
+        *,
+        tools=None,
+        timeout: float = 60,
+        worker_options: dict | None = None,
+        fails: type[BaseException] | None = None,
+        **kw,
     ) -> ItemRun:
-        """The unchanged EnvironmentWorker.handle_item() for one scripted session."""
+        """The unchanged EnvironmentWorker.handle_item() for one scripted session; with `fails`, the
+        item must fail with that exception (its message is the run's `error`)."""
         from anthropic.lib.environments import EnvironmentWorker
 
         from memfs.worker import memfs_tools
@@ -115,8 +131,132 @@ class WorkerWorld(SandboxWorld):
                 )
                 await with_timeout
 
-        asyncio.run(main())
-        return ItemRun(work, self.session["id"], self.platform)
+        run = ItemRun(work, self.session["id"], self.platform)
+        log = _Said()
+        logging.getLogger("memfs.worker").addHandler(log)
+        try:
+            asyncio.run(main())
+        except BaseException as exc:
+            wanted = [e for e in _leaves(exc) if fails is not None and isinstance(e, fails)]
+            if not wanted:
+                raise
+            run.error = str(wanted[0])
+        finally:
+            logging.getLogger("memfs.worker").removeHandler(log)
+        assert fails is None or run.error is not None, f"the item did not fail with {fails}"
+        run.output = "\n".join(log.lines)
+        return run
+
+
+class _Said(logging.Handler):
+    """The messages of the records it sees (the wworld fixture lets memfs.worker's INFO through)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(record.getMessage())
+
+
+def _leaves(exc: BaseException) -> list[BaseException]:
+    if isinstance(exc, BaseExceptionGroup):
+        return [leaf for e in exc.exceptions for leaf in _leaves(e)]
+    return [exc]
+
+
+# ---- the TypeScript worker (workers/typescript) -------------------------------------------------
+
+# scripts/sdk-check points this at a copy of the package with the newest @anthropic-ai/sdk
+PACKAGE = Path(
+    os.environ.get("MEMFS_TS_PACKAGE") or Path(__file__).resolve().parents[2] / "workers" / "typescript"
+)
+
+
+@pytest.fixture(scope="session")
+def ts_package() -> Path:
+    """The package, built once (its dependencies installed with `npm ci` when missing)."""
+    npm = shutil.which("npm")
+    assert npm and shutil.which("node"), "node and npm are needed (scripts/test installs them)"
+    if not (PACKAGE / "node_modules" / "@anthropic-ai" / "sdk").is_dir():
+        subprocess.run([npm, "ci", "--no-audit", "--no-fund"], cwd=PACKAGE, check=True, timeout=300)
+    subprocess.run([npm, "run", "build"], cwd=PACKAGE, check=True, timeout=120)
+    return PACKAGE
+
+
+def run_ts_item(
+    wworld: WorkerWorld,
+    package: Path,
+    script: list[Step],
+    timeout: float = 90,
+    max_concurrent_calls: int = 2,
+    prefix: tuple[str, ...] = (),
+) -> tuple[ItemRun, subprocess.CompletedProcess]:
+    """One scripted session served by node; (the run, the process). The worker runs calls of
+    different threads `max_concurrent_calls` at a time (test/run-item.js); `prefix`: a command the
+    worker runs under (setpriv)."""
+    work = wworld.item(script)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ANTHROPIC_")}
+    env.update(
+        {
+            "ANTHROPIC_BASE_URL": wworld.server.base_url,
+            "ANTHROPIC_WORK_ID": work.id,
+            "ANTHROPIC_ENVIRONMENT_ID": work.environment_id,
+            "ANTHROPIC_SESSION_ID": work.session_id,
+            "ANTHROPIC_WORK_SECRET": work.secret,
+            "MEMFS_RUNTIME_DIR": wworld.box.env["MEMFS_RUNTIME_DIR"],
+            "MEMFS_TEST_ROOT": str(wworld.root),
+            "MEMFS_TEST_WORKDIR": str(wworld.workdir),
+            "MEMFS_TEST_MAX_CONCURRENT_CALLS": str(max_concurrent_calls),
+        }
+    )
+    # As `ant beta:worker poll --on-work` would run it in production: through `memfs worker-launch`.
+    launch = [sys.executable, "-m", "memfs", "worker-launch", "--"]
+    node = [str(package / "node_modules" / ".bin" / "node"), str(package / "test" / "run-item.js")]
+    proc = subprocess.run([*prefix, *launch, *node], env=env, capture_output=True, text=True, timeout=timeout)
+    return ItemRun(work, work.session_id, wworld.platform, output=proc.stdout + proc.stderr), proc
+
+
+# ---- either worker, for the scenarios both run ------------------------------------------------
+
+
+@dataclass
+class Worker:
+    """One of the two official workers, unchanged, serving a scripted item of the world: `python`
+    (EnvironmentWorker.handle_item() + memfs_tools()) or `typescript` (node: the SDK's
+    EnvironmentWorker + memfsTools(), workers/typescript, through `memfs worker-launch`)."""
+
+    name: str
+    world: WorkerWorld
+    package: Path | None = None
+
+    def run(
+        self,
+        script: list[Step],
+        *,
+        max_concurrent_calls: int | None = None,
+        fails: type[BaseException] | None = None,
+    ) -> ItemRun:
+        """The item's run (`max_concurrent_calls`: calls of different threads at once, default each
+        worker's own); with `fails`, the item must fail (Python: with that exception; node: exit 1)."""
+        if self.package is None:
+            options = {"max_concurrent_calls": max_concurrent_calls} if max_concurrent_calls else {}
+            return self.world.run_item(script, worker_options=options, fails=fails)
+        run, proc = run_ts_item(
+            self.world, self.package, script, max_concurrent_calls=max_concurrent_calls or 2
+        )
+        if fails is None:
+            assert proc.returncode == 0, run.output
+        else:
+            assert proc.returncode == 1, run.output
+            run.error = proc.stderr
+        return run
+
+
+@pytest.fixture(params=["python", "typescript"])
+def worker(request, wworld) -> Worker:
+    package = request.getfixturevalue("ts_package") if request.param == "typescript" else None
+    return Worker(request.param, wworld, package)
 
 
 @pytest.fixture
