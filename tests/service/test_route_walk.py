@@ -11,8 +11,6 @@ upstream is down or answers an error page that is not JSON.
 
 from __future__ import annotations
 
-import http.server
-import threading
 from collections.abc import Iterator
 
 import httpx
@@ -21,6 +19,7 @@ import pytest
 from memfs.service.app import create_app
 from memfs.service.database import open_storage
 from tests.support.api import Api
+from tests.support.http_stub import HttpStub, reply
 from tests.support.service import MEMORY_BETA, SESSIONS_BETA, ServiceProcess
 from tests.support.world import StoreSpec, World
 
@@ -222,34 +221,19 @@ def test_the_rate_limiters_answer_json(tmp_path):
         org.stop()
 
 
-class _ErrorPages(http.server.BaseHTTPRequestHandler):
-    """An upstream behind a gateway that answers an HTML error page (or nothing) to everything."""
-
-    def _page(self) -> None:
-        length = int(self.headers.get("content-length") or 0)
-        self.rfile.read(length)
-        body = b"" if self.path.startswith("/v1/sessions") else b"<html><body>502 Bad Gateway</body></html>"
-        self.send_response(502)
-        if body:
-            self.send_header("content-type", "text/html")
-        self.send_header("content-length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    do_GET = do_POST = do_DELETE = _page
-
-    def log_message(self, *args) -> None:
-        pass
+def _error_page(request, conn) -> None:
+    """An upstream behind a gateway: an HTML error page (or nothing) to everything."""
+    if request.path.startswith("/v1/sessions"):
+        conn.sendall(reply(502))
+    else:
+        conn.sendall(reply(502, b"<html><body>502 Bad Gateway</body></html>", {"content-type": "text/html"}))
 
 
 def test_a_relay_answers_json_when_its_upstream_does_not(tmp_path):
     """An upstream that answers an error page that is not JSON, then one that is down: every route
     kind of the relay (passed through, written through, read from the cache) answers JSON."""
-    pages = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _ErrorPages)
-    thread = threading.Thread(target=pages.serve_forever, daemon=True)
-    thread.start()
-    upstream = f"http://127.0.0.1:{pages.server_address[1]}"
-    relay = ServiceProcess(tmp_path / "relay", extra_args=("--upstream", upstream, "--poll-interval", "1"))
+    pages = HttpStub(_error_page)
+    relay = ServiceProcess(tmp_path / "relay", extra_args=("--upstream", pages.url, "--poll-interval", "1"))
     requests = [
         ("GET", "/v1/memory_stores", None),  # passed through
         ("GET", "/v1/sessions/sesn_x", None),  # passed through, an empty 502
@@ -261,8 +245,7 @@ def test_a_relay_answers_json_when_its_upstream_does_not(tmp_path):
     try:
         for down in (False, True):
             if down:
-                pages.shutdown()
-                pages.server_close()
+                pages.close()
             with relay.admin_client() as c:
                 for method, path, body in requests:
                     beta = SESSIONS_BETA if path.startswith("/v1/sessions") else MEMORY_BETA
@@ -271,6 +254,4 @@ def test_a_relay_answers_json_when_its_upstream_does_not(tmp_path):
                     assert r.status_code >= 500 or r.status_code in (401, 403, 404), r.text
     finally:
         relay.stop()
-        if thread.is_alive():
-            pages.shutdown()
-            pages.server_close()
+        pages.close()
