@@ -13,6 +13,7 @@ import subprocess
 import pytest
 
 from tests.support.api import Api
+from tests.support.mounts import sh
 from tests.support.sandbox import SandboxWorld
 from tests.support.service import ServiceProcess
 from tests.support.world import RW_SEED
@@ -21,10 +22,6 @@ pytestmark = pytest.mark.timeout(180)
 
 RW = "work-notes"
 QUIET = ("--sync-interval", "3600")  # no tick of its own: the test decides when one runs
-
-
-def sh(script: str) -> subprocess.CompletedProcess:
-    return subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=30)
 
 
 def rw_status(box) -> dict:
