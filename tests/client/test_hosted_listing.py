@@ -84,7 +84,7 @@ async def test_one_remote_edit_is_planned_once_when_nothing_moved_while_it_was_f
         await hosted.update(world.rw, world.ids["/d1/f5.md"], content="theirs")
         result = await m.sync()
         assert result["ok"] and result["pulled"] == 1
-        assert m.read("/notes/d1/f5.md") == b"theirs"
+        assert m.read_file("/notes/d1/f5.md") == b"theirs"
         assert plans == [world.rw]  # one plan for the store that moved, none for the idle one
         result = await m.sync()
         assert result["ok"] and result["pulled"] == 0 and result["pushed"] == 0
@@ -106,11 +106,13 @@ async def test_an_edit_made_while_the_remote_edit_was_fetched_is_planned_again_a
         await hosted.update(world.rw, world.ids["/a.md"], content="theirs")
 
         async def agent_writes(_request) -> None:
-            m.write("/notes/b.md", b"mine")
+            m.write_file("/notes/b.md", b"mine")
 
         m.transport.add("GET", r"/memories/mem_[^/]+$", before=agent_writes)
         result = await m.sync()
-        assert result["ok"] and m.read("/notes/a.md") == b"theirs" and m.read("/notes/b.md") == b"mine"
+        assert (
+            result["ok"] and m.read_file("/notes/a.md") == b"theirs" and m.read_file("/notes/b.md") == b"mine"
+        )
         assert plans == [world.rw, world.rw]
         await m.sync()
         assert (await hosted.contents(world.rw)) == {"/a.md": "theirs", "/b.md": "mine"}
@@ -157,12 +159,12 @@ async def test_a_hosted_first_download_stores_each_pages_content_as_it_arrives(h
     world, m = await hosted_world(hosted, tmp_path, notes)
     try:
         assert one_by_one == []
-        assert {p: m.read(f"/notes{p}").decode() for p in notes} == notes
+        assert {p: m.read_file(f"/notes{p}").decode() for p in notes} == notes
         assert m.transport.count("GET", r"/memories/mem_[^/]+$") == 0
         assert all(m.state.has_blob(b.sha) for b in m.state.baseline(world.rw).values())
         await hosted.update(world.rw, world.ids["/t1/s1/n001.md"], content="theirs")
         result = await m.sync()  # a later tick reads the version feed, the content with it
-        assert result["ok"] and m.read("/notes/t1/s1/n001.md") == b"theirs"
+        assert result["ok"] and m.read_file("/notes/t1/s1/n001.md") == b"theirs"
         assert one_by_one == ["/t1/s1/n001.md"]
     finally:
         await world.close()
@@ -173,15 +175,15 @@ async def test_a_store_that_lists_as_its_baseline_still_pushes_what_the_agent_ch
     that has local changes to push plans on it, and the next tick sees the pushed state."""
     world, m = await hosted_world(hosted, tmp_path, {"/a.md": "alpha", "/d/b.md": "beta"})
     try:
-        m.write("/notes/d/b.md", b"mine")
-        m.write("/notes/c.md", b"new")
+        m.write_file("/notes/d/b.md", b"mine")
+        m.write_file("/notes/c.md", b"new")
         result = await m.sync()
         assert result["ok"] and result["pulled"] == 0
         assert (await hosted.contents(world.rw)) == {"/a.md": "alpha", "/d/b.md": "mine", "/c.md": "new"}
         await hosted.update(world.rw, world.ids["/a.md"], content="theirs")
         result = await m.sync()
         assert result["ok"] and result["pulled"] == 1 and result["pushed"] == 0
-        assert m.read("/notes/a.md") == b"theirs" and m.read("/notes/d/b.md") == b"mine"
+        assert m.read_file("/notes/a.md") == b"theirs" and m.read_file("/notes/d/b.md") == b"mine"
         result = await m.sync()
         assert result["ok"] and result["pulled"] == 0 and result["pushed"] == 0
     finally:

@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import gzip
 import json
-import socket
 
 import pytest
 
 from memfs.client import StoreClient, Unreachable
 from memfs.protocol import COUNTER_HEADER
-from tests.support.http_stub import HttpStub, reply
+from tests.support.http_stub import answering
 from tests.support.service import ServiceProcess
 
 pytestmark = [pytest.mark.trio, pytest.mark.timeout(60)]
@@ -53,24 +52,6 @@ async def test_listing_pages_skip_httpxs_client_and_list_every_memory_once(tmp_p
         svc.stop()
 
 
-def _server(answers) -> HttpStub:
-    """Answers each GET with the next of `answers` (status, headers, body) on kept connections;
-    `("reset", ...)` closes without a word, as does a request past the last answer."""
-    left = list(answers)
-
-    def answer(_request, conn) -> bool:
-        if not left:
-            return True
-        status, headers, body = left.pop(0)
-        if status == "reset":
-            conn.shutdown(socket.SHUT_RDWR)
-            return True
-        conn.sendall(reply(status, body, headers))
-        return False
-
-    return HttpStub(answer)
-
-
 def _page(paths: list[str]) -> bytes:
     data = [
         {"type": "memory", "id": f"mem_{i}", "path": p, "content_sha256": "0" * 64}
@@ -80,7 +61,7 @@ def _page(paths: list[str]) -> bytes:
 
 
 async def test_a_gzip_page_is_decoded_with_the_clients_headers_and_an_unasked_encoding_is_refused():
-    server = _server(
+    server = answering(
         [
             (
                 200,
@@ -108,7 +89,7 @@ async def test_a_short_retry_after_on_a_page_is_retried_and_a_dropped_connection
     busy = json.dumps(
         {"type": "error", "error": {"type": "rate_limit_error", "message": "slow down"}}
     ).encode()
-    server = _server(
+    server = answering(
         [
             (429, {"retry-after": "0.1", "content-type": "application/json"}, busy),
             (200, {}, _page(["/c.md"])),

@@ -19,7 +19,8 @@ from memfs.client import listing as listing_module
 from memfs.sync import remote as remote_module
 from memfs.sync.remote import prefix_sizes
 from tests.client.test_hosted_listing import _count_plans, _Path, hosted_world
-from tests.client.test_list_get import _page, _Server
+from tests.client.test_list_get import _page
+from tests.support.http_stub import answering
 from tests.support.inprocess import ADMIN_KEY, BASE_URL, InProcessService
 
 pytestmark = [pytest.mark.trio, pytest.mark.timeout(60)]
@@ -109,7 +110,7 @@ async def test_a_listing_beyond_the_bound_is_not_kept_and_still_lists_all(hosted
 
 async def test_a_gzip_page_is_compared_after_decoding():
     body = _page(["/a.md", "/b.md"])
-    server = _Server(
+    server = answering(
         [
             (200, {"content-encoding": "gzip"}, gzip.compress(body, mtime=1)),
             (200, {"content-encoding": "gzip"}, gzip.compress(body, mtime=2)),  # other bytes, same page
@@ -157,7 +158,7 @@ async def test_an_idle_hosted_store_is_found_idle_without_comparing_its_memories
         assert [n for n in compared if n] == []
         await hosted.update(world.rw, world.ids["/d1/f5.md"], content="theirs")
         result = await m.sync()
-        assert result["ok"] and result["pulled"] == 1 and m.read("/notes/d1/f5.md") == b"theirs"
+        assert result["ok"] and result["pulled"] == 1 and m.read_file("/notes/d1/f5.md") == b"theirs"
         assert plans == [world.rw]
     finally:
         await world.close()

@@ -41,7 +41,7 @@ async def test_a_429_on_one_stores_feed_read_holds_every_store(hosted, tmp_path)
         assert not result["ok"] and "429" in result["error"], result
         assert m.store_status("notes")["last_result"] == "failed"
         assert m.store_status("handbook")["last_result"] == "failed"
-        assert m.read("/notes/a.md") == b"alpha"
+        assert m.read_file("/notes/a.md") == b"alpha"
         assert 415 < m.engine.due_in() <= 420
         asked = len(m.store.calls)
         assert (await m.sync(force=False, wait=False))["ran"] is False
@@ -49,7 +49,7 @@ async def test_a_429_on_one_stores_feed_read_holds_every_store(hosted, tmp_path)
         m.store.clear()
         result = await m.sync()  # forced, the fault gone: both stores sync again
         assert result["ok"], result
-        assert m.read("/notes/a.md") == b"alpha 2"
+        assert m.read_file("/notes/a.md") == b"alpha 2"
         assert m.store_status("handbook")["last_result"] == "ok"
     finally:
         await world.close()
@@ -63,8 +63,8 @@ async def test_an_unreachable_store_mid_push_leaves_the_change_staged(svc, tmp_p
     try:
         m = await world.setup({"/a.md": "alpha"})
         single_requests(m)
-        m.write("/notes/a.md", b"alpha 2")
-        m.write("/notes/new.md", b"fresh")
+        m.write_file("/notes/a.md", b"alpha 2")
+        m.write_file("/notes/new.md", b"fresh")
         m.store.fail("update_memory", unreachable())
         result = await m.sync()
         assert not result["ok"], result
@@ -72,7 +72,7 @@ async def test_an_unreachable_store_mid_push_leaves_the_change_staged(svc, tmp_p
         assert st["last_result"] == "push failed"
         assert "/a.md" in st["paths"]["staged"]
         assert (await svc.contents(world.rw))["/a.md"] == "alpha"
-        assert m.read("/notes/a.md") == b"alpha 2"  # the local edit, not the store's older content
+        assert m.read_file("/notes/a.md") == b"alpha 2"  # the local edit, not the store's older content
         result = await m.sync()
         assert result["ok"], result
         assert (await svc.contents(world.rw)) == {"/a.md": "alpha 2", "/new.md": "fresh"}

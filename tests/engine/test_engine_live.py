@@ -76,8 +76,8 @@ async def test_a_busy_mount_pushes_after_the_debounce_though_its_store_moved(wor
         await world.svc.update(world.rw, world.ids["/a.md"], content="alpha from elsewhere")
         moved = await store_counter(world)
         assert await until(lambda: m.store_status("notes")["counter_seen"] == moved)
-        m.write("/notes/new.md", b"written while busy")
-        m.write("/notes/b.md", b"beta, edited while busy")
+        m.write_file("/notes/new.md", b"written while busy")
+        m.write_file("/notes/b.md", b"beta, edited while busy")
         assert await until(
             lambda: _has(world, {"/new.md": "written while busy", "/b.md": "beta, edited while busy"})
         ), await world.svc.contents(world.rw)
@@ -85,9 +85,9 @@ async def test_a_busy_mount_pushes_after_the_debounce_though_its_store_moved(wor
         s = m.store_status("notes")
         # the open file keeps its content: the remote edit waits for its close or `memfs sync`
         assert s["counter"] == applied and s["pull_pending"], s
-        assert m.fs.read(reader, 0, 100) == b"alpha" and m.read("/notes/a.md") == b"alpha"
+        assert m.fs.read(reader, 0, 100) == b"alpha" and m.read_file("/notes/a.md") == b"alpha"
         result = await m.sync(force=False)
-        assert result["ran"] and m.read("/notes/a.md") == b"alpha from elsewhere"
+        assert result["ran"] and m.read_file("/notes/a.md") == b"alpha from elsewhere"
         assert m.store_status("notes")["counter"] == await store_counter(world)
         world.svc.app.watch_hub.close()
         nursery.cancel_scope.cancel()
@@ -117,11 +117,11 @@ async def test_a_store_that_moved_again_during_its_pull_is_pulled_at_the_next_sy
 
         m.transport.add("GET", "/memories/" + world.ids["/a.md"] + "$", before=second_writer)
         result = await m.sync(force=False)
-        assert result["ran"] and m.read("/notes/a.md") == b"alpha 2"
+        assert result["ran"] and m.read_file("/notes/a.md") == b"alpha 2"
         assert m.store_status("notes")["pull_pending"], m.store_status("notes")
         result = await m.sync(force=False)  # the next tool call
         assert result["ran"], result
-        assert m.read("/notes/b.md") == b"beta 2"
+        assert m.read_file("/notes/b.md") == b"beta 2"
         s = m.store_status("notes")
         assert s["counter"] == await store_counter(world) and not s["pull_pending"], s
         world.svc.app.watch_hub.close()
@@ -138,8 +138,8 @@ async def test_a_pull_that_lacks_most_of_the_store_takes_one_snapshot_instead_of
     result = await m.sync()
     assert result["ok"] and result["pulled"] == 30, result
     assert m.transport.count("GET", "/snapshot$") == 1 and m.transport.count("GET", r"/memories/mem_") == 0
-    assert all(m.read(f"/notes/d/f{i:02}.md") == f"memory {i}, again".encode() for i in range(30))
-    assert m.read("/notes/d/f39.md") == b"memory 39"
+    assert all(m.read_file(f"/notes/d/f{i:02}.md") == f"memory {i}, again".encode() for i in range(30))
+    assert m.read_file("/notes/d/f39.md") == b"memory 39"
     assert m.store_status("notes")["counter"] == await store_counter(world)
     for i in range(3):
         await world.svc.update(world.rw, world.ids[f"/d/f{i:02}.md"], content=f"memory {i}, third")
@@ -184,8 +184,8 @@ async def test_a_busy_mounts_update_answered_409_is_sent_once_though_the_rest_of
         moved = await store_counter(world)
         assert await until(lambda: m.store_status("notes")["counter_seen"] == moved)
         sent = sent_updates(m)
-        m.write("/notes/a.md", b"alpha, mine")
-        m.write("/notes/b.md", b"beta, mine")
+        m.write_file("/notes/a.md", b"alpha, mine")
+        m.write_file("/notes/b.md", b"beta, mine")
         assert await until(lambda: _has(world, {"/b.md": "beta, mine"})), await world.svc.contents(world.rw)
         # the engine is done with this state: no further live wave for it
         sid = world.rw
@@ -198,7 +198,7 @@ async def test_a_busy_mounts_update_answered_409_is_sent_once_though_the_rest_of
         assert sorted(sent) == sorted([a, b]), [{a: "a", b: "b"}[x] for x in sent]
         assert (await world.svc.contents(world.rw))["/a.md"] == "alpha from elsewhere"
         result = await m.sync(force=False)  # between commands: the pull settles the conflict
-        assert result["ran"] and m.read("/notes/a.md") == b"alpha from elsewhere"
+        assert result["ran"] and m.read_file("/notes/a.md") == b"alpha from elsewhere"
         assert sorted(sent) == sorted([a, b]), sent  # the pull settled it: nothing sent again
         [notice] = [n for n in m.notices("notes") if "/a.md" in n]
         assert "store-won-conflict" in notice

@@ -29,8 +29,8 @@ pytestmark = [pytest.mark.trio, pytest.mark.timeout(20)]
 
 async def test_initial_download_materialises_every_store_and_pushes_nothing(world):
     m = await world.setup({"/a.md": "alpha", "/d/b.md": "beta"}, {"/rules.md": "be kind"})
-    assert m.read("/notes/a.md") == b"alpha" and m.read("/notes/d/b.md") == b"beta"
-    assert m.read("/handbook/rules.md") == b"be kind"
+    assert m.read_file("/notes/a.md") == b"alpha" and m.read_file("/notes/d/b.md") == b"beta"
+    assert m.read_file("/handbook/rules.md") == b"be kind"
     assert not [r for r in m.transport.requests if r[0] in ("POST", "DELETE")]
 
 
@@ -51,7 +51,7 @@ async def test_remote_changes_come_through_the_changes_feed(world):
     m.transport.clear()
     result = await m.sync()
     assert result["ok"] and result["pulled"] == 3
-    assert m.read("/notes/a.md") == b"alpha 2" and m.read("/notes/c.md") == b"gamma"
+    assert m.read_file("/notes/a.md") == b"alpha 2" and m.read_file("/notes/c.md") == b"gamma"
     assert not m.exists("/notes/b.md")
     assert m.transport.count("GET", "/changes$") == 1 and m.transport.count("GET", r"/memories$") == 0
 
@@ -67,13 +67,13 @@ async def test_pull_is_deferred_while_a_file_is_open_with_unflushed_writes(world
     assert result["ok"] and result["pulled"] == 0
     # The whole store waits: neither the open file nor its neighbour changed, the counter stays.
     assert m.fs.read(fh, 0, 1 << 20) == b"half an edit"  # what a reader of the open file sees
-    assert m.read("/notes/b.md") == b"beta"
+    assert m.read_file("/notes/b.md") == b"beta"
     assert m.store_status("notes")["counter"] == counter
     m.fs.write(fh, 12, b", finished")
     m.close(fh)
     result = await m.sync()
     # Both sides edited: the store wins, the agent's version is kept and named.
-    assert m.read("/notes/a.md") == b"theirs" and m.read("/notes/b.md") == b"beta 2"
+    assert m.read_file("/notes/a.md") == b"theirs" and m.read_file("/notes/b.md") == b"beta 2"
     [notice] = [n for n in m.notices("notes") if "/a.md" in n]
     assert " store-won-conflict /a.md " in notice and "kept at" in notice
     kept = Path(re.search(r"kept at (\S+?)\)", notice).group(1))
@@ -92,7 +92,7 @@ async def test_content_changed_between_listing_and_fetch_is_fetched_as_it_is_now
     m.transport.add("GET", MEMORY_BY_ID, before=third_writer)
     result = await m.sync()
     assert result["ok"]
-    assert m.read("/notes/a.md") == b"third"
+    assert m.read_file("/notes/a.md") == b"third"
     # The baseline is what was fetched: the next tick finds nothing to push and nothing to pull.
     m.transport.clear()
     result = await m.sync()
@@ -105,7 +105,7 @@ async def test_push_answered_409_leaves_the_store_winning_and_the_local_version_
     m = await world.setup({"/a.md": "alpha"}, on_conflict="store-wins")
     single_requests(m)
     mid = world.ids["/a.md"]
-    m.write("/notes/a.md", b"mine")
+    m.write_file("/notes/a.md", b"mine")
 
     async def other_writer(_request) -> None:  # the store moves on between our pull and our push
         await world.svc.update(world.rw, mid, content="theirs")
@@ -115,7 +115,7 @@ async def test_push_answered_409_leaves_the_store_winning_and_the_local_version_
     assert result["ok"] and result["pushed"] == 0  # a 409 is an answer, not a failure
     assert (await world.svc.contents(world.rw)) == {"/a.md": "theirs"}  # the precondition held
     await m.sync()
-    assert m.read("/notes/a.md") == b"theirs"
+    assert m.read_file("/notes/a.md") == b"theirs"
     [notice] = [n for n in m.notices("notes") if "/a.md" in n]
     kept = Path(re.search(r"kept at (\S+?)\)", notice).group(1))
     assert kept.read_bytes() == b"mine"
@@ -129,7 +129,7 @@ async def test_a_refused_delete_stays_staged_and_the_other_pushes_land(world):
     m = await world.setup({"/a.md": "alpha", "/b.md": "beta"})
     single_requests(m)
     m.unlink("/notes/a.md")
-    m.write("/notes/b.md", b"mine")
+    m.write_file("/notes/b.md", b"mine")
     m.store.fail("delete_memory", refused(400))
     result = await m.sync()
     assert result["ok"] and result["pushed"] == 1, result
@@ -144,7 +144,7 @@ async def test_push_answered_404_is_settled_by_the_next_tick_without_losing_the_
     m = await world.setup({"/a.md": "alpha"})
     single_requests(m)
     mid = world.ids["/a.md"]
-    m.write("/notes/a.md", b"mine")
+    m.write_file("/notes/a.md", b"mine")
 
     async def deleter(_request) -> None:  # the memory is deleted between our pull and our push
         await world.svc.delete(world.rw, mid)
@@ -176,7 +176,7 @@ async def test_delete_carries_the_expected_sha_so_a_concurrent_edit_survives(wor
     assert (await world.svc.contents(world.rw)) == {"/a.md": "edited meanwhile"}
     await m.sync()
     # Local delete vs store edit: the store wins, the file is restored.
-    assert m.read("/notes/a.md") == b"edited meanwhile"
+    assert m.read_file("/notes/a.md") == b"edited meanwhile"
     assert any("store-won-conflict" in n and "/a.md" in n for n in m.notices("notes"))
 
 
@@ -210,7 +210,7 @@ async def test_an_upload_the_service_refuses_is_recorded_and_not_retried(world):
     m = await world.setup({"/a.md": "alpha"})
     single_requests(m)
     m.transport.add("POST", r"/memories$", status=413)
-    m.write("/notes/new.md", b"too much")
+    m.write_file("/notes/new.md", b"too much")
     result = await m.sync()
     assert result["ok"] and result["pushed"] == 0
     st = m.store_status("notes")
@@ -219,7 +219,7 @@ async def test_an_upload_the_service_refuses_is_recorded_and_not_retried(world):
     m.transport.clear()
     await m.sync()
     assert m.transport.count("POST") == 0  # not again until the file changes
-    m.write("/notes/new.md", b"smaller")
+    m.write_file("/notes/new.md", b"smaller")
     assert (await m.sync())["pushed"] == 1
     assert (await world.svc.contents(world.rw))["/new.md"] == "smaller"
 
@@ -228,7 +228,7 @@ async def test_the_services_memory_limit_refuses_a_create(world, tmp_path):
     world.svc = limited = InProcessService(tmp_path / "limited", max_memories=1)
     try:
         m = await world.setup({"/a.md": "alpha"})
-        m.write("/notes/b.md", b"one too many")
+        m.write_file("/notes/b.md", b"one too many")
         result = await m.sync()
         assert result["ok"] and result["pushed"] == 0
         assert m.store_status("notes")["paths"]["refused"] == ["/b.md"]
@@ -242,10 +242,10 @@ async def test_the_services_memory_limit_refuses_a_create(world, tmp_path):
 async def test_a_read_only_store_is_never_pushed_to_and_the_store_wins(world):
     m = await world.setup({"/a.md": "alpha"}, {"/rules.md": "be kind"})
     with pytest.raises(FsError) as e:
-        m.write("/handbook/rules.md", b"be rude")
+        m.write_file("/handbook/rules.md", b"be rude")
     assert e.value.errno == errno.EROFS
     # A store attached read_write last session, read_only now, with an edit staged then.
-    m.write("/notes/a.md", b"staged edit")
+    m.write_file("/notes/a.md", b"staged edit")
     await m.aclose()
     ro = [StoreInfo(world.rw, "Notes", "notes", "read_only"), world.stores[1]]
     m2 = world.mount(ro)
@@ -253,7 +253,7 @@ async def test_a_read_only_store_is_never_pushed_to_and_the_store_wins(world):
     result = await m2.sync()
     assert result["ok"] and result["pushed"] == 0
     assert not [r for r in m2.transport.requests if r[0] in ("POST", "DELETE")]
-    assert m2.read("/notes/a.md") == b"alpha"
+    assert m2.read_file("/notes/a.md") == b"alpha"
     assert (await world.svc.contents(world.rw)) == {"/a.md": "alpha"}
     assert m2.store_status("notes")["not_on_store"] == 0
 
@@ -287,7 +287,7 @@ async def test_a_short_retry_after_is_retried_inside_the_tick(world):
     m.transport.add("GET", "/changes$", status=429, headers={"retry-after-ms": "10"})
     result = await m.sync()
     assert result["ok"] and m.client.retried == 1
-    assert m.read("/notes/a.md") == b"alpha 2"
+    assert m.read_file("/notes/a.md") == b"alpha 2"
 
 
 async def test_a_long_retry_after_is_honoured_by_the_next_tick(world):
@@ -309,7 +309,7 @@ async def test_a_long_retry_after_is_honoured_by_the_next_tick(world):
 async def test_a_push_refused_with_a_long_retry_after_waits_for_it(world):
     m = await world.setup({"/a.md": "alpha"}, interval=30)
     single_requests(m)
-    m.write("/notes/a.md", b"alpha 2")
+    m.write_file("/notes/a.md", b"alpha 2")
     m.transport.add("POST", MEMORY_BY_ID, status=503, headers={"retry-after": "90"})
     result = await m.sync(wait=True)
     assert not result["ok"]
@@ -332,7 +332,7 @@ async def test_a_dropped_connection_fails_the_tick_and_changes_nothing(world):
     m.transport.add("GET", MEMORY_BY_ID, drop=True)
     result = await m.sync()
     assert not result["ok"] and "RemoteProtocolError" in result["error"]
-    assert m.read("/notes/a.md") == b"alpha" and m.read("/notes/b.md") == b"beta"  # all or nothing
+    assert m.read_file("/notes/a.md") == b"alpha" and m.read_file("/notes/b.md") == b"beta"  # all or nothing
     assert m.store_status("notes")["counter"] == counter
     assert (await m.sync())["pulled"] == 2
 
@@ -340,7 +340,7 @@ async def test_a_dropped_connection_fails_the_tick_and_changes_nothing(world):
 async def test_what_is_not_on_the_store_is_named_until_pushed(world):
     m = await world.setup({"/a.md": "alpha"})
     single_requests(m)
-    m.write("/notes/new.md", b"fresh")
+    m.write_file("/notes/new.md", b"fresh")
     m.store.fail("create_memory", unreachable())
     result = await m.sync()
     assert not result["ok"]
@@ -355,8 +355,8 @@ async def test_the_final_sync_tries_a_dropped_push_again_and_a_lost_answer_doubl
     # A proxy that closes a kept-alive connection as the final push goes out (seen in CI through
     # tinyproxy) must not leave the change staged at unmount: the final sync tries again.
     m = await world.setup({"/a.md": "alpha"})
-    m.write("/notes/new.md", b"fresh")
-    m.write("/notes/a.md", b"alpha 2")
+    m.write_file("/notes/new.md", b"fresh")
+    m.write_file("/notes/a.md", b"alpha 2")
     dropped = m.transport.add("POST", r"/memory_batch$", drop=True)  # before the service sees it
     final = await m.engine.final_sync(timeout=10)
     assert final["ok"] and final["pending"] == 0 and final["pushed"] == 2, final
@@ -364,8 +364,8 @@ async def test_the_final_sync_tries_a_dropped_push_again_and_a_lost_answer_doubl
     assert (await world.svc.contents(world.rw)) == {"/a.md": "alpha 2", "/new.md": "fresh"}
 
     # The answer lost after the service applied the push: the retry's pull settles it.
-    m.write("/notes/new.md", b"fresh 2")
-    m.write("/notes/late.md", b"late")
+    m.write_file("/notes/new.md", b"fresh 2")
+    m.write_file("/notes/late.md", b"late")
 
     async def answer_lost(request):
         await world.svc.transport.handle_async_request(request)  # applied on the service...
@@ -385,7 +385,7 @@ async def test_the_final_sync_tries_a_dropped_push_again_and_a_lost_answer_doubl
 
 async def test_the_final_sync_gives_up_after_two_more_tries_and_names_what_is_staged(world):
     m = await world.setup({"/a.md": "alpha"})
-    m.write("/notes/new.md", b"fresh")
+    m.write_file("/notes/new.md", b"fresh")
     m.transport.add("POST", r"/memory_batch$", drop=True, times=None)
     final = await m.engine.final_sync(timeout=10)
     assert not final["ok"] and final["pending"] == 1, final
@@ -395,12 +395,12 @@ async def test_the_final_sync_gives_up_after_two_more_tries_and_names_what_is_st
 
 async def test_changes_staged_before_a_restart_are_pushed_after_it(world):
     m = await world.setup({"/a.md": "alpha"})
-    m.write("/notes/a.md", b"edited before the crash")
-    m.write("/notes/new.md", b"created before the crash")
+    m.write_file("/notes/a.md", b"edited before the crash")
+    m.write_file("/notes/new.md", b"created before the crash")
     m2 = await m.restart()  # no tick ran: the changes exist only in the state dir
     world.mounts.append(m2)
     await m2.engine.initial()
-    assert m2.read("/notes/a.md") == b"edited before the crash"
+    assert m2.read_file("/notes/a.md") == b"edited before the crash"
     assert m2.store_status("notes")["staged"] == 2
     assert not [r for r in m2.transport.requests if r[0] in ("POST", "DELETE")]  # initial() never pushes
     assert (await m2.sync())["pushed"] == 2
@@ -424,7 +424,7 @@ async def test_without_a_counter_a_memory_missing_from_the_listing_is_asked_by_i
         result = await m.sync()
         # Listings by prefix are not one snapshot: absence may be a rename in flight, so the
         # baseline memory the listing lacks is asked by id, and only its 404 removes the file.
-        assert result["ok"] and not m.exists("/notes/d/b.md") and m.read("/notes/a.md") == b"alpha"
+        assert result["ok"] and not m.exists("/notes/d/b.md") and m.read_file("/notes/a.md") == b"alpha"
         assert m.transport.count("GET", MEMORY_BY_ID) == 1
         m.transport.clear()
         result = await m.sync()  # idle: it lists (no counter to ask), nothing else

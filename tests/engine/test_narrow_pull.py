@@ -29,7 +29,7 @@ def whole_plans(monkeypatch) -> list[str]:
 def _assert_mirrors(world, m, contents: dict[str, str]) -> None:
     sid = world.rw
     for path, text in contents.items():
-        assert m.read("/notes" + path) == text.encode(), path
+        assert m.read_file("/notes" + path) == text.encode(), path
     shown = {f.path for f in m.fs.local_view(sid).values()}
     assert shown == set(contents)
     cached = m.engine.reader.baseline(sid)  # the engine's, moved by hand after a narrowed pull
@@ -63,7 +63,7 @@ async def test_remote_edits_moves_deletes_and_creates_plan_only_what_changed(wor
 async def test_a_store_with_staged_changes_is_planned_whole(world, whole_plans):
     m = await world.setup({f"/f{i}.md": str(i) for i in range(10)})
     assert (await m.sync())["ok"]
-    m.write("/notes/local.md", b"staged here")
+    m.write_file("/notes/local.md", b"staged here")
     await world.svc.update(world.rw, world.ids["/f1.md"], content="theirs")
     whole_plans.clear()
     result = await m.sync()

@@ -42,7 +42,7 @@ async def test_a_create_and_a_rename_answered_change_outcome_unknown_are_booked_
     world = EngineWorld(emulator, tmp_path)
     try:
         m = await world.setup({"/a.md": "alpha"})
-        m.write("/notes/new.md", b"brand new")
+        m.write_file("/notes/new.md", b"brand new")
         m.rename("/notes/a.md", "/notes/b.md")
         m.transport.add("POST", r"/memories$", before=saved_but_unknown("create"), times=None)
         m.transport.add("POST", r"/memories/mem_", before=saved_but_unknown("rename"), times=None)

@@ -120,3 +120,21 @@ class HttpStub:
                 conn.shutdown(socket.SHUT_RDWR)
             except OSError:
                 pass
+
+
+def answering(answers: list[tuple[int | str, Mapping[str, str], bytes]]) -> HttpStub:
+    """A stub answering each request with the next of `answers` (status, headers, body) on kept
+    connections; `("reset", ...)` closes without a word, as does a request past the last answer."""
+    left = list(answers)
+
+    def answer(_request: Request, conn: socket.socket) -> bool:
+        if not left:
+            return True
+        status, headers, body = left.pop(0)
+        if not isinstance(status, int):  # "reset"
+            conn.shutdown(socket.SHUT_RDWR)
+            return True
+        conn.sendall(reply(status, body, headers))
+        return False
+
+    return HttpStub(answer)

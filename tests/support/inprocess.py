@@ -6,7 +6,7 @@ front of it and records every request, and answers chosen ones itself (a status 
 a dropped connection) or runs a hook first (a second writer acting between two of the engine's
 requests). `EngineMount` is what `memfs mount` wires together (session/daemon.py): a State, the
 kernel-free `Filesystem` and the real `SyncEngine` over a `StoreClient` on that transport, plus
-path-level helpers that act as a shell would, minus the kernel; `EngineWorld` is a test world
+the path-level helpers (tests/support/fs_shell.py); `EngineWorld` is a test world
 (tests/support/world.py) made on the in-process service with the engine mounts of its session. The engine takes the client at its
 `Store` port (memfs/sync/ports.py), as in production, through a `FailingStore`
 (tests/support/stores.py) that passes every call on until a test puts a fault on one. The engine is driven only through
@@ -17,8 +17,6 @@ Every method that talks to the service is async: call them from a `@pytest.mark.
 
 from __future__ import annotations
 
-import errno
-import os
 import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -30,7 +28,6 @@ import httpx
 from memfs.client import StoreClient
 from memfs.limits import DEFAULT_MAX_BYTES, DEFAULT_MAX_FILES
 from memfs.mount.filesystem import Filesystem
-from memfs.mount.replies import ROOT_INO, FsError
 from memfs.mount.state import State
 from memfs.records import StoreInfo
 from memfs.service.app import create_app
@@ -38,6 +35,7 @@ from memfs.service.database import open_storage
 from memfs.service.hosted import HostedOptions
 from memfs.sync.engine import EngineOptions, SyncEngine
 from memfs.sync.ports import Store
+from tests.support.fs_shell import FsShell
 from tests.support.stores import FailingStore
 from tests.support.world import World, notes_and_handbook
 
@@ -192,7 +190,7 @@ class InProcessService:
 # ---- the mount, minus the kernel ---------------------------------------------------------------
 
 
-class EngineMount:
+class EngineMount(FsShell):
     """A State, the kernel-free Filesystem and the real SyncEngine, wired as the daemon wires them.
     Paths are root-relative: "/notes/a.md" is memory /a.md of the store whose slug is "notes"."""
 
@@ -255,71 +253,6 @@ class EngineMount:
 
     def store_status(self, slug: str) -> dict[str, Any]:
         return next(s for s in self.engine.status()["stores"] if s["slug"] == slug)
-
-    # -- what a shell does --
-    def ino(self, path: str) -> int:
-        ino = ROOT_INO
-        for part in [p for p in path.split("/") if p]:
-            ino = self.fs.lookup(ino, part.encode()).ino
-        return ino
-
-    def _split(self, path: str) -> tuple[int, bytes]:
-        parent, _, name = path.rstrip("/").rpartition("/")
-        return self.ino(parent), name.encode()
-
-    def open_write(self, path: str) -> int:
-        """Open (creating, truncating) for writing; the caller writes and closes (`close`)."""
-        parent, name = self._split(path)
-        try:
-            return self.fs.open(self.fs.lookup(parent, name).ino, os.O_WRONLY | os.O_TRUNC).fh
-        except FsError as e:
-            if e.errno != errno.ENOENT:
-                raise
-        return self.fs.create(parent, name, 0o644, os.O_WRONLY | os.O_CREAT)[0].fh
-
-    def close(self, fh: int) -> None:
-        self.fs.flush(fh)
-        self.fs.release(fh)
-
-    def write(self, path: str, data: bytes) -> None:
-        fh = self.open_write(path)
-        try:
-            if data:
-                self.fs.write(fh, 0, data)
-        finally:
-            self.close(fh)
-
-    def read(self, path: str) -> bytes:
-        fh = self.fs.open(self.ino(path), os.O_RDONLY).fh
-        try:
-            return self.fs.read(fh, 0, 1 << 25)
-        finally:
-            self.fs.release(fh)
-
-    def exists(self, path: str) -> bool:
-        try:
-            self.ino(path)
-        except FsError as e:
-            if e.errno == errno.ENOENT:
-                return False
-            raise
-        return True
-
-    def mkdir(self, path: str) -> None:
-        self.fs.mkdir(*self._split(path), 0o755)
-
-    def unlink(self, path: str) -> None:
-        self.fs.unlink(*self._split(path))
-
-    def rename(self, old: str, new: str, flags: int = 0) -> None:
-        self.fs.rename(*self._split(old), *self._split(new), flags)
-
-    def listdir(self, path: str) -> list[str]:
-        fh = self.fs.opendir(self.ino(path))
-        try:
-            return [e.name.decode() for e in self.fs.readdir(fh, 0) if not e.is_dot]
-        finally:
-            self.fs.releasedir(fh)
 
     def notices(self, slug: str) -> list[str]:
         store = next(s for s in self.stores if s.slug == slug)
