@@ -16,6 +16,7 @@ import os
 import signal
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -24,6 +25,18 @@ from tests.support.fake_platform import Step
 from tests.support.worker_world import RW, run_ts_item
 
 pytestmark = pytest.mark.timeout(180)
+
+LAUNCH = (sys.executable, "-m", "memfs", "worker-launch", "--")
+
+
+def node_eval(
+    package: Path, script: str, *args: str, env: dict[str, str], prefix: tuple[str, ...] = ()
+) -> subprocess.CompletedProcess:
+    """`node -e script <the package's dist> args…` (the script requires process.argv[1]), run under
+    `prefix` (the launcher) when given."""
+    node = str(package / "node_modules" / ".bin" / "node")
+    argv = [*prefix, node, "-e", script, str(package / "dist"), *args]
+    return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=30)
 
 
 def test_the_package_keeps_memfs_limits(ts_package):
@@ -81,13 +94,7 @@ def test_a_busy_daemon_that_answers_its_ping_gets_the_whole_timeout(tmp_path, ts
     )
     env = {**os.environ, "MEMFS_SYNC_SOCKET": str(path)}
     try:
-        proc = subprocess.run(
-            [str(ts_package / "node_modules" / ".bin" / "node"), "-e", script, str(ts_package / "dist")],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=30,
-        )
+        proc = node_eval(ts_package, script, env=env)
     finally:
         daemon.close()
     assert proc.returncode == 0, proc.stderr
@@ -117,19 +124,7 @@ def test_a_call_stopped_during_its_pre_call_sync_does_not_run(tmp_path, ts_packa
     )
     env = {**os.environ, "MEMFS_SYNC_SOCKET": str(path)}
     try:
-        proc = subprocess.run(
-            [
-                str(ts_package / "node_modules" / ".bin" / "node"),
-                "-e",
-                script,
-                str(ts_package / "dist"),
-                str(tmp_path),
-            ],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=30,
-        )
+        proc = node_eval(ts_package, script, str(tmp_path), env=env)
     finally:
         daemon.close()
     assert proc.returncode == 0, proc.stderr
@@ -217,13 +212,7 @@ def test_take_secrets_clears_the_environment_of_a_node_started_directly(ts_packa
         " env: JSON.stringify(process.env).includes('sekrit-1234') }));"
     )
     env = {**os.environ, "ANTHROPIC_WORK_SECRET": "sekrit-1234", "ANTHROPIC_API_KEY": "sekrit-1234-key"}
-    proc = subprocess.run(
-        [str(ts_package / "node_modules" / ".bin" / "node"), "-e", script, str(ts_package / "dist")],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=30,
-    )
+    proc = node_eval(ts_package, script, env=env)
     assert proc.returncode == 0, proc.stderr
     seen = json.loads(proc.stdout)
     assert seen["s"] == {"workSecret": "sekrit-1234", "apiKey": "sekrit-1234-key", "launched": False}
@@ -261,19 +250,7 @@ def test_a_squatted_registry_dir_is_refused(tmp_path, ts_package, how):
     )
     env = {k: v for k, v in os.environ.items() if k != "MEMFS_SYNC_SOCKET"}
     env["MEMFS_RUNTIME_DIR"] = str(run)
-    proc = subprocess.run(
-        [
-            str(ts_package / "node_modules" / ".bin" / "node"),
-            "-e",
-            script,
-            str(ts_package / "dist"),
-            str(root),
-        ],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=30,
-    )
+    proc = node_eval(ts_package, script, str(root), env=env)
     assert proc.returncode == 0, proc.stderr
     why = {
         "other-owner": "belongs to uid 65534",
@@ -288,23 +265,7 @@ def test_memfs_tools_refuses_to_start_while_the_launchers_pipe_is_unread(ts_pack
     # The pipe is not close-on-exec (node inherits it): left open, the agent's bash would too.
     script = "const { memfsTools } = require(process.argv[1]); memfsTools(); console.log('made');"
     env = {**os.environ, "ANTHROPIC_WORK_SECRET": "sekrit-1234"}
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "memfs",
-            "worker-launch",
-            "--",
-            str(ts_package / "node_modules" / ".bin" / "node"),
-            "-e",
-            script,
-            str(ts_package / "dist"),
-        ],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=30,
-    )
+    proc = node_eval(ts_package, script, env=env, prefix=LAUNCH)
     assert proc.returncode != 0 and "made" not in proc.stdout, proc.stdout
     assert "call takeSecrets() before memfsTools()" in proc.stderr, proc.stderr
 
@@ -312,25 +273,8 @@ def test_memfs_tools_refuses_to_start_while_the_launchers_pipe_is_unread(ts_pack
 def test_credentials_that_reach_node_through_another_exec_are_refused(ts_package):
     # `memfs worker-launch -- env node …` (or a script's interpreter, npm): the launcher made `env`
     # non-dumpable, and its exec of node made node dumpable again.
-    node = str(ts_package / "node_modules" / ".bin" / "node")
     script = "const { takeSecrets } = require(process.argv[1]); takeSecrets(); console.log('taken');"
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "memfs",
-            "worker-launch",
-            "--",
-            "/usr/bin/env",
-            node,
-            "-e",
-            script,
-            str(ts_package / "dist"),
-        ],
-        env={**os.environ, "ANTHROPIC_WORK_SECRET": "sekrit-1234"},
-        capture_output=True,
-        text=True,
-        timeout=30,
-    )
+    env = {**os.environ, "ANTHROPIC_WORK_SECRET": "sekrit-1234"}
+    proc = node_eval(ts_package, script, env=env, prefix=(*LAUNCH, "/usr/bin/env"))
     assert proc.returncode != 0 and "taken" not in proc.stdout, proc.stdout
     assert "made /usr/bin/env (pid" in proc.stderr and "which is dumpable" in proc.stderr, proc.stderr

@@ -80,6 +80,22 @@ class WorkerWorld(SandboxWorld):
             )
         )
 
+    def item_env(self, work: Work, *, clear: tuple[str, ...] = ("ANTHROPIC_",)) -> dict[str, str]:
+        """What `ant beta:worker poll --on-work` hands a worker process for `work`, over this
+        process's environment less the names starting with `clear`."""
+        env = {k: v for k, v in os.environ.items() if not k.startswith(clear)}
+        env.update(
+            {
+                "ANTHROPIC_BASE_URL": self.server.base_url,
+                "ANTHROPIC_WORK_ID": work.id,
+                "ANTHROPIC_ENVIRONMENT_ID": work.environment_id,
+                "ANTHROPIC_SESSION_ID": work.session_id,
+                "ANTHROPIC_WORK_SECRET": work.secret,
+                "MEMFS_RUNTIME_DIR": self.box.env["MEMFS_RUNTIME_DIR"],
+            }
+        )
+        return env
+
     def client(self):
         from anthropic import AsyncAnthropic
 
@@ -196,15 +212,9 @@ def run_ts_item(
     different threads `max_concurrent_calls` at a time (test/run-item.js); `prefix`: a command the
     worker runs under (setpriv)."""
     work = wworld.item(script)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ANTHROPIC_")}
+    env = wworld.item_env(work)
     env.update(
         {
-            "ANTHROPIC_BASE_URL": wworld.server.base_url,
-            "ANTHROPIC_WORK_ID": work.id,
-            "ANTHROPIC_ENVIRONMENT_ID": work.environment_id,
-            "ANTHROPIC_SESSION_ID": work.session_id,
-            "ANTHROPIC_WORK_SECRET": work.secret,
-            "MEMFS_RUNTIME_DIR": wworld.box.env["MEMFS_RUNTIME_DIR"],
             "MEMFS_TEST_ROOT": str(wworld.root),
             "MEMFS_TEST_WORKDIR": str(wworld.workdir),
             "MEMFS_TEST_MAX_CONCURRENT_CALLS": str(max_concurrent_calls),
