@@ -21,15 +21,6 @@ pytestmark = [pytest.mark.trio, pytest.mark.timeout(60)]
 ODD = ["/a b/", "/a&b=c/", "/p+q/", "/h#1/", "/pct%41/", "/q?x/", "/ünï/", "/a&b=c/x y+z%/"]
 
 
-@pytest.fixture
-async def hosted(tmp_path):
-    s = InProcessService(tmp_path / "hosted", extensions=False)
-    try:
-        yield s
-    finally:
-        await s.aclose()
-
-
 async def test_a_split_listing_pages_prefixes_whatever_characters_they_hold(hosted):
     """Every prefix is asked by `path_prefix` (and the large ones paged by cursor), so a prefix
     name must reach the service as itself: the listing equals the store, each memory once."""

@@ -26,15 +26,6 @@ from tests.support.inprocess import ADMIN_KEY, BASE_URL, InProcessService
 pytestmark = [pytest.mark.trio, pytest.mark.timeout(60)]
 
 
-@pytest.fixture
-async def hosted(tmp_path):
-    s = InProcessService(tmp_path / "hosted", extensions=False)
-    try:
-        yield s
-    finally:
-        await s.aclose()
-
-
 def _seen(items) -> list[tuple]:
     return [
         (m["id"], m["path"], m["content_sha256"], m["content_size_bytes"], m["updated_at"]) for m in items

@@ -9,21 +9,10 @@ from __future__ import annotations
 import pytest
 
 from memfs.client import ApiError, StoreClient
-from tests.support.inprocess import ADMIN_KEY, BASE_URL, EngineWorld, InProcessService, single_requests
+from tests.support.inprocess import ADMIN_KEY, BASE_URL, EngineWorld, single_requests
 from tests.support.stores import FailingStore, rate_limited, unreachable
 
 pytestmark = [pytest.mark.trio, pytest.mark.timeout(20)]
-
-
-@pytest.fixture
-async def hosted(tmp_path):
-    """The service without its extensions (no counter, no changes, no snapshot: SEMANTICS.md#d-no-counter),
-    so a tick reads each store's version feed."""
-    s = InProcessService(tmp_path / "hosted", extensions=False)
-    try:
-        yield s
-    finally:
-        await s.aclose()
 
 
 async def test_a_429_on_one_stores_feed_read_holds_every_store(hosted, tmp_path):

@@ -9,21 +9,10 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from memfs.service.hosted import UNAVAILABLE_HEADER, HostedOptions
-from tests.support.inprocess import EngineWorld, InProcessService
+from memfs.service.hosted import UNAVAILABLE_HEADER
+from tests.support.inprocess import EngineWorld
 
 pytestmark = [pytest.mark.trio, pytest.mark.timeout(30)]
-
-
-@pytest.fixture
-async def emulator(tmp_path):
-    s = InProcessService(
-        tmp_path / "hosted", extensions=False, hosted=HostedOptions(repeat_conflicts=True, unavailable=True)
-    )
-    try:
-        yield s
-    finally:
-        await s.aclose()
 
 
 def saved_but_unknown(label: str):

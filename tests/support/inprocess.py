@@ -18,12 +18,14 @@ Every method that talks to the service is async: call them from a `@pytest.mark.
 from __future__ import annotations
 
 import re
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 
 from memfs.client import StoreClient
 from memfs.limits import DEFAULT_MAX_BYTES, DEFAULT_MAX_FILES
@@ -297,3 +299,48 @@ class EngineWorld(World):
     async def close(self) -> None:
         for m in self.mounts:
             await m.aclose()
+
+
+# ---- fixtures: the rungs' in-process services and the engine's world ----------------------------
+
+
+@asynccontextmanager
+async def _serving(workdir: Path, **kw: Any) -> AsyncIterator[InProcessService]:
+    s = InProcessService(workdir, **kw)
+    try:
+        yield s
+    finally:
+        await s.aclose()
+
+
+@pytest.fixture
+async def svc(tmp_path) -> AsyncIterator[InProcessService]:
+    """`memfs serve` in process."""
+    async with _serving(tmp_path / "service") as s:
+        yield s
+
+
+@pytest.fixture
+async def hosted(tmp_path) -> AsyncIterator[InProcessService]:
+    """The service without its extensions (no counter, no changes, no snapshot:
+    SEMANTICS.md#d-no-counter), as `memfs serve --hosted-api`: a tick reads each store's version feed."""
+    async with _serving(tmp_path / "hosted", extensions=False) as s:
+        yield s
+
+
+@pytest.fixture
+async def emulator(tmp_path) -> AsyncIterator[InProcessService]:
+    """The hosted API's emulator with its test switches: a repeated update answered 409, and the
+    unavailable header's injected answers (memfs/service/hosted.py)."""
+    hosted = HostedOptions(repeat_conflicts=True, unavailable=True)
+    async with _serving(tmp_path / "hosted", extensions=False, hosted=hosted) as s:
+        yield s
+
+
+@pytest.fixture
+async def world(svc, tmp_path) -> AsyncIterator[EngineWorld]:
+    w = EngineWorld(svc, tmp_path)
+    try:
+        yield w
+    finally:
+        await w.close()
