@@ -12,10 +12,8 @@ import subprocess
 
 import pytest
 
-from tests.support.api import Api
 from tests.support.mounts import sh
 from tests.support.sandbox import SandboxWorld
-from tests.support.service import ServiceProcess
 from tests.support.world import RW_SEED
 
 pytestmark = pytest.mark.timeout(180)
@@ -31,10 +29,7 @@ def rw_status(box) -> dict:
 @pytest.fixture
 def full_world(tmp_path):
     """A service whose stores hold at most len(RW_SEED) memories: one more create is refused (400)."""
-    svc = ServiceProcess(tmp_path / "service", max_memories=len(RW_SEED))
-    api = Api(svc.base_url, svc.admin_key)
-    world = SandboxWorld(svc, api, tmp_path)
-    world.on_close += [svc.stop, api.close]
+    world = SandboxWorld.serving(tmp_path, max_memories=len(RW_SEED))
     try:
         yield world
     finally:

@@ -74,22 +74,9 @@ NOTES = StoreSpec("Stress Notes")
 def rig_world(
     tmp, specs: Sequence[StoreSpec] = (NOTES,), *, service: ServiceProcess | None = None
 ) -> SandboxWorld:
-    """A world (default: one read_write store, empty) on `service`, or on a service of its own that
-    is stopped with it, through an Api of its own; its sandboxes are closed at teardown."""
-    own = ServiceProcess(tmp / "service") if service is None else None
-    svc = service or own
-    assert svc is not None
-    api = Api(svc.base_url, svc.admin_key)
-    try:
-        world = SandboxWorld(svc, api, tmp, specs)
-    except BaseException:
-        api.close()
-        if own is not None:
-            own.stop()
-        raise
-    world.on_close += [own.stop] if own is not None else []
-    world.on_close.append(api.close)
-    return world
+    """The stress suites' world (default: one read_write store, empty), on a service of its own
+    unless given one (SandboxWorld.serving)."""
+    return SandboxWorld.serving(tmp, specs, service=service)
 
 
 RW = "stress-notes"

@@ -23,6 +23,7 @@ from tests.support import logcheck
 from tests.support.api import Api
 from tests.support.mounts import force_unmount
 from tests.support.mounts import mounted_at as is_mounted
+from tests.support.service import ServiceProcess
 from tests.support.world import StoreSpec, World, notes_and_handbook
 
 __all__ = ["Sandbox", "SandboxWorld", "is_mounted"]
@@ -145,6 +146,32 @@ class SandboxWorld(World):
         self.sandboxes: list[Sandbox] = []
         self.on_close: list[Callable[[], object]] = []
         self.build(api, specs or notes_and_handbook())
+
+    @classmethod
+    def serving(
+        cls,
+        tmp: Path,
+        specs: Sequence[StoreSpec] = (),
+        *,
+        service: ServiceProcess | None = None,
+        **service_kw,
+    ) -> SandboxWorld:
+        """A world on `service`, or on a `memfs serve` of its own (ServiceProcess(tmp / "service",
+        **service_kw)) that is stopped with it, through an Api of its own, closed with it."""
+        own = ServiceProcess(tmp / "service", **service_kw) if service is None else None
+        svc = service or own
+        assert svc is not None
+        api = Api(svc.base_url, svc.admin_key)
+        try:
+            world = cls(svc, api, tmp, specs)
+        except BaseException:
+            api.close()
+            if own is not None:
+                own.stop()
+            raise
+        world.on_close += [own.stop] if own is not None else []
+        world.on_close.append(api.close)
+        return world
 
     def sandbox(
         self, name: str = "a", session: dict | None = None, *, base_url: str | None = None

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from memfs.limits import slugify
+from memfs.protocol import Access
 from tests.support.api import sessions_token
 
 RW_SEED = {
@@ -39,7 +40,7 @@ class StoreSpec:
     and the memories it is created with (path -> content)."""
 
     name: str
-    access: str = "read_write"
+    access: Access = "read_write"
     seed: Mapping[str, str] = field(default_factory=dict)
 
     @property
@@ -56,10 +57,10 @@ def notes_and_handbook(
     return StoreSpec(names[0], "read_write", notes), StoreSpec(names[1], "read_only", handbook)
 
 
-Step = tuple[str, tuple[Any, ...]]
+_Call = tuple[str, tuple[Any, ...]]  # (the admin client method, its arguments)
 
 
-def _steps(specs: Sequence[StoreSpec]) -> Generator[Step, Any, tuple[list[str], dict[str, str], dict]]:
+def _steps(specs: Sequence[StoreSpec]) -> Generator[_Call, Any, tuple[list[str], dict[str, str], dict]]:
     """The admin calls that make a world, each sent to the driver, which sends back the answer."""
     store_ids: list[str] = []
     ids: dict[str, str] = {}
@@ -114,7 +115,7 @@ class World:
         """The id of the store whose slug is `slug`."""
         return next(s for s, spec in self.made() if spec.slug == slug)
 
-    def _first(self, access: str) -> str:
+    def _first(self, access: Access) -> str:
         return next(s for s, spec in self.made() if spec.access == access)
 
     @property
