@@ -3,4 +3,4 @@ worker's world (the fake platform, the real SDK). They live in tests/support, wh
 suite shares."""
 
 from tests.support.sandbox import api, mounted, world  # noqa: F401
-from tests.support.worker_world import spy, ts_package, worker, wworld  # noqa: F401  (fixture re-exports)
+from tests.support.worker_world import spy, ts_package, via, worker, wworld  # noqa: F401  (fixture re-exports)

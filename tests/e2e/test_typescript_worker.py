@@ -13,7 +13,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -22,7 +21,7 @@ import pytest
 
 from memfs import limits
 from tests.support.fake_platform import Step
-from tests.support.worker_world import RW, run_ts_item
+from tests.support.worker_world import run_ts_item
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -43,41 +42,6 @@ def test_the_package_keeps_memfs_limits(ts_package):
     text = (ts_package / "src" / "index.ts").read_text()
     assert "MAX_CONTENT_BYTES = 100 * 1024" in text and limits.MAX_CONTENT_BYTES == 100 * 1024
     assert "FINAL_SYNC_TIMEOUT_MS = 30_000" in text and limits.FLUSH_TIMEOUT == 30
-
-
-def test_a_stopped_daemon_makes_the_pre_call_sync_give_up_and_the_tool_still_runs(wworld, ts_package):
-    # As the Python link (tests/session/test_daemon_link.py): a ping on a second connection finds
-    # the stopped daemon within 2 s (5 s for the final sync). Without it the pre-call sync would wait
-    # its whole 20 s and the final sync its 35 s: more than this item's 40 s.
-    wworld.mount()
-    plain = wworld.workdir / "plain.txt"
-    plain.write_text("outside the memory\n")
-    pid = wworld.box.daemon_pid()
-    assert pid
-    try:
-        run, proc = run_ts_item(
-            wworld,
-            ts_package,
-            [
-                Step(
-                    "read",
-                    {"file_path": wworld.memory(RW, "profile.md")},
-                    after=lambda _r: os.kill(pid, signal.SIGSTOP),
-                ),
-                Step("read", {"file_path": str(plain)}),
-            ],
-            timeout=40,
-        )
-    finally:
-        os.kill(pid, signal.SIGCONT)
-    out = proc.stdout + proc.stderr
-    assert proc.returncode == 0, out
-    results, texts = run.results(), run.texts()
-    assert [r["is_error"] for r in results] == [False, False], texts
-    assert "outside the memory" in texts[1]
-    assert "pre-call sync before read failed" in out and "did not answer a ping within 2s" in out, out
-    assert "final sync failed" in out and "did not answer a ping within 5s" in out, out
-    assert run.work.stop_requests and run.work.stop_requests[0].get("force") is True
 
 
 @pytest.mark.timeout(60)

@@ -7,7 +7,9 @@ package has is in test_typescript_worker.py."""
 
 from __future__ import annotations
 
+import os
 import re
+import signal
 import time
 
 import pytest
@@ -194,6 +196,40 @@ def test_a_mount_of_other_stores_fails_the_item_clearly(wworld, api, worker):
     assert "not this session's" in message and wworld.ro in message and "memfs mount" in message
     assert run.work.stop_requests == [{"force": True}]  # failed, not left until its lease expires
     assert run.results() == []
+
+
+@pytest.mark.expected_log(
+    r"ERROR memfs.worker: session \S+: final sync failed: the memfs daemon .* did not answer"
+)
+def test_a_stopped_daemon_makes_the_pre_call_sync_give_up_and_the_tool_still_runs(wworld, via, worker):
+    # Through the daemon's control socket or its sync-only one (`via` mounts): a ping on a second
+    # connection finds the stopped daemon within 2 s (5 s for the final sync). Without it the
+    # pre-call sync would wait its whole 20 s and the final sync its 35 s: more than this item's 40 s.
+    plain = wworld.workdir / "plain.txt"
+    plain.write_text("outside the memory\n")
+    pid = wworld.box.daemon_pid()
+    assert pid
+    try:
+        run = worker.run(
+            [
+                Step(
+                    "read",
+                    {"file_path": wworld.memory(RW, "profile.md")},
+                    after=lambda _r: os.kill(pid, signal.SIGSTOP),
+                ),
+                Step("read", {"file_path": str(plain)}),
+            ],
+            timeout=40,
+        )
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    results, texts = run.results(), run.texts()
+    assert [r["is_error"] for r in results] == [False, False], texts
+    assert "outside the memory" in texts[1]
+    out = run.output
+    assert "pre-call sync before read failed" in out and "did not answer a ping within 2s" in out, out
+    assert "final sync failed" in out and "did not answer a ping within 5s" in out, out
+    assert run.work.stop_requests == [{"force": True}]
 
 
 # ---- the Python worker alone ----------------------------------------------------------------------

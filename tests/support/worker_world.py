@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from memfs.worker.daemon_link import SOCKET_ENV
 from tests.support.api import Api
 from tests.support.fake_platform import FakePlatform, PlatformServer, Step, Work
 from tests.support.sandbox import SandboxWorld
@@ -246,14 +247,16 @@ class Worker:
         *,
         max_concurrent_calls: int | None = None,
         fails: type[BaseException] | None = None,
+        timeout: float = 90,
     ) -> ItemRun:
-        """The item's run (`max_concurrent_calls`: calls of different threads at once, default each
-        worker's own); with `fails`, the item must fail (Python: with that exception; node: exit 1)."""
+        """The item's run, within `timeout` seconds (`max_concurrent_calls`: calls of different
+        threads at once, default each worker's own); with `fails`, the item must fail (Python: with
+        that exception; node: exit 1)."""
         if self.package is None:
             options = {"max_concurrent_calls": max_concurrent_calls} if max_concurrent_calls else {}
-            return self.world.run_item(script, worker_options=options, fails=fails)
+            return self.world.run_item(script, worker_options=options, fails=fails, timeout=timeout)
         run, proc = run_ts_item(
-            self.world, self.package, script, max_concurrent_calls=max_concurrent_calls or 2
+            self.world, self.package, script, max_concurrent_calls=max_concurrent_calls or 2, timeout=timeout
         )
         if fails is None:
             assert proc.returncode == 0, run.output
@@ -277,6 +280,19 @@ def wworld(service, api, tmp_path, monkeypatch, caplog):
         yield w
     finally:
         w.close()
+
+
+@pytest.fixture(params=["control", "sync-only"])
+def via(request, wworld, monkeypatch) -> str:
+    """The mounted daemon, reached through its full control socket or its sync-only socket."""
+    if request.param == "sync-only":
+        path = wworld.tmp / "sync" / "sync.sock"
+        wworld.box.env[SOCKET_ENV] = str(path)
+        monkeypatch.setenv(SOCKET_ENV, str(path))
+    else:
+        monkeypatch.delenv(SOCKET_ENV, raising=False)
+    wworld.mount()
+    return request.param
 
 
 class SocketSpy:
