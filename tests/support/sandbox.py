@@ -23,6 +23,7 @@ from tests.support import logcheck
 from tests.support.api import Api
 from tests.support.mounts import force_unmount
 from tests.support.mounts import mounted_at as is_mounted
+from tests.support.proxy import Proxy
 from tests.support.service import ServiceProcess
 from tests.support.world import StoreSpec, World, notes_and_handbook
 
@@ -144,6 +145,7 @@ class SandboxWorld(World):
     def __init__(self, service, api: Api, tmp: Path, specs: Sequence[StoreSpec] = ()):
         self.service, self.api, self.tmp = service, api, tmp
         self.sandboxes: list[Sandbox] = []
+        self.proxies: list[Proxy] = []
         self.on_close: list[Callable[[], object]] = []
         self.build(api, specs or notes_and_handbook())
 
@@ -188,11 +190,23 @@ class SandboxWorld(World):
         self.sandboxes.append(box)
         return box
 
+    def proxy(self, **kw) -> Proxy:
+        """A fault-injecting proxy (tests/support/proxy.py) in front of the service: a sandbox made
+        with base_url=proxy.url mounts through it. Its faults are cleared before the sandboxes close
+        (their final syncs go through), and it closes after them."""
+        p = Proxy(self.service.base_url, **kw)
+        self.proxies.append(p)
+        return p
+
     def close(self) -> None:
         try:
+            for p in self.proxies:
+                p.clear()
             for box in self.sandboxes:
                 box.close()
         finally:
+            for p in self.proxies:
+                p.close()
             for close in reversed(self.on_close):
                 close()
 
