@@ -12,7 +12,16 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.rungs import BRINGS_UP, REACH, RUNGS, TESTS, rung_of, rung_problem
+from tests.support.rungs import (
+    BRINGS_UP,
+    REACH,
+    RUNGS,
+    SUBJECT_OF,
+    TESTS,
+    USES_FROM_ABOVE,
+    rung_of,
+    rung_problem,
+)
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -80,28 +89,35 @@ def _source_of(module: str) -> Path | None:
     return None
 
 
-def reach_of(path: Path) -> tuple[int, str]:
-    """How much of the real system the test module at `path` brings up (rungs.REACH's levels), and
-    what brings it up: the tests/support modules it imports, directly, through other tests modules
-    or through the conftest.py files of its folders, and tests/conftest.py's `service` fixture."""
+def _reached_files(path: Path) -> list[Path]:
+    """The test module at `path`, the tests/ modules it imports (transitively) and its folders' conftest.py."""
     conftests = [d / "conftest.py" for d in path.parents if TESTS in d.parents]
     todo = [path, *(c for c in conftests if c.is_file())]
-    seen: set[Path] = set()
-    level, why = 0, "nothing"
+    seen: list[Path] = []
     while todo:
         f = todo.pop()
         if f in seen:
             continue
-        seen.add(f)
+        seen.append(f)
+        modules, _ = _imports_and_fixtures(f)
+        todo += [
+            src for m in sorted(modules) if m.startswith("tests.") and (src := _source_of(m)) is not None
+        ]
+    return seen
+
+
+def reach_of(path: Path) -> tuple[int, str]:
+    """How much of the real system the test module at `path` brings up (rungs.REACH's levels), and
+    what brings it up: the tests/support modules it imports, directly, through other tests modules
+    or through the conftest.py files of its folders, and tests/conftest.py's `service` fixture."""
+    level, why = 0, "nothing"
+    for f in _reached_files(path):
         modules, params = _imports_and_fixtures(f)
         if f == path and "service" in params and level < 2:
             level, why = 2, "tests/conftest.py's service fixture"
         for m in sorted(modules):
             if BRINGS_UP.get(m, -1) > level:
                 level, why = BRINGS_UP[m], f"{m} (through {f.name})"
-            src = _source_of(m) if m.startswith("tests.") else None
-            if src is not None:
-                todo.append(src)
     return level, why
 
 
@@ -113,6 +129,23 @@ def test_the_rungs_stand_in_the_order_of_what_they_bring_up():
     assert set(REACH) == set(RUNGS)
     levels = [REACH[r] for r in RUNGS]
     assert levels == sorted(levels), "RUNGS is not in the order of REACH"
+
+
+def test_what_each_rung_uses_of_the_rungs_above_is_what_rungs_says():
+    """The order is by reach, not by use: rungs.USES_FROM_ABOVE names what a rung's tests use whose
+    own rung stands above it (the engine rung: the client and the service), and is complete."""
+    assert set(USES_FROM_ABOVE) == set(RUNGS) and set(SUBJECT_OF.values()) <= set(RUNGS)
+    used: dict[str, set[str]] = {r: set() for r in RUNGS}
+    for path, rung in _rung_modules():
+        for f in _reached_files(path):
+            for m in _imports_and_fixtures(f)[0]:
+                package = m.split(".")[1] if m.startswith("memfs.") else None
+                if package in SUBJECT_OF and RUNGS.index(SUBJECT_OF[package]) > RUNGS.index(rung):
+                    used[rung].add(package)
+    assert {r: tuple(sorted(p)) for r, p in used.items()} == {
+        r: tuple(sorted(p)) for r, p in USES_FROM_ABOVE.items()
+    }
+    assert {"client", "service"} <= set(USES_FROM_ABOVE["engine"])
 
 
 def test_no_test_module_brings_up_more_than_its_rung():
@@ -134,9 +167,9 @@ def test_each_rung_brings_up_what_its_level_says():
 
 def test_the_reach_check_sees_a_sandbox_behind_a_support_module(tmp_path):
     module = tmp_path / "test_x.py"
-    module.write_text("def test_a():\n    from tests.support.world import World\n")
+    module.write_text("def test_a():\n    from tests.support.worker_world import WorkerWorld\n")
     level, why = reach_of(module)
-    assert level == 4 and why.startswith("tests.support.world"), why
+    assert level == 4 and why == "tests.support.sandbox (through worker_world.py)", why
     module.write_text("def test_a(service):\n    pass\n")
     assert reach_of(module)[0] == 2
 

@@ -12,23 +12,13 @@ import pytest
 from memfs.client import StoreClient
 from memfs.sync import store_pull as engine_module
 from memfs.sync.remote import prefix_sizes
-from tests.engine.test_engine_rules import World
-from tests.support.inprocess import ADMIN_KEY, BASE_URL, FaultTransport, InProcessService
+from tests.support.inprocess import ADMIN_KEY, BASE_URL, EngineWorld, FaultTransport, InProcessService
 
 pytestmark = [pytest.mark.trio, pytest.mark.timeout(60)]
 
 # Prefixes whose names a query string must carry encoded: "&" and "=" split parameters, "+" is a
 # space to a form decoder, "#" ends the URL, "%" starts an escape, "?" starts a query.
 ODD = ["/a b/", "/a&b=c/", "/p+q/", "/h#1/", "/pct%41/", "/q?x/", "/ünï/", "/a&b=c/x y+z%/"]
-
-
-@pytest.fixture
-async def hosted(tmp_path):
-    s = InProcessService(tmp_path / "hosted", extensions=False)
-    try:
-        yield s
-    finally:
-        await s.aclose()
 
 
 async def test_a_split_listing_pages_prefixes_whatever_characters_they_hold(hosted):
@@ -64,9 +54,9 @@ class _Path:
 
 
 async def hosted_world(hosted: InProcessService, tmp_path, notes: dict[str, str]):
-    """test_engine_rules' two stores (notes read-write, an empty read-only handbook), mounted
+    """EngineWorld's two stores (notes read-write, an empty read-only handbook), mounted
     against the service without the counter."""
-    world = World(hosted, tmp_path)
+    world = EngineWorld(hosted, tmp_path)
     m = await world.setup(notes)
     assert m.engine.has_counter is False
     return world, m
@@ -82,11 +72,11 @@ async def test_one_remote_edit_is_planned_once_when_nothing_moved_while_it_was_f
     world, m = await hosted_world(hosted, tmp_path, {f"/d{i % 4}/f{i}.md": str(i) for i in range(40)})
     try:
         plans = _count_plans(monkeypatch)
-        await hosted.update(world.notes, world.ids["/d1/f5.md"], content="theirs")
+        await hosted.update(world.rw, world.ids["/d1/f5.md"], content="theirs")
         result = await m.sync()
         assert result["ok"] and result["pulled"] == 1
-        assert m.read("/notes/d1/f5.md") == b"theirs"
-        assert plans == [world.notes]  # one plan for the store that moved, none for the idle one
+        assert m.read_file("/notes/d1/f5.md") == b"theirs"
+        assert plans == [world.rw]  # one plan for the store that moved, none for the idle one
         result = await m.sync()
         assert result["ok"] and result["pulled"] == 0 and result["pushed"] == 0
     finally:
@@ -104,17 +94,19 @@ async def test_an_edit_made_while_the_remote_edit_was_fetched_is_planned_again_a
         # tick fetches the edited memory, and the agent writes meanwhile.
         m.engine.reader.feed.full = False
         plans = _count_plans(monkeypatch)
-        await hosted.update(world.notes, world.ids["/a.md"], content="theirs")
+        await hosted.update(world.rw, world.ids["/a.md"], content="theirs")
 
         async def agent_writes(_request) -> None:
-            m.write("/notes/b.md", b"mine")
+            m.write_file("/notes/b.md", b"mine")
 
         m.transport.add("GET", r"/memories/mem_[^/]+$", before=agent_writes)
         result = await m.sync()
-        assert result["ok"] and m.read("/notes/a.md") == b"theirs" and m.read("/notes/b.md") == b"mine"
-        assert plans == [world.notes, world.notes]
+        assert (
+            result["ok"] and m.read_file("/notes/a.md") == b"theirs" and m.read_file("/notes/b.md") == b"mine"
+        )
+        assert plans == [world.rw, world.rw]
         await m.sync()
-        assert (await hosted.contents(world.notes)) == {"/a.md": "theirs", "/b.md": "mine"}
+        assert (await hosted.contents(world.rw)) == {"/a.md": "theirs", "/b.md": "mine"}
     finally:
         await world.close()
 
@@ -158,12 +150,12 @@ async def test_a_hosted_first_download_stores_each_pages_content_as_it_arrives(h
     world, m = await hosted_world(hosted, tmp_path, notes)
     try:
         assert one_by_one == []
-        assert {p: m.read(f"/notes{p}").decode() for p in notes} == notes
+        assert {p: m.read_file(f"/notes{p}").decode() for p in notes} == notes
         assert m.transport.count("GET", r"/memories/mem_[^/]+$") == 0
-        assert all(m.state.has_blob(b.sha) for b in m.state.baseline(world.notes).values())
-        await hosted.update(world.notes, world.ids["/t1/s1/n001.md"], content="theirs")
+        assert all(m.state.has_blob(b.sha) for b in m.state.baseline(world.rw).values())
+        await hosted.update(world.rw, world.ids["/t1/s1/n001.md"], content="theirs")
         result = await m.sync()  # a later tick reads the version feed, the content with it
-        assert result["ok"] and m.read("/notes/t1/s1/n001.md") == b"theirs"
+        assert result["ok"] and m.read_file("/notes/t1/s1/n001.md") == b"theirs"
         assert one_by_one == ["/t1/s1/n001.md"]
     finally:
         await world.close()
@@ -174,15 +166,15 @@ async def test_a_store_that_lists_as_its_baseline_still_pushes_what_the_agent_ch
     that has local changes to push plans on it, and the next tick sees the pushed state."""
     world, m = await hosted_world(hosted, tmp_path, {"/a.md": "alpha", "/d/b.md": "beta"})
     try:
-        m.write("/notes/d/b.md", b"mine")
-        m.write("/notes/c.md", b"new")
+        m.write_file("/notes/d/b.md", b"mine")
+        m.write_file("/notes/c.md", b"new")
         result = await m.sync()
         assert result["ok"] and result["pulled"] == 0
-        assert (await hosted.contents(world.notes)) == {"/a.md": "alpha", "/d/b.md": "mine", "/c.md": "new"}
-        await hosted.update(world.notes, world.ids["/a.md"], content="theirs")
+        assert (await hosted.contents(world.rw)) == {"/a.md": "alpha", "/d/b.md": "mine", "/c.md": "new"}
+        await hosted.update(world.rw, world.ids["/a.md"], content="theirs")
         result = await m.sync()
         assert result["ok"] and result["pulled"] == 1 and result["pushed"] == 0
-        assert m.read("/notes/a.md") == b"theirs" and m.read("/notes/d/b.md") == b"mine"
+        assert m.read_file("/notes/a.md") == b"theirs" and m.read_file("/notes/d/b.md") == b"mine"
         result = await m.sync()
         assert result["ok"] and result["pulled"] == 0 and result["pushed"] == 0
     finally:

@@ -3,19 +3,18 @@ trio's sockets (memfs/client/plain_get.py, tests/client/test_plain_get.py), past
 httpcore (PERFORMANCE.md, network section), and must still be the same
 request with the same outcomes: the client's headers, gzip decoded, an unasked encoding refused,
 a short retry-after retried, a broken connection Unreachable, any prefix name carried as itself.
-Real sockets: a `memfs serve --hosted-api` subprocess, or a stdlib HTTP server in a thread."""
+Real sockets: a `memfs serve --hosted-api` subprocess, or the HTTP stub (tests/support/http_stub.py)."""
 
 from __future__ import annotations
 
 import gzip
 import json
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
 from memfs.client import StoreClient, Unreachable
 from memfs.protocol import COUNTER_HEADER
+from tests.support.http_stub import answering
 from tests.support.service import ServiceProcess
 
 pytestmark = [pytest.mark.trio, pytest.mark.timeout(60)]
@@ -53,43 +52,6 @@ async def test_listing_pages_skip_httpxs_client_and_list_every_memory_once(tmp_p
         svc.stop()
 
 
-class _Server:
-    """A keep-alive HTTP/1.1 server answering each GET with the next of `answers` (status,
-    headers, body); it records each request's headers. `("reset", ...)` closes without a word."""
-
-    def __init__(self, answers):
-        self.answers = list(answers)
-        self.seen: list[dict[str, str]] = []
-        outer = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def do_GET(self):  # noqa: N802 (the stdlib's name)
-                outer.seen.append({k.lower(): v for k, v in self.headers.items()})
-                status, headers, body = outer.answers.pop(0)
-                if status == "reset":
-                    self.close_connection = True
-                    self.connection.shutdown(2)
-                    return
-                self.send_response(status)
-                for k, v in {**headers, "content-length": str(len(body))}.items():
-                    self.send_header(k, v)
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, *a):
-                pass
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
-
-    def close(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
-
-
 def _page(paths: list[str]) -> bytes:
     data = [
         {"type": "memory", "id": f"mem_{i}", "path": p, "content_sha256": "0" * 64}
@@ -99,7 +61,7 @@ def _page(paths: list[str]) -> bytes:
 
 
 async def test_a_gzip_page_is_decoded_with_the_clients_headers_and_an_unasked_encoding_is_refused():
-    server = _Server(
+    server = answering(
         [
             (
                 200,
@@ -118,7 +80,7 @@ async def test_a_gzip_page_is_decoded_with_the_clients_headers_and_an_unasked_en
     finally:
         await client.aclose()
         server.close()
-    asked = server.seen[0]
+    asked = server.requests[0].headers
     assert asked["authorization"] == "Bearer tok-123" and asked["anthropic-beta"]
     assert asked["host"] == server.url.removeprefix("http://") and asked["accept-encoding"] == "gzip"
 
@@ -127,7 +89,7 @@ async def test_a_short_retry_after_on_a_page_is_retried_and_a_dropped_connection
     busy = json.dumps(
         {"type": "error", "error": {"type": "rate_limit_error", "message": "slow down"}}
     ).encode()
-    server = _Server(
+    server = answering(
         [
             (429, {"retry-after": "0.1", "content-type": "application/json"}, busy),
             (200, {}, _page(["/c.md"])),

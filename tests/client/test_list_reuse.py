@@ -19,19 +19,11 @@ from memfs.client import listing as listing_module
 from memfs.sync import remote as remote_module
 from memfs.sync.remote import prefix_sizes
 from tests.client.test_hosted_listing import _count_plans, _Path, hosted_world
-from tests.client.test_list_get import _page, _Server
+from tests.client.test_list_get import _page
+from tests.support.http_stub import answering
 from tests.support.inprocess import ADMIN_KEY, BASE_URL, InProcessService
 
 pytestmark = [pytest.mark.trio, pytest.mark.timeout(60)]
-
-
-@pytest.fixture
-async def hosted(tmp_path):
-    s = InProcessService(tmp_path / "hosted", extensions=False)
-    try:
-        yield s
-    finally:
-        await s.aclose()
 
 
 def _seen(items) -> list[tuple]:
@@ -109,7 +101,7 @@ async def test_a_listing_beyond_the_bound_is_not_kept_and_still_lists_all(hosted
 
 async def test_a_gzip_page_is_compared_after_decoding():
     body = _page(["/a.md", "/b.md"])
-    server = _Server(
+    server = answering(
         [
             (200, {"content-encoding": "gzip"}, gzip.compress(body, mtime=1)),
             (200, {"content-encoding": "gzip"}, gzip.compress(body, mtime=2)),  # other bytes, same page
@@ -155,10 +147,10 @@ async def test_an_idle_hosted_store_is_found_idle_without_comparing_its_memories
         # (the empty handbook is listed in full view, as a first download, and never kept)
         assert result["ok"] and result["pulled"] == 0 and plans == []
         assert [n for n in compared if n] == []
-        await hosted.update(world.notes, world.ids["/d1/f5.md"], content="theirs")
+        await hosted.update(world.rw, world.ids["/d1/f5.md"], content="theirs")
         result = await m.sync()
-        assert result["ok"] and result["pulled"] == 1 and m.read("/notes/d1/f5.md") == b"theirs"
-        assert plans == [world.notes]
+        assert result["ok"] and result["pulled"] == 1 and m.read_file("/notes/d1/f5.md") == b"theirs"
+        assert plans == [world.rw]
     finally:
         await world.close()
 
@@ -166,11 +158,11 @@ async def test_an_idle_hosted_store_is_found_idle_without_comparing_its_memories
 async def test_a_store_that_moved_but_little_keeps_the_baselines_entries_for_the_rest(hosted, tmp_path):
     world, m = await hosted_world(hosted, tmp_path, {f"/d{i % 4}/f{i}.md": str(i) for i in range(240)})
     try:
-        await hosted.update(world.notes, world.ids["/d1/f5.md"], content="theirs")
-        await hosted.update(world.notes, world.ids["/d2/f6.md"], path="/d3/moved.md")
+        await hosted.update(world.rw, world.ids["/d1/f5.md"], content="theirs")
+        await hosted.update(world.rw, world.ids["/d2/f6.md"], path="/d3/moved.md")
         reader = m.engine.reader
-        store = next(s for s in m.engine.stores if s.store_id == world.notes)
-        baseline = reader.baseline(world.notes)
+        store = next(s for s in m.engine.stores if s.store_id == world.rw)
+        baseline = reader.baseline(world.rw)
         read = await reader.read(
             store,
             None,
@@ -180,7 +172,7 @@ async def test_a_store_that_moved_but_little_keeps_the_baselines_entries_for_the
             sizes=baseline.sizes,
             expect=baseline.remote,
         )
-        now = await hosted.memories(world.notes)  # by path
+        now = await hosted.memories(world.rw)  # by path
         assert {e.memory_id: (e.path, e.sha, e.size) for e in read.entries.values()} == {
             mem["id"]: (path, mem["content_sha256"], mem["content_size_bytes"]) for path, mem in now.items()
         }

@@ -2,69 +2,38 @@
 request and the same outcomes as before (tests/client/test_list_get.py), and the framing a server
 may choose: content-length, chunked, a body ended by the connection's close; a kept connection
 the server closed meanwhile sent again on a new one; a broken answer Unreachable, never a page.
-Real sockets: a `memfs serve --hosted-api` subprocess, or a raw TCP server in a thread."""
+Real sockets: a `memfs serve --hosted-api` subprocess, or the HTTP stub (tests/support/http_stub.py) writing raw bytes."""
 
 from __future__ import annotations
 
 import json
 import socket
-import threading
 
 import pytest
 import trio
 
 from memfs.client import StoreClient, Unreachable
 from memfs.client.plain_get import PlainGet, PlainHTTPError
+from tests.support.http_stub import HttpStub
 from tests.support.service import ServiceProcess
 from tests.support.tls import make_cert
 
 pytestmark = [pytest.mark.trio, pytest.mark.timeout(60)]
 
 
-class _RawServer:
+def _scripted(script: list[tuple[bytes, bool]]) -> HttpStub:
     """Answers each request with the next scripted raw bytes; `close` after it ends that
-    connection. Records each request's head."""
+    connection; with the script done, a connection is closed unanswered."""
+    left = list(script)
 
-    def __init__(self, script: list[tuple[bytes, bool]]):
-        self.script = list(script)
-        self.heads: list[bytes] = []
-        self.connections = 0
-        self.sock = socket.socket()
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen(16)
-        self.port = self.sock.getsockname()[1]
-        self.url = f"http://127.0.0.1:{self.port}"
-        threading.Thread(target=self._serve, daemon=True).start()
+    def answer(_request, conn) -> bool:
+        if not left:
+            return True
+        data, close = left.pop(0)
+        conn.sendall(data)
+        return close
 
-    def _serve(self) -> None:
-        while True:
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                return
-            self.connections += 1
-            threading.Thread(target=self._one, args=(conn,), daemon=True).start()
-
-    def _one(self, conn: socket.socket) -> None:
-        buf = b""
-        with conn:
-            for _ in range(100):  # bounded: requests per connection in a test
-                while b"\r\n\r\n" not in buf:
-                    data = conn.recv(65536)
-                    if not data:
-                        return
-                    buf += data
-                head, buf = buf.split(b"\r\n\r\n", 1)
-                self.heads.append(head)
-                if not self.script:
-                    return
-                answer, close = self.script.pop(0)
-                conn.sendall(answer)
-                if close:
-                    return
-
-    def close(self) -> None:
-        self.sock.close()
+    return HttpStub(answer)
 
 
 def _page(paths: list[str], cursor: str | None = None) -> bytes:
@@ -121,7 +90,7 @@ async def test_pages_go_past_httpx_on_kept_connections_and_list_every_memory(tmp
 
 async def test_chunked_and_close_delimited_bodies_and_a_closed_kept_connection():
     one, two = _page(["/a.md"]), _page(["/b.md", "/c.md"])
-    server = _RawServer(
+    server = _scripted(
         [
             (_chunked(one), False),
             (_ok(two, b"connection: close\r\n"), True),  # the server says so: not kept
@@ -137,8 +106,8 @@ async def test_chunked_and_close_delimited_bodies_and_a_closed_kept_connection()
         await client.aclose()
         server.close()
     assert got == [["/a.md"], ["/b.md", "/c.md"], ["/a.md"], ["/b.md", "/c.md"], ["/a.md"]]
-    assert server.connections == 4 and len(server.heads) == 5
-    head = server.heads[0].decode("latin-1").split("\r\n")
+    assert server.connections == 4 and len(server.requests) == 5
+    head = server.requests[0].head.decode("latin-1").split("\r\n")
     assert head[0] == "GET /v1/memory_stores/memstore_x/memories?view=basic&limit=100&depth=0 HTTP/1.1"
     fields = dict(line.split(": ", 1) for line in head[1:])
     assert fields["authorization"] == "Bearer tok" and fields["accept-encoding"] == "gzip"
@@ -157,7 +126,7 @@ async def test_chunked_and_close_delimited_bodies_and_a_closed_kept_connection()
     ],
 )
 async def test_a_broken_answer_is_unreachable_never_a_page(answer):
-    server = _RawServer([(answer, True)])
+    server = _scripted([(answer, True)])
     client = StoreClient(server.url, "tok", timeout=5)
     try:
         with pytest.raises(Unreachable):
@@ -199,7 +168,7 @@ async def test_a_kept_connection_closed_after_the_readability_test_is_sent_anew(
     write lands in the kernel, the answer is the close. Then the GET is sent on a new connection;
     a failure on a new connection is not retried (the next test)."""
     body = _page(["/a.md"])
-    server = _RawServer(
+    server = _scripted(
         [(_ok(body), True), (_ok(body), False)]
     )  # the first connection closes after its answer
     get = PlainGet("http", "127.0.0.1", server.port, keep=2)
@@ -226,7 +195,7 @@ async def test_a_kept_connection_closed_after_the_readability_test_is_sent_anew(
 
 
 async def test_a_new_connection_closed_without_an_answer_is_an_error_not_retried():
-    server = _RawServer([(b"", True), (_ok(_page(["/a.md"])), False)])
+    server = _scripted([(b"", True), (_ok(_page(["/a.md"])), False)])
     get = PlainGet("http", "127.0.0.1", server.port, keep=2)
     try:
         with pytest.raises(PlainHTTPError):
@@ -281,7 +250,7 @@ async def test_pages_over_https_with_a_private_ca_and_a_refused_certificate(tmp_
 async def test_bytes_past_an_answer_are_never_read_as_the_next_one():
     one, two = _page(["/a.md"]), _page(["/b.md"])
     forged = _ok(two)  # what a confused server (or a proxy) sent after the answer
-    server = _RawServer([(_ok(one) + forged, False), (_ok(one), False)])
+    server = _scripted([(_ok(one) + forged, False), (_ok(one), False)])
     get = PlainGet("http", "127.0.0.1", server.port, keep=2)
     timeout = {"connect": 5.0, "read": 5.0, "write": 5.0}
     try:

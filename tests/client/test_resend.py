@@ -20,7 +20,7 @@ import pytest
 
 from memfs.client import StoreClient
 from memfs.client.errors import ApiError
-from memfs.service.hosted import UNAVAILABLE_HEADER, HostedOptions
+from memfs.service.hosted import UNAVAILABLE_HEADER
 from tests.support.inprocess import ADMIN_KEY, BASE_URL, FaultTransport, InProcessService
 
 pytestmark = [pytest.mark.trio, pytest.mark.timeout(60)]
@@ -47,17 +47,6 @@ class Arming(httpx.AsyncBaseTransport):
             if request.method == method and request.url.path.endswith(suffix):
                 request.headers[UNAVAILABLE_HEADER] = value
         return await self.inner.handle_async_request(request)
-
-
-@pytest.fixture
-async def emulator(tmp_path):
-    s = InProcessService(
-        tmp_path / "hosted", extensions=False, hosted=HostedOptions(repeat_conflicts=True, unavailable=True)
-    )
-    try:
-        yield s
-    finally:
-        await s.aclose()
 
 
 @pytest.fixture

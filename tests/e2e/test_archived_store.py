@@ -16,37 +16,25 @@ import pytest
 
 from tests.support.api import MEMORY_BETA, Api
 from tests.support.mounts import sh
-from tests.support.sandbox import Sandbox
-from tests.support.service import ServiceProcess
+from tests.support.sandbox import Sandbox, SandboxWorld
 from tests.support.waits import wait_for
+from tests.support.world import StoreSpec
 
 pytestmark = pytest.mark.timeout(150)
 
 
 @pytest.fixture(params=["serve", "hosted"])
 def rig(request, tmp_path) -> Iterator[tuple[Api, Sandbox, str]]:
-    svc = ServiceProcess(tmp_path / "service", hosted_api=request.param == "hosted")
-    api = Api(svc.base_url, svc.admin_key)
-    box = None
+    seed = {"/a.md": "alpha\n", "/b.md": "beta\n"}
+    world = SandboxWorld.serving(
+        tmp_path, [StoreSpec("Notes", seed=seed)], hosted_api=request.param == "hosted"
+    )
     try:
-        sid = api.create_store("Notes")
-        api.create(sid, "/a.md", "alpha\n")
-        api.create(sid, "/b.md", "beta\n")
-        session = api.create_session([(sid, "read_write")])
-        box = Sandbox(
-            tmp_path,
-            "box",
-            base_url=svc.base_url,
-            session_id=session["id"],
-            work_secret=session["work_secret"],
-        )
+        box = world.sandbox("box")
         box.mount()
-        yield api, box, sid
+        yield world.api, box, world.rw
     finally:
-        if box is not None:
-            box.close()
-        api.close()
-        svc.stop()
+        world.close()
 
 
 @pytest.mark.expected_log(r"ERROR memfs.mount: 2 change\(s\) are not on the store service.*archived at")

@@ -22,9 +22,10 @@ import pytest
 
 from tests.support.api import Api
 from tests.support.proxy import Proxy
-from tests.support.sandbox import Sandbox
+from tests.support.sandbox import Sandbox, SandboxWorld
 from tests.support.seed import seed_database
 from tests.support.service import ServiceProcess
+from tests.support.world import StoreSpec
 
 VERSIONS = r"/memory_versions"
 LISTING = r"/memories$"  # a listing page (the proxy logs paths without the query)
@@ -55,28 +56,15 @@ class Hosted:
 def hosted(
     tmp: Path, *, stores: int = 2, serve_args: tuple[str, ...] = (), mount_args: tuple[str, ...] = ()
 ) -> Iterator[Hosted]:
-    svc = ServiceProcess(tmp / "service", hosted_api=True, extra_args=serve_args)
-    api = Api(svc.base_url, svc.admin_key)
-    proxy = Proxy(svc.base_url)
-    box = None
+    specs = [StoreSpec(f"Feed {i}", seed=SEED) for i in range(stores)]
+    world = SandboxWorld.serving(tmp, specs, hosted_api=True, extra_args=serve_args)
     try:
-        ids = [api.create_store(f"Feed {i}") for i in range(stores)]
-        for sid in ids:
-            for path, text in SEED.items():
-                api.create(sid, path, text)
-        session = api.create_session([(sid, "read_write") for sid in ids])
-        box = Sandbox(
-            tmp, "box", base_url=proxy.url, session_id=session["id"], work_secret=session["work_secret"]
-        )
+        proxy = world.proxy()
+        box = world.sandbox("box", base_url=proxy.url)
         box.mount("--live", "off", *mount_args)
-        yield Hosted(svc, api, proxy, box, ids)
+        yield Hosted(world.service, world.api, proxy, box, world.store_ids)
     finally:
-        proxy.clear()
-        if box is not None:
-            box.close()
-        proxy.close()
-        api.close()
-        svc.stop()
+        world.close()
 
 
 @pytest.mark.timeout(120)

@@ -10,19 +10,13 @@ import textwrap
 
 import pytest
 
+from tests.support.mounts import sh
 from tests.support.sandbox import is_mounted
 from tests.support.world import RO_SEED, RW_SEED
 
 pytestmark = pytest.mark.timeout(120)
 
 RW, RO = "work-notes", "team-handbook"
-
-
-def sh(script: str, cwd=None, check=True) -> subprocess.CompletedProcess:
-    proc = subprocess.run(["bash", "-c", script], cwd=cwd, capture_output=True, text=True, timeout=30)
-    if check and proc.returncode != 0:
-        raise AssertionError(f"{script!r} failed {proc.returncode}: {proc.stderr}")
-    return proc
 
 
 def files_under(top) -> dict[str, str]:
@@ -49,7 +43,7 @@ def materialise(contents: dict[str, str], top) -> None:
 def test_mounted_stores_match_the_api_byte_for_byte(world, mounted, api, tmp_path):
     root = mounted.root
     assert sorted(os.listdir(root)) == [RO, RW]
-    ls = sh(f"ls -la {root}/{RW} {root}/{RW}/notes").stdout
+    ls = sh(f"ls -la {root}/{RW} {root}/{RW}/notes", check=True).stdout
     assert "todo.md" in ls and ".anthropic-memory-store" in ls
     # Every tool agrees with the service, byte for byte.
     for slug, store, seed in ((RW, world.rw, RW_SEED), (RO, world.ro, RO_SEED)):
@@ -63,13 +57,13 @@ def test_mounted_stores_match_the_api_byte_for_byte(world, mounted, api, tmp_pat
             check=False,
         )
         assert diff.returncode == 0, diff.stdout
-        found = sh(f"cd {root}/{slug} && find . -type f ! -name '.*' | sort").stdout.split()
+        found = sh(f"cd {root}/{slug} && find . -type f ! -name '.*' | sort", check=True).stdout.split()
         assert found == sorted("." + p for p in expected)
         for path, content in expected.items():
-            assert sh(f"cat '{root}/{slug}{path}'").stdout == content
-            wc = sh(f"wc -c < '{root}/{slug}{path}'").stdout.strip()
+            assert sh(f"cat '{root}/{slug}{path}'", check=True).stdout == content
+            wc = sh(f"wc -c < '{root}/{slug}{path}'", check=True).stdout.strip()
             assert int(wc) == len(content.encode())
-    grep = sh(f"grep -r milk {root}").stdout
+    grep = sh(f"grep -r milk {root}", check=True).stdout
     assert grep.strip() == f"{root}/{RW}/notes/todo.md:- buy milk"
     marker = (root / RW / ".anthropic-memory-store").read_bytes()
     assert marker == f"version 1\n{world.rw}".encode()
@@ -95,9 +89,9 @@ def test_shell_tools_behave_as_on_a_local_disk(world, mounted, api, tmp_path):
         f = open('empty.md', 'r+b'); f.seek(10); f.write(b'x'); f.seek(0); f.write(b'ab'); f.close()"
         """
     )
-    sh(script, cwd=ref)
+    sh(script, cwd=ref, check=True)
     before = api.memories(world.rw)  # before the script: a live mount pushes its edits at once
-    sh(script, cwd=mounted.root / RW)
+    sh(script, cwd=mounted.root / RW, check=True)
     assert files_under(mounted.root / RW) == files_under(ref)
     diff = sh(
         f"diff -r --exclude=.anthropic-memory-store --exclude=.sync-notices.log {ref} {mounted.root / RW}",

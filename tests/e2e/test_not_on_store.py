@@ -12,18 +12,14 @@ import subprocess
 
 import pytest
 
-from tests.support.api import Api
-from tests.support.service import ServiceProcess
-from tests.support.world import RW_SEED, World
+from tests.support.mounts import sh
+from tests.support.sandbox import SandboxWorld
+from tests.support.world import RW_SEED
 
 pytestmark = pytest.mark.timeout(180)
 
 RW = "work-notes"
 QUIET = ("--sync-interval", "3600")  # no tick of its own: the test decides when one runs
-
-
-def sh(script: str) -> subprocess.CompletedProcess:
-    return subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=30)
 
 
 def rw_status(box) -> dict:
@@ -33,15 +29,11 @@ def rw_status(box) -> dict:
 @pytest.fixture
 def full_world(tmp_path):
     """A service whose stores hold at most len(RW_SEED) memories: one more create is refused (400)."""
-    svc = ServiceProcess(tmp_path / "service", max_memories=len(RW_SEED))
-    api = Api(svc.base_url, svc.admin_key)
-    world = World(svc, api, tmp_path)
+    world = SandboxWorld.serving(tmp_path, max_memories=len(RW_SEED))
     try:
         yield world
     finally:
         world.close()
-        api.close()
-        svc.stop()
 
 
 @pytest.mark.expected_log(r"ERROR memfs.mount: 2 change\(s\) are not on the store service")

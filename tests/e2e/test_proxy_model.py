@@ -1,16 +1,16 @@
 """The delay proxy's model (tests/support/proxy.py), which the network bench and tests rely on:
 each chunk is delivered half a round trip later in each direction, in order and with the spacing
-it had; a new connection waits one round trip before its first byte is read. Real sockets, a
-stdlib upstream in a thread, the proxy in this process (`Proxy`) and in its own (`ProxyProcess`)."""
+it had; a new connection waits one round trip before its first byte is read. Real sockets, the
+HTTP stub (tests/support/http_stub.py) upstream, the proxy in this process (`Proxy`) and in its own (`ProxyProcess`)."""
 
 from __future__ import annotations
 
 import socket
-import threading
 import time
 
 import pytest
 
+from tests.support.http_stub import HttpStub
 from tests.support.proxy import Proxy, ProxyProcess
 
 RTT = 0.2
@@ -18,42 +18,26 @@ SLACK = 0.06  # a loaded two-core machine's scheduling, never a whole half round
 
 
 class _Upstream:
-    """Answers each request (one line per request, its head ending the request) with three
-    chunks 0.1 s apart, `chunked`-free: a content-length answer written in three parts."""
+    """Answers each request with a content-length answer written in three parts 0.1 s apart (not
+    chunked), recording when each request arrived."""
 
     GAP = 0.1
 
     def __init__(self) -> None:
-        self.sock = socket.create_server(("127.0.0.1", 0))
-        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
         self.got: list[float] = []
-        threading.Thread(target=self._serve, daemon=True).start()
+        self.stub = HttpStub(self._answer)
+        self.url = self.stub.url
 
-    def _serve(self) -> None:
-        while True:
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                return
-            threading.Thread(target=self._one, args=(conn,), daemon=True).start()
-
-    def _one(self, conn: socket.socket) -> None:
-        conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        with conn:
-            buf = b""
-            while chunk := conn.recv(65536):
-                buf += chunk
-                while b"\r\n\r\n" in buf:
-                    _, buf = buf.split(b"\r\n\r\n", 1)
-                    self.got.append(time.monotonic())
-                    conn.sendall(b"HTTP/1.1 200 OK\r\ncontent-length: 6\r\n\r\naa")
-                    time.sleep(self.GAP)
-                    conn.sendall(b"bb")
-                    time.sleep(self.GAP)
-                    conn.sendall(b"cc")
+    def _answer(self, _request, conn) -> None:
+        self.got.append(time.monotonic())
+        conn.sendall(b"HTTP/1.1 200 OK\r\ncontent-length: 6\r\n\r\naa")
+        time.sleep(self.GAP)
+        conn.sendall(b"bb")
+        time.sleep(self.GAP)
+        conn.sendall(b"cc")
 
     def close(self) -> None:
-        self.sock.close()
+        self.stub.close()
 
 
 def _exchange(s: socket.socket) -> tuple[float, list[tuple[float, bytes]]]:

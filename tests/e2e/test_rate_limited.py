@@ -20,8 +20,9 @@ import pytest
 from memfs.client import CONCURRENCY, RATE_RETRIES
 from tests.support.api import Api
 from tests.support.proxy import Proxy
-from tests.support.sandbox import Sandbox
+from tests.support.sandbox import Sandbox, SandboxWorld
 from tests.support.service import ServiceProcess
+from tests.support.world import StoreSpec
 
 SLUG = "limited-notes"
 CREATE = r"/memories$"
@@ -31,28 +32,17 @@ CREATE = r"/memories$"
 def mounted_through(
     tmp: Path, *serve_args: str, mount_args: tuple[str, ...] = ()
 ) -> Iterator[tuple[Sandbox, Proxy, Api, ServiceProcess, str]]:
-    svc = ServiceProcess(tmp / "service", extra_args=serve_args)
-    api = Api(svc.base_url, svc.admin_key)
-    proxy = Proxy(svc.base_url)
-    box = None
+    world = SandboxWorld.serving(tmp, [StoreSpec("Limited Notes")], extra_args=serve_args)
     try:
-        store = api.create_store("Limited Notes")
-        session = api.create_session([(store, "read_write")])
+        proxy = world.proxy()
         # One request per change, as against the hosted API: these tests count single creates. (A
         # batch route answered 404 is, to the mount, a service without one: it sends singles.)
         proxy.add("POST", r"/memory_batch$", "status", code=404)
-        box = Sandbox(
-            tmp, "box", base_url=proxy.url, session_id=session["id"], work_secret=session["work_secret"]
-        )
+        box = world.sandbox("box", base_url=proxy.url)
         box.mount(*mount_args)
-        yield box, proxy, api, svc, store
+        yield box, proxy, world.api, world.service, world.rw
     finally:
-        proxy.clear()
-        if box is not None:
-            box.close()
-        proxy.close()
-        api.close()
-        svc.stop()
+        world.close()
 
 
 def landed(api: Api, store: str) -> set[str]:

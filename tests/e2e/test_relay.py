@@ -19,6 +19,7 @@ import httpx
 import pytest
 
 from tests.support.api import MEMORY_BETA, SESSION_BETA, Api, sessions_token
+from tests.support.mounts import sh
 from tests.support.sandbox import Sandbox
 from tests.support.service import ServiceProcess
 from tests.support.waits import wait_for
@@ -155,10 +156,6 @@ def diff(got: dict[str, str], want: dict[str, str]) -> str:
     )
 
 
-def sh(cmd: str, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run(["bash", "-c", cmd], cwd=cwd, capture_output=True, text=True, timeout=60)
-
-
 # -- 1. a token reads from the cache only the stores its session attaches ----------------------------
 
 
@@ -251,7 +248,7 @@ def test_read_only_through_the_relay(tmp_path):
         assert (top / "style.md").read_text() == "Write short sentences.\n"
 
         # The mount refuses locally (EROFS), as it does without a relay.
-        out = sh("echo changed > style.md; echo new > new.md; rm style.md; mkdir d", top)
+        out = sh("echo changed > style.md; echo new > new.md; rm style.md; mkdir d", top, timeout=60)
         assert out.stderr.count("Read-only file system") == 4, out.stderr
         assert texts(top) == {"/style.md": "Write short sentences.\n"}
 
@@ -389,8 +386,8 @@ def test_upstream_down_reads_served_writes_staged_then_pushed(tmp_path):
         # times, the mount's --sync-interval (5 s) and its held watch (55 s).
         w.up.stop()
         down_at = time.monotonic()
-        assert sh("cat a.md d/b.md", top).stdout == "alpha\nbravo\n"
-        sh("echo gamma > c.md; echo 'alpha again' > a.md", top)
+        assert sh("cat a.md d/b.md", top, timeout=60).stdout == "alpha\nbravo\n"
+        sh("echo gamma > c.md; echo 'alpha again' > a.md", top, timeout=60)
         write = token.post(f"/v1/memory_stores/{store}/memories", json={"path": "/x.md", "content": "x\n"})
         assert write.status_code == 503, write.text
         time.sleep(CONFIRM_EVERY + 0.5)
@@ -403,7 +400,7 @@ def test_upstream_down_reads_served_writes_staged_then_pushed(tmp_path):
         assert "503" in st["last_error"] and "cannot reach its upstream" in st["last_error"], st
         assert st["staged"] == 2, st
         assert sorted(st["paths"]["staged"]) == ["/a.md", "/c.md"], st
-        assert sh("cat a.md c.md d/b.md", top).stdout == "alpha again\ngamma\nbravo\n"
+        assert sh("cat a.md c.md d/b.md", top, timeout=60).stdout == "alpha again\ngamma\nbravo\n"
         time.sleep(max(0.0, OUTAGE - (time.monotonic() - down_at)))
         assert all_status(store_reads(token, store, ids["/a.md"]), 200)  # still, a minute on
         assert texts(top) == {"/a.md": "alpha again\n", "/c.md": "gamma\n", "/d/b.md": "bravo\n"}

@@ -13,10 +13,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.support.api import Api
-from tests.support.proxy import Proxy
-from tests.support.sandbox import Sandbox
-from tests.support.service import ServiceProcess
+from tests.support.sandbox import SandboxWorld
+from tests.support.world import StoreSpec
 
 pytestmark = pytest.mark.timeout(150)
 
@@ -25,26 +23,14 @@ CONFLICT_KINDS = ("store-won-conflict", "overwritten-by-store", "deleted-by-stor
 
 @pytest.fixture
 def rig(tmp_path):
-    svc = ServiceProcess(tmp_path / "service", hosted_api=True)
-    api = Api(svc.base_url, svc.admin_key)
-    proxy = Proxy(svc.base_url)
-    box = None
+    world = SandboxWorld.serving(tmp_path, [StoreSpec("Notes", seed={"/a.md": "alpha\n"})], hosted_api=True)
     try:
-        sid = api.create_store("Notes")
-        api.create(sid, "/a.md", "alpha\n")
-        session = api.create_session([(sid, "read_write")])
-        box = Sandbox(
-            tmp_path, "box", base_url=proxy.url, session_id=session["id"], work_secret=session["work_secret"]
-        )
+        proxy = world.proxy()
+        box = world.sandbox("box", base_url=proxy.url)
         box.mount("--live", "off")
-        yield api, proxy, box, sid
+        yield world.api, proxy, box, world.rw
     finally:
-        proxy.clear()
-        if box is not None:
-            box.close()
-        proxy.close()
-        api.close()
-        svc.stop()
+        world.close()
 
 
 def test_a_create_and_an_update_whose_answers_were_lost_are_settled_without_a_conflict_copy(rig):

@@ -1,26 +1,33 @@
-"""The unchanged EnvironmentWorker.handle_item() + memfs_tools() against the fake platform, a real
-`memfs serve` and a real mount (docs/SEMANTICS.md#d-worker)."""
+"""Both official workers, unchanged, against the fake platform, a real `memfs serve` and a real
+mount (docs/SEMANTICS.md#d-worker): each scenario written once and run by Python's
+EnvironmentWorker.handle_item() + memfs_tools() and by the TypeScript EnvironmentWorker +
+memfsTools() under node (workers/typescript), through the `worker` fixture
+(tests/support/worker_world.py); then what only the Python worker has. What only the TypeScript
+package has is in test_typescript_worker.py."""
 
 from __future__ import annotations
 
+import os
 import re
+import signal
 import time
 
 import pytest
 
+from memfs.worker import MemfsSessionError
 from memfs.worker._sdk import LEASE_RULES
 from tests.support.fake_platform import Step
 from tests.support.worker_world import RO, RW
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = pytest.mark.timeout(180)
 
 
-def test_every_tool_lands_in_the_store_before_the_item_stops(wworld):
+def test_every_tool_lands_in_the_store_before_the_item_stops_each_call_syncing_first(wworld, spy, worker):
     wworld.mount()
     m = wworld.memory
     at_stop: dict = {}
     wworld.platform.on_stop = lambda work: at_stop.update(wworld.api.contents(wworld.rw))
-    run = wworld.run_item(
+    run = worker.run(
         [
             Step(
                 "bash", {"command": f"echo 'from bash' > {m(RW, 'bash.md')} && cat {m(RW, 'notes/todo.md')}"}
@@ -35,9 +42,8 @@ def test_every_tool_lands_in_the_store_before_the_item_stops(wworld):
             Step("grep", {"pattern": "buy milk", "path": m(RW, "")}),
         ]
     )
-    results = run.results()
-    assert [r["is_error"] for r in results] == [False] * 6, run.texts()
     texts = run.texts()
+    assert [r["is_error"] for r in run.results()] == [False] * 6, texts
     assert "buy milk" in texts[0] and "buy milk" in texts[1]
     assert "written.md" in texts[4] and "bash.md" in texts[4]
     assert "todo.md" in texts[5]
@@ -45,30 +51,17 @@ def test_every_tool_lands_in_the_store_before_the_item_stops(wworld):
     assert at_stop["/bash.md"] == "from bash\n"
     assert at_stop["/new/written.md"] == "written by the write tool\n"
     assert at_stop["/profile.md"] == "name: agent\nlikes: memfs\n"
+    # One non-forced, non-waiting sync before each call, then the final one, forced and waiting.
+    assert spy.syncs() == [(False, False)] * 6 + [(True, True)]
+    assert "final sync done" in run.output, run.output
     assert wworld.platform.errors == []
 
 
-def test_each_call_syncs_first_and_the_end_syncs_forced_and_waits(wworld, spy):
-    wworld.mount()
-    m = wworld.memory
-    run = wworld.run_item(
-        [
-            Step("read", {"file_path": m(RW, "profile.md")}),
-            Step("bash", {"command": "true"}),
-            Step("glob", {"pattern": "*.md", "path": m(RW, "")}),
-        ]
-    )
-    assert [r["is_error"] for r in run.results()] == [False] * 3, run.texts()
-    # One non-forced, non-waiting sync before each of the three calls, then the final one.
-    assert spy.syncs() == [(False, False)] * 3 + [(True, True)]
-    assert run.work.stop_requests == [{"force": True}]
-
-
-def test_a_read_only_store_refuses_writes_through_every_tool(wworld):
+def test_a_read_only_store_refuses_writes_through_every_tool(wworld, worker):
     wworld.mount()
     m = wworld.memory
     style = m(RO, "handbook/style.md")
-    run = wworld.run_item(
+    run = worker.run(
         [
             Step("write", {"file_path": style, "content": "overwritten\n"}),
             Step("write", {"file_path": m(RO, "handbook/new.md"), "content": "new\n"}),
@@ -88,12 +81,12 @@ def test_a_read_only_store_refuses_writes_through_every_tool(wworld):
     assert wworld.api.contents(wworld.ro) == {"/handbook/style.md": "Write short sentences.\n"}
 
 
-def test_an_oversized_write_or_edit_is_refused_and_the_memory_keeps_its_content(wworld):
+def test_an_oversized_write_or_edit_is_refused_and_the_memory_keeps_its_content(wworld, worker):
     wworld.mount()
     m = wworld.memory
     profile = m(RW, "profile.md")
     big = "x" * 102_401
-    run = wworld.run_item(
+    run = worker.run(
         [
             Step("write", {"file_path": profile, "content": big}),
             Step("read", {"file_path": profile}),
@@ -116,9 +109,10 @@ def test_an_oversized_write_or_edit_is_refused_and_the_memory_keeps_its_content(
     assert contents["/fits.md"] == "é" * 51_200
 
 
-def test_concurrent_calls_of_several_threads_each_sync_first_and_land(wworld, spy):
-    """anthropic 2.16 runs calls of different session threads at once (max_concurrent_calls): each
-    call's pre-call sync gets its own answer, every call runs, the final sync comes after all."""
+def test_concurrent_calls_of_several_threads_each_sync_first_and_land(wworld, spy, worker):
+    """anthropic 2.16 and @anthropic-ai/sdk 1.16 run calls of different session threads at once
+    (max_concurrent_calls, maxConcurrentCalls): each call's pre-call sync gets its own answer, every
+    call runs, the final sync comes after all."""
     wworld.mount()
     m = wworld.memory
     marks = wworld.tmp / "marks"
@@ -135,7 +129,7 @@ def test_concurrent_calls_of_several_threads_each_sync_first_and_land(wworld, sp
         )
         return Step("bash", {"command": command}, thread=f"sthr_{k}")
 
-    run = wworld.run_item([call(k) for k in range(n)], worker_options={"max_concurrent_calls": n})
+    run = worker.run([call(k) for k in range(n)], max_concurrent_calls=n)
     assert [r["is_error"] for r in run.results()] == [False] * n, run.texts()
     contents = wworld.api.contents(wworld.rw)
     assert [contents.get(f"/threads/t{k}.md") for k in range(n)] == [f"thread {k}\n" for k in range(n)]
@@ -144,7 +138,7 @@ def test_concurrent_calls_of_several_threads_each_sync_first_and_land(wworld, sp
     assert wworld.platform.errors == []
 
 
-def test_a_remote_edit_between_two_calls_is_seen_by_the_later_read(wworld):
+def test_a_remote_edit_between_two_calls_is_seen_by_the_later_read(wworld, worker):
     wworld.mount()
     m = wworld.memory
     memory_id = wworld.api.memories(wworld.rw)["/profile.md"]["id"]
@@ -155,7 +149,7 @@ def test_a_remote_edit_between_two_calls_is_seen_by_the_later_read(wworld):
         # change is pulled by the first sync once the interval has passed: docs/SEMANTICS.md#d-when).
         time.sleep(wworld.box.status()["next_tick_in"] + 0.2)
 
-    run = wworld.run_item(
+    run = worker.run(
         [
             Step("read", {"file_path": m(RW, "profile.md")}, after=edit_remotely),
             Step("read", {"file_path": m(RW, "profile.md")}),
@@ -165,7 +159,7 @@ def test_a_remote_edit_between_two_calls_is_seen_by_the_later_read(wworld):
 
 
 @pytest.mark.expected_log(rf"ERROR {re.escape(LEASE_RULES.logger)}: lease lost")
-def test_a_lost_lease_stops_the_item_without_a_final_push(wworld, spy, caplog):
+def test_a_lost_lease_stops_the_item_without_a_final_push(wworld, spy, worker):
     wworld.mount()
     m = wworld.memory
     holder: dict = {}
@@ -184,31 +178,61 @@ def test_a_lost_lease_stops_the_item_without_a_final_push(wworld, spy, caplog):
     ]
     original = wworld.item
     wworld.item = lambda s, **kw: holder.setdefault("work", original(s, **kw))
-    run = wworld.run_item(script)
-    assert len(run.results()) == 1
+    run = worker.run(script)
+    assert len(run.results()) == 1, run.output
     assert run.work.stop_requests == [], "a worker that lost the lease must not stop the item"
     assert (True, True) not in spy.syncs(), "no final forced sync after a lost lease"
-    assert any("lease was lost; no final sync" in r.getMessage() for r in caplog.records)
+    assert "lease was lost; no final sync" in run.output, run.output
     assert not (wworld.root / RW / "late.md").exists()
 
 
-def test_a_mount_of_other_stores_fails_the_item_clearly(wworld, service, api):
+def test_a_mount_of_other_stores_fails_the_item_clearly(wworld, api, worker):
     other = api.create_session([(wworld.rw, "read_write")])  # the handbook is missing
     wworld.box.env["ANTHROPIC_SESSION_ID"] = other["id"]
     wworld.box.env["ANTHROPIC_WORK_SECRET"] = other["work_secret"]
     wworld.mount()
-    with pytest.raises(BaseException) as info:
-        wworld.run_item([Step("bash", {"command": "true"})])
-    errors = _leaves(info.value)
-    from memfs.worker import MemfsSessionError
-
-    mismatch = [e for e in errors if isinstance(e, MemfsSessionError)]
-    assert mismatch, errors
-    message = str(mismatch[0])
+    run = worker.run([Step("bash", {"command": "true"})], fails=MemfsSessionError)
+    message = run.error or ""
     assert "not this session's" in message and wworld.ro in message and "memfs mount" in message
-    work = next(iter(wworld.platform.works.values()))
-    assert work.stop_requests == [{"force": True}]  # failed, not left until its lease expires
-    assert wworld.platform.sessions[wworld.session["id"]].results == []
+    assert run.work.stop_requests == [{"force": True}]  # failed, not left until its lease expires
+    assert run.results() == []
+
+
+@pytest.mark.expected_log(
+    r"ERROR memfs.worker: session \S+: final sync failed: the memfs daemon .* did not answer"
+)
+def test_a_stopped_daemon_makes_the_pre_call_sync_give_up_and_the_tool_still_runs(wworld, via, worker):
+    # Through the daemon's control socket or its sync-only one (`via` mounts): a ping on a second
+    # connection finds the stopped daemon within 2 s (5 s for the final sync). Without it the
+    # pre-call sync would wait its whole 20 s and the final sync its 35 s: more than this item's 40 s.
+    plain = wworld.workdir / "plain.txt"
+    plain.write_text("outside the memory\n")
+    pid = wworld.box.daemon_pid()
+    assert pid
+    try:
+        run = worker.run(
+            [
+                Step(
+                    "read",
+                    {"file_path": wworld.memory(RW, "profile.md")},
+                    after=lambda _r: os.kill(pid, signal.SIGSTOP),
+                ),
+                Step("read", {"file_path": str(plain)}),
+            ],
+            timeout=40,
+        )
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    results, texts = run.results(), run.texts()
+    assert [r["is_error"] for r in results] == [False, False], texts
+    assert "outside the memory" in texts[1]
+    out = run.output
+    assert "pre-call sync before read failed" in out and "did not answer a ping within 2s" in out, out
+    assert "final sync failed" in out and "did not answer a ping within 5s" in out, out
+    assert run.work.stop_requests == [{"force": True}]
+
+
+# ---- the Python worker alone ----------------------------------------------------------------------
 
 
 @pytest.mark.expected_log(
@@ -230,12 +254,6 @@ def test_a_dead_daemon_is_logged_and_the_tool_fails_on_its_own_io(wworld, caplog
     assert any("pre-call sync before read failed" in msg for msg in messages), messages
     assert any("final sync failed" in msg for msg in messages), messages
     assert run.work.stop_requests == [{"force": True}]
-
-
-def _leaves(exc: BaseException) -> list[BaseException]:
-    if isinstance(exc, BaseExceptionGroup):
-        return [leaf for e in exc.exceptions for leaf in _leaves(e)]
-    return [exc]
 
 
 def test_the_polling_worker_run_serves_a_claimed_item_the_same_way(wworld):

@@ -7,11 +7,8 @@ sync pulls nothing)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import pytest
 
-from tests.e2e.test_typescript_worker import run_ts_item, ts_package  # noqa: F401  (fixture)
 from tests.support.fake_platform import Step
 from tests.support.worker_world import RW
 
@@ -20,27 +17,12 @@ pytestmark = pytest.mark.timeout(180)
 STALE = ("--sync-interval", "300", "--live", "off")
 
 
-@pytest.fixture(params=["python", "typescript"])
-def run_item(request, wworld) -> Callable:
-    """Runs a script with one worker; returns the ItemRun (its results and texts)."""
-    if request.param == "python":
-        return wworld.run_item
-    package = request.getfixturevalue("ts_package")
-
-    def run(script: list[Step]):
-        item, proc = run_ts_item(wworld, package, script)
-        assert proc.returncode == 0, proc.stderr
-        return item
-
-    return run
-
-
-def test_an_edit_beside_another_writers_change_is_merged_and_says_so(wworld, run_item):
+def test_an_edit_beside_another_writers_change_is_merged_and_says_so(wworld, worker):
     wworld.mount(*STALE)
     m = wworld.memory
     memory_id = wworld.api.memories(wworld.rw)["/profile.md"]["id"]
     wworld.api.update(wworld.rw, memory_id, content="name: agent, renamed elsewhere\nlikes: grep\n")
-    run = run_item(
+    run = worker.run(
         [
             Step(
                 "edit",
@@ -58,13 +40,13 @@ def test_an_edit_beside_another_writers_change_is_merged_and_says_so(wworld, run
 
 
 def test_an_edit_of_the_lines_another_writer_changed_fails_in_band_with_the_stores_version_in_the_file(
-    wworld, run_item
+    wworld, worker
 ):
     wworld.mount(*STALE)
     m = wworld.memory
     memory_id = wworld.api.memories(wworld.rw)["/profile.md"]["id"]
     wworld.api.update(wworld.rw, memory_id, content="name: agent\nlikes: sed\n")
-    run = run_item(
+    run = worker.run(
         [
             Step(
                 "edit",
@@ -83,11 +65,11 @@ def test_an_edit_of_the_lines_another_writer_changed_fails_in_band_with_the_stor
     assert copy in texts[0] and contents[copy] == "name: agent\nlikes: awk\n"  # named, and on the store
 
 
-def test_a_write_nobody_else_touched_is_on_the_store_when_the_tool_returns(wworld, run_item):
+def test_a_write_nobody_else_touched_is_on_the_store_when_the_tool_returns(wworld, worker):
     wworld.mount(*STALE)
     m = wworld.memory
     seen: dict = {}
-    run = run_item(
+    run = worker.run(
         [
             Step(
                 "write",
@@ -101,13 +83,13 @@ def test_a_write_nobody_else_touched_is_on_the_store_when_the_tool_returns(wworl
     assert seen.get("/new/now.md") == "on the store at once\n"  # before the next call, not at the end
 
 
-def test_a_shell_append_after_another_writers_append_keeps_both_lines(wworld, run_item):
+def test_a_shell_append_after_another_writers_append_keeps_both_lines(wworld, worker):
     wworld.mount(*STALE)
     m = wworld.memory
     memory_id = wworld.api.memories(wworld.rw)["/notes/todo.md"]["id"]
     todo = wworld.api.contents(wworld.rw)["/notes/todo.md"]
     wworld.api.update(wworld.rw, memory_id, content=todo + "- theirs\n")
-    run = run_item([Step("bash", {"command": f"echo '- mine' >> {m(RW, 'notes/todo.md')}"})])
+    run = worker.run([Step("bash", {"command": f"echo '- mine' >> {m(RW, 'notes/todo.md')}"})])
     assert [r["is_error"] for r in run.results()] == [False], run.texts()
     assert (
         wworld.api.contents(wworld.rw)["/notes/todo.md"] == todo + "- theirs\n- mine\n"

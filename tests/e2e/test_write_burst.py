@@ -15,10 +15,8 @@ import time
 
 import pytest
 
-from tests.support.api import Api
-from tests.support.proxy import Proxy
-from tests.support.sandbox import Sandbox
-from tests.support.service import ServiceProcess
+from tests.support.sandbox import SandboxWorld
+from tests.support.world import StoreSpec
 
 SLUG = "burst-notes"
 N = 300
@@ -30,17 +28,12 @@ SEED = {"/old/a.md": "a\n", "/old/b.md": "b\n", "/gone.md": "gone\n", "/edit.md"
 @pytest.mark.expected_log(r"change\(s\) are not on the store service")  # the refused creates, at unmount
 def test_a_300_file_burst_lands_in_few_requests_or_singles_on_the_hosted_api(tmp_path, hosted):
     # live after the burst: 4 seeded - 1 deleted + 300 new; room for all but three of the new
-    svc = ServiceProcess(tmp_path / "service", hosted_api=hosted, max_memories=len(SEED) - 1 + N - 3)
-    api = Api(svc.base_url, svc.admin_key)
-    proxy = Proxy(svc.base_url)
-    box = None
+    notes = StoreSpec("Burst Notes", seed=SEED)
+    world = SandboxWorld.serving(tmp_path, [notes], hosted_api=hosted, max_memories=len(SEED) - 1 + N - 3)
     try:
-        store = api.create_store("Burst Notes")
-        ids = {p: api.create(store, p, c)["id"] for p, c in SEED.items()}
-        session = api.create_session([(store, "read_write")])
-        box = Sandbox(
-            tmp_path, "a", base_url=proxy.url, session_id=session["id"], work_secret=session["work_secret"]
-        )
+        api, store, ids = world.api, world.rw, world.ids
+        proxy = world.proxy()
+        box = world.sandbox("a", base_url=proxy.url)
         box.mount()
         root = box.root / SLUG
         proxy.reset_counts()  # from here: the burst, whenever the mount sends it (a tick or live mode)
@@ -85,11 +78,7 @@ def test_a_300_file_burst_lands_in_few_requests_or_singles_on_the_hosted_api(tmp
         box.sync()
         assert proxy.count("POST", r"/memor") == 0 and proxy.count("DELETE", r"/memor") == 0
     finally:
-        if box is not None:
-            box.close()
-        proxy.close()
-        api.close()
-        svc.stop()
+        world.close()
 
 
 def _burst(root, tag: str, n: int) -> None:
@@ -106,16 +95,11 @@ def test_a_service_without_the_batch_route_gets_single_requests_and_a_failed_bat
     """A memfs service that has the counter but answers the batch 404 (an older memfs): the stage
     goes out as single requests and the batch is not asked again. A batch answered 503: the push
     fails, the changes stay staged, and the next tick sends them."""
-    svc = ServiceProcess(tmp_path / "service")
-    api = Api(svc.base_url, svc.admin_key)
-    proxy = Proxy(svc.base_url)
-    box = None
+    world = SandboxWorld.serving(tmp_path, [StoreSpec("Burst Notes")])
     try:
-        store = api.create_store("Burst Notes")
-        session = api.create_session([(store, "read_write")])
-        box = Sandbox(
-            tmp_path, "a", base_url=proxy.url, session_id=session["id"], work_secret=session["work_secret"]
-        )
+        api, store = world.api, world.rw
+        proxy = world.proxy()
+        box = world.sandbox("a", base_url=proxy.url)
         box.mount()
         root = box.root / SLUG
 
@@ -145,12 +129,7 @@ def test_a_service_without_the_batch_route_gets_single_requests_and_a_failed_bat
             for i in range(1, n + 1):
                 assert contents[f"/{tag}/f{i}.md"] == f"{tag} {i}\n"
     finally:
-        if box is not None:
-            box.close()
-        proxy.clear()
-        proxy.close()
-        api.close()
-        svc.stop()
+        world.close()
 
 
 @pytest.mark.timeout(240)
@@ -159,17 +138,11 @@ def test_an_item_refused_409_inside_a_batch_is_settled_as_a_conflict_and_the_oth
     answers 409 (its precondition), the batch's other items land, and the next tick settles the
     conflict as SEMANTICS.md#d-merge says: one line changed on both sides is a true conflict, the
     store's version stays in the file and the agent's goes onto the store beside it, named."""
-    svc = ServiceProcess(tmp_path / "service")
-    api = Api(svc.base_url, svc.admin_key)
-    proxy = Proxy(svc.base_url)
-    box = None
+    world = SandboxWorld.serving(tmp_path, [StoreSpec("Burst Notes", seed={"/shared.md": "base\n"})])
     try:
-        store = api.create_store("Burst Notes")
-        mid = api.create(store, "/shared.md", "base\n")["id"]
-        session = api.create_session([(store, "read_write")])
-        box = Sandbox(
-            tmp_path, "a", base_url=proxy.url, session_id=session["id"], work_secret=session["work_secret"]
-        )
+        api, store, mid = world.api, world.rw, world.ids["/shared.md"]
+        proxy = world.proxy()
+        box = world.sandbox("a", base_url=proxy.url)
         box.mount()
         root = box.root / SLUG
         (root / "shared.md").write_text("local\n")
@@ -198,9 +171,4 @@ def test_an_item_refused_409_inside_a_batch_is_settled_as_a_conflict_and_the_oth
         [copy] = [p for p in store_now if p.startswith("/shared.conflict-")]
         assert store_now[copy] == "local\n" and copy in line
     finally:
-        if box is not None:
-            box.close()
-        proxy.clear()
-        proxy.close()
-        api.close()
-        svc.stop()
+        world.close()

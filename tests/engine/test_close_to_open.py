@@ -18,21 +18,21 @@ async def test_a_busy_mount_applies_a_remote_change_at_once_but_not_under_an_ope
         m = await live_mount(world, nursery, {"/a.md": "alpha", "/b.md": "beta", "/gone.md": "x"})
         busy(m)  # a command runs, for ever: never quiet
         [reader] = hold(m, "/notes/a.md")
-        await world.svc.update(world.notes, world.ids["/a.md"], content="alpha 2")
-        await world.svc.update(world.notes, world.ids["/b.md"], content="beta 2")
-        await world.svc.create(world.notes, "/new.md", "new")
-        await world.svc.delete(world.notes, world.ids["/gone.md"])
+        await world.svc.update(world.rw, world.ids["/a.md"], content="alpha 2")
+        await world.svc.update(world.rw, world.ids["/b.md"], content="beta 2")
+        await world.svc.create(world.rw, "/new.md", "new")
+        await world.svc.delete(world.rw, world.ids["/gone.md"])
         # what nobody has open changes at once, directory entries included
         assert await until(
             lambda: (
-                m.read("/notes/b.md") == b"beta 2"
+                m.read_file("/notes/b.md") == b"beta 2"
                 and m.exists("/notes/new.md")
-                and m.read("/notes/new.md") == b"new"
+                and m.read_file("/notes/new.md") == b"new"
                 and not m.exists("/notes/gone.md")
             )
         ), m.store_status("notes")
         # the open file keeps its content, for that reader and for a new open while it is held
-        assert m.fs.read(reader, 0, 100) == b"alpha" and m.read("/notes/a.md") == b"alpha"
+        assert m.fs.read(reader, 0, 100) == b"alpha" and m.read_file("/notes/a.md") == b"alpha"
         s = m.store_status("notes")
         assert s["pull_pending"] and s["counter"] < await store_counter(world), s
         # no pull again while the held file stays open and the store does not move: nothing a
@@ -45,7 +45,7 @@ async def test_a_busy_mount_applies_a_remote_change_at_once_but_not_under_an_ope
         await trio.sleep(0.5)
         assert not [r for r in m.transport.requests if "/changes" in r[1]], m.transport.requests
         m.fs.release(reader)  # closed: the next open sees the new content
-        assert await until(lambda: m.read("/notes/a.md") == b"alpha 2"), m.store_status("notes")
+        assert await until(lambda: m.read_file("/notes/a.md") == b"alpha 2"), m.store_status("notes")
         assert await until(lambda: not m.store_status("notes")["pull_pending"])
         assert m.store_status("notes")["counter"] == await store_counter(world)
         world.svc.app.watch_hub.close()
@@ -57,11 +57,11 @@ async def test_memfs_sync_applies_everything_though_a_file_is_open(world):
         m = await live_mount(world, nursery, {"/a.md": "alpha"})
         busy(m)
         [reader] = hold(m, "/notes/a.md")
-        await world.svc.update(world.notes, world.ids["/a.md"], content="alpha 2")
+        await world.svc.update(world.rw, world.ids["/a.md"], content="alpha 2")
         moved = await store_counter(world)
         assert await until(lambda: m.store_status("notes")["counter_seen"] == moved)
         result = await m.sync(force=False)  # the next tool call starts from the store's state
-        assert result["ran"] and m.read("/notes/a.md") == b"alpha 2"
+        assert result["ran"] and m.read_file("/notes/a.md") == b"alpha 2"
         assert m.store_status("notes")["counter"] == moved
         m.fs.release(reader)
         world.svc.app.watch_hub.close()
@@ -83,12 +83,12 @@ async def test_a_file_opened_while_the_pull_fetched_waits_and_the_rest_lands_at_
             deferred_at.append(trio.current_time())
 
         m.transport.add("GET", "/memories/" + world.ids["/a.md"] + "$", before=a_reader_opens_a)
-        await world.svc.update(world.notes, world.ids["/a.md"], content="alpha 2")
-        await world.svc.update(world.notes, world.ids["/b.md"], content="beta 2")
-        assert await until(lambda: m.read("/notes/b.md") == b"beta 2"), m.store_status("notes")
+        await world.svc.update(world.rw, world.ids["/a.md"], content="alpha 2")
+        await world.svc.update(world.rw, world.ids["/b.md"], content="beta 2")
+        assert await until(lambda: m.read_file("/notes/b.md") == b"beta 2"), m.store_status("notes")
         assert deferred_at and trio.current_time() - deferred_at[0] < 0.8
-        assert m.fs.read(opened[0], 0, 100) == b"alpha" and m.read("/notes/a.md") == b"alpha"
+        assert m.fs.read(opened[0], 0, 100) == b"alpha" and m.read_file("/notes/a.md") == b"alpha"
         m.fs.release(opened[0])
-        assert await until(lambda: m.read("/notes/a.md") == b"alpha 2"), m.store_status("notes")
+        assert await until(lambda: m.read_file("/notes/a.md") == b"alpha 2"), m.store_status("notes")
         world.svc.app.watch_hub.close()
         nursery.cancel_scope.cancel()

@@ -9,40 +9,28 @@ from __future__ import annotations
 import pytest
 
 from memfs.client import ApiError, StoreClient
-from tests.engine.test_engine_rules import World, single_requests
-from tests.support.inprocess import ADMIN_KEY, BASE_URL, InProcessService
+from tests.support.inprocess import ADMIN_KEY, BASE_URL, EngineWorld, single_requests
 from tests.support.stores import FailingStore, rate_limited, unreachable
 
 pytestmark = [pytest.mark.trio, pytest.mark.timeout(20)]
-
-
-@pytest.fixture
-async def hosted(tmp_path):
-    """The service without its extensions (no counter, no changes, no snapshot: SEMANTICS.md#d-no-counter),
-    so a tick reads each store's version feed."""
-    s = InProcessService(tmp_path / "hosted", extensions=False)
-    try:
-        yield s
-    finally:
-        await s.aclose()
 
 
 async def test_a_429_on_one_stores_feed_read_holds_every_store(hosted, tmp_path):
     """A refusal that says how long to wait is the organisation's, not the store's: the tick fails
     for every store, and no tick, of any store, is due before the wait is over (SEMANTICS.md#d-unreachable).
     A store whose feed answered is not marked synced by a tick that failed."""
-    world = World(hosted, tmp_path)
+    world = EngineWorld(hosted, tmp_path)
     try:
         m = await world.setup({"/a.md": "alpha"}, {"/rules.md": "be kind"}, interval=30)
         assert m.engine.has_counter is False
-        await hosted.update(world.notes, world.ids["/a.md"], content="alpha 2")
+        await hosted.update(world.rw, world.ids["/a.md"], content="alpha 2")
         # Longer than the interval and than the idle poll (300 s) of a mount against the hosted API.
-        m.store.fail("list_versions", rate_limited(420), store_id=world.notes, times=None)
+        m.store.fail("list_versions", rate_limited(420), store_id=world.rw, times=None)
         result = await m.sync()
         assert not result["ok"] and "429" in result["error"], result
         assert m.store_status("notes")["last_result"] == "failed"
         assert m.store_status("handbook")["last_result"] == "failed"
-        assert m.read("/notes/a.md") == b"alpha"
+        assert m.read_file("/notes/a.md") == b"alpha"
         assert 415 < m.engine.due_in() <= 420
         asked = len(m.store.calls)
         assert (await m.sync(force=False, wait=False))["ran"] is False
@@ -50,7 +38,7 @@ async def test_a_429_on_one_stores_feed_read_holds_every_store(hosted, tmp_path)
         m.store.clear()
         result = await m.sync()  # forced, the fault gone: both stores sync again
         assert result["ok"], result
-        assert m.read("/notes/a.md") == b"alpha 2"
+        assert m.read_file("/notes/a.md") == b"alpha 2"
         assert m.store_status("handbook")["last_result"] == "ok"
     finally:
         await world.close()
@@ -60,23 +48,23 @@ async def test_an_unreachable_store_mid_push_leaves_the_change_staged(svc, tmp_p
     """The update meets an unreachable store while the create beside it goes out: the update's
     change stays staged (the local content kept, nothing taken as landed, `memfs status` names it),
     and the next tick pushes it, with nothing pushed twice."""
-    world = World(svc, tmp_path)
+    world = EngineWorld(svc, tmp_path)
     try:
         m = await world.setup({"/a.md": "alpha"})
         single_requests(m)
-        m.write("/notes/a.md", b"alpha 2")
-        m.write("/notes/new.md", b"fresh")
+        m.write_file("/notes/a.md", b"alpha 2")
+        m.write_file("/notes/new.md", b"fresh")
         m.store.fail("update_memory", unreachable())
         result = await m.sync()
         assert not result["ok"], result
         st = m.store_status("notes")
         assert st["last_result"] == "push failed"
         assert "/a.md" in st["paths"]["staged"]
-        assert (await svc.contents(world.notes))["/a.md"] == "alpha"
-        assert m.read("/notes/a.md") == b"alpha 2"  # the local edit, not the store's older content
+        assert (await svc.contents(world.rw))["/a.md"] == "alpha"
+        assert m.read_file("/notes/a.md") == b"alpha 2"  # the local edit, not the store's older content
         result = await m.sync()
         assert result["ok"], result
-        assert (await svc.contents(world.notes)) == {"/a.md": "alpha 2", "/new.md": "fresh"}
+        assert (await svc.contents(world.rw)) == {"/a.md": "alpha 2", "/new.md": "fresh"}
         st = m.store_status("notes")
         assert st["paths"]["staged"] == [] and st["not_on_store"] == 0
         assert m.store.count("update_memory") == 2  # the failed one and the one that landed

@@ -19,8 +19,7 @@ from pathlib import Path
 import pytest
 import trio
 
-from tests.engine.test_engine_rules import World
-from tests.support.inprocess import EngineMount
+from tests.support.inprocess import EngineMount, EngineWorld
 
 pytestmark = [pytest.mark.trio, pytest.mark.timeout(30)]
 
@@ -49,12 +48,12 @@ async def until(pred: Callable[[], bool | Awaitable[bool]], timeout: float = 10.
     return False
 
 
-async def store_counter(world: World) -> int:
-    resp = await world.svc.admin.get("/v1/memory_store_counters", params={"ids": world.notes})
+async def store_counter(world: EngineWorld) -> int:
+    resp = await world.svc.admin.get("/v1/memory_store_counters", params={"ids": world.rw})
     return int(resp.json()["data"][0]["counter"])
 
 
-async def live_mount(world: World, nursery: trio.Nursery, files: dict[str, str], **opts) -> EngineMount:
+async def live_mount(world: EngineWorld, nursery: trio.Nursery, files: dict[str, str], **opts) -> EngineMount:
     # The watch's change source: a served app runs it for its lifespan, which the in-memory
     # transport does not start.
     nursery.start_soon(world.svc.app.watch_hub.run)
@@ -74,28 +73,28 @@ async def test_a_busy_mount_pushes_after_the_debounce_though_its_store_moved(wor
         m = await live_mount(world, nursery, {"/a.md": "alpha", "/b.md": "beta"})
         applied = m.store_status("notes")["counter"]
         [reader] = hold(m, "/notes/a.md")  # a command reads /a.md
-        await world.svc.update(world.notes, world.ids["/a.md"], content="alpha from elsewhere")
+        await world.svc.update(world.rw, world.ids["/a.md"], content="alpha from elsewhere")
         moved = await store_counter(world)
         assert await until(lambda: m.store_status("notes")["counter_seen"] == moved)
-        m.write("/notes/new.md", b"written while busy")
-        m.write("/notes/b.md", b"beta, edited while busy")
+        m.write_file("/notes/new.md", b"written while busy")
+        m.write_file("/notes/b.md", b"beta, edited while busy")
         assert await until(
             lambda: _has(world, {"/new.md": "written while busy", "/b.md": "beta, edited while busy"})
-        ), await world.svc.contents(world.notes)
+        ), await world.svc.contents(world.rw)
         assert await until(lambda: m.store_status("notes")["staged"] == 0), m.store_status("notes")
         s = m.store_status("notes")
         # the open file keeps its content: the remote edit waits for its close or `memfs sync`
         assert s["counter"] == applied and s["pull_pending"], s
-        assert m.fs.read(reader, 0, 100) == b"alpha" and m.read("/notes/a.md") == b"alpha"
+        assert m.fs.read(reader, 0, 100) == b"alpha" and m.read_file("/notes/a.md") == b"alpha"
         result = await m.sync(force=False)
-        assert result["ran"] and m.read("/notes/a.md") == b"alpha from elsewhere"
+        assert result["ran"] and m.read_file("/notes/a.md") == b"alpha from elsewhere"
         assert m.store_status("notes")["counter"] == await store_counter(world)
         world.svc.app.watch_hub.close()
         nursery.cancel_scope.cancel()
 
 
-async def _has(world: World, want: dict[str, str]) -> bool:
-    have = await world.svc.contents(world.notes)
+async def _has(world: EngineWorld, want: dict[str, str]) -> bool:
+    have = await world.svc.contents(world.rw)
     return all(have.get(p) == c for p, c in want.items())
 
 
@@ -107,22 +106,22 @@ async def test_a_store_that_moved_again_during_its_pull_is_pulled_at_the_next_sy
     async with trio.open_nursery() as nursery:
         m = await live_mount(world, nursery, {"/a.md": "alpha", "/b.md": "beta"})
         hold(m, "/notes/a.md", "/notes/b.md")
-        await world.svc.update(world.notes, world.ids["/a.md"], content="alpha 2")
+        await world.svc.update(world.rw, world.ids["/a.md"], content="alpha 2")
         first = await store_counter(world)
         assert await until(lambda: m.store_status("notes")["counter_seen"] == first)
 
         async def second_writer(_request) -> None:  # commits while the pull fetches /a.md
-            await world.svc.update(world.notes, world.ids["/b.md"], content="beta 2")
+            await world.svc.update(world.rw, world.ids["/b.md"], content="beta 2")
             second = await store_counter(world)
             assert await until(lambda: m.store_status("notes")["counter_seen"] == second)
 
         m.transport.add("GET", "/memories/" + world.ids["/a.md"] + "$", before=second_writer)
         result = await m.sync(force=False)
-        assert result["ran"] and m.read("/notes/a.md") == b"alpha 2"
+        assert result["ran"] and m.read_file("/notes/a.md") == b"alpha 2"
         assert m.store_status("notes")["pull_pending"], m.store_status("notes")
         result = await m.sync(force=False)  # the next tool call
         assert result["ran"], result
-        assert m.read("/notes/b.md") == b"beta 2"
+        assert m.read_file("/notes/b.md") == b"beta 2"
         s = m.store_status("notes")
         assert s["counter"] == await store_counter(world) and not s["pull_pending"], s
         world.svc.app.watch_hub.close()
@@ -134,16 +133,16 @@ async def test_a_pull_that_lacks_most_of_the_store_takes_one_snapshot_instead_of
     request, content included) instead of a GET per memory. A few changes still cost a GET each."""
     m = await world.setup({f"/d/f{i:02}.md": f"memory {i}" for i in range(40)})
     for i in range(30):
-        await world.svc.update(world.notes, world.ids[f"/d/f{i:02}.md"], content=f"memory {i}, again")
+        await world.svc.update(world.rw, world.ids[f"/d/f{i:02}.md"], content=f"memory {i}, again")
     m.transport.clear()
     result = await m.sync()
     assert result["ok"] and result["pulled"] == 30, result
     assert m.transport.count("GET", "/snapshot$") == 1 and m.transport.count("GET", r"/memories/mem_") == 0
-    assert all(m.read(f"/notes/d/f{i:02}.md") == f"memory {i}, again".encode() for i in range(30))
-    assert m.read("/notes/d/f39.md") == b"memory 39"
+    assert all(m.read_file(f"/notes/d/f{i:02}.md") == f"memory {i}, again".encode() for i in range(30))
+    assert m.read_file("/notes/d/f39.md") == b"memory 39"
     assert m.store_status("notes")["counter"] == await store_counter(world)
     for i in range(3):
-        await world.svc.update(world.notes, world.ids[f"/d/f{i:02}.md"], content=f"memory {i}, third")
+        await world.svc.update(world.rw, world.ids[f"/d/f{i:02}.md"], content=f"memory {i}, third")
     m.transport.clear()
     assert (await m.sync())["pulled"] == 3
     assert m.transport.count("GET", "/snapshot$") == 0 and m.transport.count("GET", r"/memories/mem_") == 3
@@ -181,17 +180,15 @@ async def test_a_busy_mounts_update_answered_409_is_sent_once_though_the_rest_of
         if not batches:
             m.engine.pusher.has_batch = False
         a, b = world.ids["/a.md"], world.ids["/b.md"]
-        await world.svc.update(world.notes, a, content="alpha from elsewhere")
+        await world.svc.update(world.rw, a, content="alpha from elsewhere")
         moved = await store_counter(world)
         assert await until(lambda: m.store_status("notes")["counter_seen"] == moved)
         sent = sent_updates(m)
-        m.write("/notes/a.md", b"alpha, mine")
-        m.write("/notes/b.md", b"beta, mine")
-        assert await until(lambda: _has(world, {"/b.md": "beta, mine"})), await world.svc.contents(
-            world.notes
-        )
+        m.write_file("/notes/a.md", b"alpha, mine")
+        m.write_file("/notes/b.md", b"beta, mine")
+        assert await until(lambda: _has(world, {"/b.md": "beta, mine"})), await world.svc.contents(world.rw)
         # the engine is done with this state: no further live wave for it
-        sid = world.notes
+        sid = world.rw
         assert await until(
             lambda: (
                 m.engine.push_done.is_set()
@@ -199,9 +196,9 @@ async def test_a_busy_mounts_update_answered_409_is_sent_once_though_the_rest_of
             )
         )
         assert sorted(sent) == sorted([a, b]), [{a: "a", b: "b"}[x] for x in sent]
-        assert (await world.svc.contents(world.notes))["/a.md"] == "alpha from elsewhere"
+        assert (await world.svc.contents(world.rw))["/a.md"] == "alpha from elsewhere"
         result = await m.sync(force=False)  # between commands: the pull settles the conflict
-        assert result["ran"] and m.read("/notes/a.md") == b"alpha from elsewhere"
+        assert result["ran"] and m.read_file("/notes/a.md") == b"alpha from elsewhere"
         assert sorted(sent) == sorted([a, b]), sent  # the pull settled it: nothing sent again
         [notice] = [n for n in m.notices("notes") if "/a.md" in n]
         assert "store-won-conflict" in notice

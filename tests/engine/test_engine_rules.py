@@ -21,63 +21,16 @@ import pytest
 
 from memfs.mount.replies import FsError
 from memfs.records import StoreInfo
-from tests.support.inprocess import EngineMount, InProcessService
+from tests.support.inprocess import MEMORY_BY_ID, InProcessService, single_requests
 from tests.support.stores import refused, server_error, unreachable
 
 pytestmark = [pytest.mark.trio, pytest.mark.timeout(20)]
 
-MEMORY_BY_ID = r"/memories/mem_[^/]+$"
-
-
-class World:
-    """Two stores (notes: read_write, handbook: read_only) and a mount of both."""
-
-    def __init__(self, svc: InProcessService, tmp: Path):
-        self.svc, self.tmp = svc, tmp
-        self.mounts: list[EngineMount] = []
-
-    async def setup(
-        self, notes: dict[str, str], handbook: dict[str, str] | None = None, **opts
-    ) -> EngineMount:
-        self.notes = await self.svc.create_store("Notes")
-        self.handbook = await self.svc.create_store("Handbook")
-        self.ids: dict[str, str] = {}
-        for store, files in ((self.notes, notes), (self.handbook, handbook or {})):
-            for path, text in files.items():
-                self.ids[path] = (await self.svc.create(store, path, text))["id"]
-        self.token, _ = await self.svc.session_token(
-            [(self.notes, "read_write"), (self.handbook, "read_only")]
-        )
-        self.stores = [
-            StoreInfo(self.notes, "Notes", "notes", "read_write"),
-            StoreInfo(self.handbook, "Handbook", "handbook", "read_only"),
-        ]
-        m = self.mount(self.stores, **opts)
-        await m.engine.initial()
-        return m
-
-    def mount(self, stores: list[StoreInfo], **opts) -> EngineMount:
-        m = EngineMount(self.tmp / "state", self.svc, self.token, stores, **opts)
-        self.mounts.append(m)
-        return m
-
-    async def close(self) -> None:
-        for m in self.mounts:
-            await m.aclose()
-
-
-def single_requests(m: EngineMount) -> None:
-    """Push one request per change, as against the hosted API or a service without the batch route
-    (the engine learns that from the first batch answered 404/405): the faults below aim at the
-    single requests. The batch path's answers are tested through real mounts in
-    tests/e2e/test_write_burst.py (per-item 409, refusals, a failed batch)."""
-    m.engine.pusher.has_batch = False
-
 
 async def test_initial_download_materialises_every_store_and_pushes_nothing(world):
     m = await world.setup({"/a.md": "alpha", "/d/b.md": "beta"}, {"/rules.md": "be kind"})
-    assert m.read("/notes/a.md") == b"alpha" and m.read("/notes/d/b.md") == b"beta"
-    assert m.read("/handbook/rules.md") == b"be kind"
+    assert m.read_file("/notes/a.md") == b"alpha" and m.read_file("/notes/d/b.md") == b"beta"
+    assert m.read_file("/handbook/rules.md") == b"be kind"
     assert not [r for r in m.transport.requests if r[0] in ("POST", "DELETE")]
 
 
@@ -92,13 +45,13 @@ async def test_idle_tick_is_one_request(world):
 
 async def test_remote_changes_come_through_the_changes_feed(world):
     m = await world.setup({"/a.md": "alpha", "/b.md": "beta"})
-    await world.svc.update(world.notes, world.ids["/a.md"], content="alpha 2")
-    await world.svc.delete(world.notes, world.ids["/b.md"])
-    await world.svc.create(world.notes, "/c.md", "gamma")
+    await world.svc.update(world.rw, world.ids["/a.md"], content="alpha 2")
+    await world.svc.delete(world.rw, world.ids["/b.md"])
+    await world.svc.create(world.rw, "/c.md", "gamma")
     m.transport.clear()
     result = await m.sync()
     assert result["ok"] and result["pulled"] == 3
-    assert m.read("/notes/a.md") == b"alpha 2" and m.read("/notes/c.md") == b"gamma"
+    assert m.read_file("/notes/a.md") == b"alpha 2" and m.read_file("/notes/c.md") == b"gamma"
     assert not m.exists("/notes/b.md")
     assert m.transport.count("GET", "/changes$") == 1 and m.transport.count("GET", r"/memories$") == 0
 
@@ -108,43 +61,43 @@ async def test_pull_is_deferred_while_a_file_is_open_with_unflushed_writes(world
     counter = m.store_status("notes")["counter"]
     fh = m.open_write("/notes/a.md")
     m.fs.write(fh, 0, b"half an edit")
-    await world.svc.update(world.notes, world.ids["/a.md"], content="theirs")
-    await world.svc.update(world.notes, world.ids["/b.md"], content="beta 2")
+    await world.svc.update(world.rw, world.ids["/a.md"], content="theirs")
+    await world.svc.update(world.rw, world.ids["/b.md"], content="beta 2")
     result = await m.sync()
     assert result["ok"] and result["pulled"] == 0
     # The whole store waits: neither the open file nor its neighbour changed, the counter stays.
     assert m.fs.read(fh, 0, 1 << 20) == b"half an edit"  # what a reader of the open file sees
-    assert m.read("/notes/b.md") == b"beta"
+    assert m.read_file("/notes/b.md") == b"beta"
     assert m.store_status("notes")["counter"] == counter
     m.fs.write(fh, 12, b", finished")
     m.close(fh)
     result = await m.sync()
     # Both sides edited: the store wins, the agent's version is kept and named.
-    assert m.read("/notes/a.md") == b"theirs" and m.read("/notes/b.md") == b"beta 2"
+    assert m.read_file("/notes/a.md") == b"theirs" and m.read_file("/notes/b.md") == b"beta 2"
     [notice] = [n for n in m.notices("notes") if "/a.md" in n]
     assert " store-won-conflict /a.md " in notice and "kept at" in notice
     kept = Path(re.search(r"kept at (\S+?)\)", notice).group(1))
     assert kept.read_bytes() == b"half an edit, finished"
-    assert (await world.svc.contents(world.notes))["/a.md"] == "theirs"
+    assert (await world.svc.contents(world.rw))["/a.md"] == "theirs"
 
 
 async def test_content_changed_between_listing_and_fetch_is_fetched_as_it_is_now(world):
     m = await world.setup({"/a.md": "alpha"})
     mid = world.ids["/a.md"]
-    await world.svc.update(world.notes, mid, content="second")
+    await world.svc.update(world.rw, mid, content="second")
 
     async def third_writer(_request) -> None:  # lands after the feed named "second", before the fetch
-        await world.svc.update(world.notes, mid, content="third")
+        await world.svc.update(world.rw, mid, content="third")
 
     m.transport.add("GET", MEMORY_BY_ID, before=third_writer)
     result = await m.sync()
     assert result["ok"]
-    assert m.read("/notes/a.md") == b"third"
+    assert m.read_file("/notes/a.md") == b"third"
     # The baseline is what was fetched: the next tick finds nothing to push and nothing to pull.
     m.transport.clear()
     result = await m.sync()
     assert result["ok"] and result["pushed"] == 0 and result["pulled"] == 0
-    assert (await world.svc.contents(world.notes)) == {"/a.md": "third"}
+    assert (await world.svc.contents(world.rw)) == {"/a.md": "third"}
 
 
 async def test_push_answered_409_leaves_the_store_winning_and_the_local_version_kept(world):
@@ -152,21 +105,21 @@ async def test_push_answered_409_leaves_the_store_winning_and_the_local_version_
     m = await world.setup({"/a.md": "alpha"}, on_conflict="store-wins")
     single_requests(m)
     mid = world.ids["/a.md"]
-    m.write("/notes/a.md", b"mine")
+    m.write_file("/notes/a.md", b"mine")
 
     async def other_writer(_request) -> None:  # the store moves on between our pull and our push
-        await world.svc.update(world.notes, mid, content="theirs")
+        await world.svc.update(world.rw, mid, content="theirs")
 
     m.transport.add("POST", MEMORY_BY_ID, before=other_writer)
     result = await m.sync()
     assert result["ok"] and result["pushed"] == 0  # a 409 is an answer, not a failure
-    assert (await world.svc.contents(world.notes)) == {"/a.md": "theirs"}  # the precondition held
+    assert (await world.svc.contents(world.rw)) == {"/a.md": "theirs"}  # the precondition held
     await m.sync()
-    assert m.read("/notes/a.md") == b"theirs"
+    assert m.read_file("/notes/a.md") == b"theirs"
     [notice] = [n for n in m.notices("notes") if "/a.md" in n]
     kept = Path(re.search(r"kept at (\S+?)\)", notice).group(1))
     assert kept.read_bytes() == b"mine"
-    assert m.engine.not_on_store()[world.notes].count == 0
+    assert m.engine.not_on_store()[world.rw].count == 0
 
 
 async def test_a_refused_delete_stays_staged_and_the_other_pushes_land(world):
@@ -176,30 +129,30 @@ async def test_a_refused_delete_stays_staged_and_the_other_pushes_land(world):
     m = await world.setup({"/a.md": "alpha", "/b.md": "beta"})
     single_requests(m)
     m.unlink("/notes/a.md")
-    m.write("/notes/b.md", b"mine")
+    m.write_file("/notes/b.md", b"mine")
     m.store.fail("delete_memory", refused(400))
     result = await m.sync()
     assert result["ok"] and result["pushed"] == 1, result
-    assert (await world.svc.contents(world.notes)) == {"/a.md": "alpha", "/b.md": "mine"}
-    assert m.engine.not_on_store()[world.notes].staged == ["/a.md"]
+    assert (await world.svc.contents(world.rw)) == {"/a.md": "alpha", "/b.md": "mine"}
+    assert m.engine.not_on_store()[world.rw].staged == ["/a.md"]
     result = await m.sync()  # no fault now: the delete goes out
     assert result["ok"] and result["pushed"] == 1, result
-    assert (await world.svc.contents(world.notes)) == {"/b.md": "mine"}
+    assert (await world.svc.contents(world.rw)) == {"/b.md": "mine"}
 
 
 async def test_push_answered_404_is_settled_by_the_next_tick_without_losing_the_edit(world):
     m = await world.setup({"/a.md": "alpha"})
     single_requests(m)
     mid = world.ids["/a.md"]
-    m.write("/notes/a.md", b"mine")
+    m.write_file("/notes/a.md", b"mine")
 
     async def deleter(_request) -> None:  # the memory is deleted between our pull and our push
-        await world.svc.delete(world.notes, mid)
+        await world.svc.delete(world.rw, mid)
 
     m.transport.add("POST", MEMORY_BY_ID, before=deleter)
     result = await m.sync()
     assert result["ok"] and result["pushed"] == 0
-    assert (await world.svc.contents(world.notes)) == {}
+    assert (await world.svc.contents(world.rw)) == {}
     await m.sync()
     # SEMANTICS.md#d-store-deleted: the store deleted an edited file: the file goes, the agent's version is kept.
     assert not m.exists("/notes/a.md")
@@ -215,15 +168,15 @@ async def test_delete_carries_the_expected_sha_so_a_concurrent_edit_survives(wor
     m.unlink("/notes/a.md")
 
     async def editor(_request) -> None:  # the store edits the memory between our pull and our delete
-        await world.svc.update(world.notes, mid, content="edited meanwhile")
+        await world.svc.update(world.rw, mid, content="edited meanwhile")
 
     m.transport.add("DELETE", MEMORY_BY_ID, before=editor)
     result = await m.sync()
     assert result["ok"] and result["pushed"] == 0
-    assert (await world.svc.contents(world.notes)) == {"/a.md": "edited meanwhile"}
+    assert (await world.svc.contents(world.rw)) == {"/a.md": "edited meanwhile"}
     await m.sync()
     # Local delete vs store edit: the store wins, the file is restored.
-    assert m.read("/notes/a.md") == b"edited meanwhile"
+    assert m.read_file("/notes/a.md") == b"edited meanwhile"
     assert any("store-won-conflict" in n and "/a.md" in n for n in m.notices("notes"))
 
 
@@ -238,7 +191,7 @@ async def test_renames_go_out_in_waves_keeping_memory_ids(world):
     m.transport.clear()
     result = await m.sync()
     assert result["ok"]
-    after = await world.svc.memories(world.notes)
+    after = await world.svc.memories(world.rw)
     assert {p: x["content"] for p, x in after.items()} == {
         "/a.md": "beta",
         "/b.md": "alpha",
@@ -257,7 +210,7 @@ async def test_an_upload_the_service_refuses_is_recorded_and_not_retried(world):
     m = await world.setup({"/a.md": "alpha"})
     single_requests(m)
     m.transport.add("POST", r"/memories$", status=413)
-    m.write("/notes/new.md", b"too much")
+    m.write_file("/notes/new.md", b"too much")
     result = await m.sync()
     assert result["ok"] and result["pushed"] == 0
     st = m.store_status("notes")
@@ -266,16 +219,16 @@ async def test_an_upload_the_service_refuses_is_recorded_and_not_retried(world):
     m.transport.clear()
     await m.sync()
     assert m.transport.count("POST") == 0  # not again until the file changes
-    m.write("/notes/new.md", b"smaller")
+    m.write_file("/notes/new.md", b"smaller")
     assert (await m.sync())["pushed"] == 1
-    assert (await world.svc.contents(world.notes))["/new.md"] == "smaller"
+    assert (await world.svc.contents(world.rw))["/new.md"] == "smaller"
 
 
 async def test_the_services_memory_limit_refuses_a_create(world, tmp_path):
     world.svc = limited = InProcessService(tmp_path / "limited", max_memories=1)
     try:
         m = await world.setup({"/a.md": "alpha"})
-        m.write("/notes/b.md", b"one too many")
+        m.write_file("/notes/b.md", b"one too many")
         result = await m.sync()
         assert result["ok"] and result["pushed"] == 0
         assert m.store_status("notes")["paths"]["refused"] == ["/b.md"]
@@ -289,19 +242,19 @@ async def test_the_services_memory_limit_refuses_a_create(world, tmp_path):
 async def test_a_read_only_store_is_never_pushed_to_and_the_store_wins(world):
     m = await world.setup({"/a.md": "alpha"}, {"/rules.md": "be kind"})
     with pytest.raises(FsError) as e:
-        m.write("/handbook/rules.md", b"be rude")
+        m.write_file("/handbook/rules.md", b"be rude")
     assert e.value.errno == errno.EROFS
     # A store attached read_write last session, read_only now, with an edit staged then.
-    m.write("/notes/a.md", b"staged edit")
+    m.write_file("/notes/a.md", b"staged edit")
     await m.aclose()
-    ro = [StoreInfo(world.notes, "Notes", "notes", "read_only"), world.stores[1]]
+    ro = [StoreInfo(world.rw, "Notes", "notes", "read_only"), world.stores[1]]
     m2 = world.mount(ro)
     await m2.engine.initial()
     result = await m2.sync()
     assert result["ok"] and result["pushed"] == 0
     assert not [r for r in m2.transport.requests if r[0] in ("POST", "DELETE")]
-    assert m2.read("/notes/a.md") == b"alpha"
-    assert (await world.svc.contents(world.notes)) == {"/a.md": "alpha"}
+    assert m2.read_file("/notes/a.md") == b"alpha"
+    assert (await world.svc.contents(world.rw)) == {"/a.md": "alpha"}
     assert m2.store_status("notes")["not_on_store"] == 0
 
 
@@ -311,7 +264,7 @@ async def test_memories_over_the_mount_limits_are_not_materialised(world):
     assert any("over-limit" in n and "/c.md" in n for n in m.notices("notes"))
     m.transport.clear()
     assert (await m.sync())["pushed"] == 0  # a memory not materialised is not a local delete
-    assert (await world.svc.contents(world.notes)).keys() == {"/a.md", "/b.md", "/c.md"}
+    assert (await world.svc.contents(world.rw)).keys() == {"/a.md", "/b.md", "/c.md"}
 
 
 async def test_a_failed_tick_counts_as_an_attempt(world):
@@ -330,11 +283,11 @@ async def test_a_failed_tick_counts_as_an_attempt(world):
 
 async def test_a_short_retry_after_is_retried_inside_the_tick(world):
     m = await world.setup({"/a.md": "alpha"})
-    await world.svc.update(world.notes, world.ids["/a.md"], content="alpha 2")
+    await world.svc.update(world.rw, world.ids["/a.md"], content="alpha 2")
     m.transport.add("GET", "/changes$", status=429, headers={"retry-after-ms": "10"})
     result = await m.sync()
     assert result["ok"] and m.client.retried == 1
-    assert m.read("/notes/a.md") == b"alpha 2"
+    assert m.read_file("/notes/a.md") == b"alpha 2"
 
 
 async def test_a_long_retry_after_is_honoured_by_the_next_tick(world):
@@ -356,30 +309,30 @@ async def test_a_long_retry_after_is_honoured_by_the_next_tick(world):
 async def test_a_push_refused_with_a_long_retry_after_waits_for_it(world):
     m = await world.setup({"/a.md": "alpha"}, interval=30)
     single_requests(m)
-    m.write("/notes/a.md", b"alpha 2")
+    m.write_file("/notes/a.md", b"alpha 2")
     m.transport.add("POST", MEMORY_BY_ID, status=503, headers={"retry-after": "90"})
     result = await m.sync(wait=True)
     assert not result["ok"]
     assert 85 < m.engine.due_in() <= 90
-    assert (await world.svc.contents(world.notes))["/a.md"] == "alpha"  # still staged, not lost
+    assert (await world.svc.contents(world.rw))["/a.md"] == "alpha"  # still staged, not lost
     assert (await m.sync(force=False, wait=False))["ran"] is False
     sent = len(m.transport.requests)
     assert not (await m.sync(wait=True))["ok"]  # held back, even forced (SEMANTICS.md#d-budget)
     assert len(m.transport.requests) == sent
     m.client.budget.hold_until = 0.0  # as if the 90 s had passed
     assert (await m.sync(wait=True))["ok"]
-    assert (await world.svc.contents(world.notes))["/a.md"] == "alpha 2"
+    assert (await world.svc.contents(world.rw))["/a.md"] == "alpha 2"
 
 
 async def test_a_dropped_connection_fails_the_tick_and_changes_nothing(world):
     m = await world.setup({"/a.md": "alpha", "/b.md": "beta"})
     counter = m.store_status("notes")["counter"]
-    await world.svc.update(world.notes, world.ids["/a.md"], content="alpha 2")
-    await world.svc.update(world.notes, world.ids["/b.md"], content="beta 2")
+    await world.svc.update(world.rw, world.ids["/a.md"], content="alpha 2")
+    await world.svc.update(world.rw, world.ids["/b.md"], content="beta 2")
     m.transport.add("GET", MEMORY_BY_ID, drop=True)
     result = await m.sync()
     assert not result["ok"] and "RemoteProtocolError" in result["error"]
-    assert m.read("/notes/a.md") == b"alpha" and m.read("/notes/b.md") == b"beta"  # all or nothing
+    assert m.read_file("/notes/a.md") == b"alpha" and m.read_file("/notes/b.md") == b"beta"  # all or nothing
     assert m.store_status("notes")["counter"] == counter
     assert (await m.sync())["pulled"] == 2
 
@@ -387,7 +340,7 @@ async def test_a_dropped_connection_fails_the_tick_and_changes_nothing(world):
 async def test_what_is_not_on_the_store_is_named_until_pushed(world):
     m = await world.setup({"/a.md": "alpha"})
     single_requests(m)
-    m.write("/notes/new.md", b"fresh")
+    m.write_file("/notes/new.md", b"fresh")
     m.store.fail("create_memory", unreachable())
     result = await m.sync()
     assert not result["ok"]
@@ -395,24 +348,24 @@ async def test_what_is_not_on_the_store_is_named_until_pushed(world):
     assert st["last_result"] == "push failed" and st["paths"]["staged"] == ["/new.md"]
     final = await m.engine.final_sync(timeout=5)
     assert final["ok"] and final["pending"] == 0 and final["pushed"] == 1
-    assert (await world.svc.contents(world.notes))["/new.md"] == "fresh"
+    assert (await world.svc.contents(world.rw))["/new.md"] == "fresh"
 
 
 async def test_the_final_sync_tries_a_dropped_push_again_and_a_lost_answer_doubles_nothing(world):
     # A proxy that closes a kept-alive connection as the final push goes out (seen in CI through
     # tinyproxy) must not leave the change staged at unmount: the final sync tries again.
     m = await world.setup({"/a.md": "alpha"})
-    m.write("/notes/new.md", b"fresh")
-    m.write("/notes/a.md", b"alpha 2")
+    m.write_file("/notes/new.md", b"fresh")
+    m.write_file("/notes/a.md", b"alpha 2")
     dropped = m.transport.add("POST", r"/memory_batch$", drop=True)  # before the service sees it
     final = await m.engine.final_sync(timeout=10)
     assert final["ok"] and final["pending"] == 0 and final["pushed"] == 2, final
     assert dropped.hits == 1
-    assert (await world.svc.contents(world.notes)) == {"/a.md": "alpha 2", "/new.md": "fresh"}
+    assert (await world.svc.contents(world.rw)) == {"/a.md": "alpha 2", "/new.md": "fresh"}
 
     # The answer lost after the service applied the push: the retry's pull settles it.
-    m.write("/notes/new.md", b"fresh 2")
-    m.write("/notes/late.md", b"late")
+    m.write_file("/notes/new.md", b"fresh 2")
+    m.write_file("/notes/late.md", b"late")
 
     async def answer_lost(request):
         await world.svc.transport.handle_async_request(request)  # applied on the service...
@@ -421,7 +374,7 @@ async def test_the_final_sync_tries_a_dropped_push_again_and_a_lost_answer_doubl
     lost = m.transport.add("POST", r"/memory_batch$", before=answer_lost)
     final = await m.engine.final_sync(timeout=10)
     assert final["ok"] and final["pending"] == 0, final
-    assert (await world.svc.contents(world.notes)) == {
+    assert (await world.svc.contents(world.rw)) == {
         "/a.md": "alpha 2",
         "/new.md": "fresh 2",
         "/late.md": "late",
@@ -432,7 +385,7 @@ async def test_the_final_sync_tries_a_dropped_push_again_and_a_lost_answer_doubl
 
 async def test_the_final_sync_gives_up_after_two_more_tries_and_names_what_is_staged(world):
     m = await world.setup({"/a.md": "alpha"})
-    m.write("/notes/new.md", b"fresh")
+    m.write_file("/notes/new.md", b"fresh")
     m.transport.add("POST", r"/memory_batch$", drop=True, times=None)
     final = await m.engine.final_sync(timeout=10)
     assert not final["ok"] and final["pending"] == 1, final
@@ -442,16 +395,16 @@ async def test_the_final_sync_gives_up_after_two_more_tries_and_names_what_is_st
 
 async def test_changes_staged_before_a_restart_are_pushed_after_it(world):
     m = await world.setup({"/a.md": "alpha"})
-    m.write("/notes/a.md", b"edited before the crash")
-    m.write("/notes/new.md", b"created before the crash")
+    m.write_file("/notes/a.md", b"edited before the crash")
+    m.write_file("/notes/new.md", b"created before the crash")
     m2 = await m.restart()  # no tick ran: the changes exist only in the state dir
     world.mounts.append(m2)
     await m2.engine.initial()
-    assert m2.read("/notes/a.md") == b"edited before the crash"
+    assert m2.read_file("/notes/a.md") == b"edited before the crash"
     assert m2.store_status("notes")["staged"] == 2
     assert not [r for r in m2.transport.requests if r[0] in ("POST", "DELETE")]  # initial() never pushes
     assert (await m2.sync())["pushed"] == 2
-    assert (await world.svc.contents(world.notes)) == {
+    assert (await world.svc.contents(world.rw)) == {
         "/a.md": "edited before the crash",
         "/new.md": "created before the crash",
     }
@@ -466,12 +419,12 @@ async def test_without_a_counter_a_memory_missing_from_the_listing_is_asked_by_i
         assert m.engine.has_counter is False
         for s in m.engine.stores:  # the listing path: a tick where the version feed is refused
             m.engine.reader.feed.refused_until[s.store_id] = math.inf
-        await hosted.delete(world.notes, world.ids["/d/b.md"])
+        await hosted.delete(world.rw, world.ids["/d/b.md"])
         m.transport.clear()
         result = await m.sync()
         # Listings by prefix are not one snapshot: absence may be a rename in flight, so the
         # baseline memory the listing lacks is asked by id, and only its 404 removes the file.
-        assert result["ok"] and not m.exists("/notes/d/b.md") and m.read("/notes/a.md") == b"alpha"
+        assert result["ok"] and not m.exists("/notes/d/b.md") and m.read_file("/notes/a.md") == b"alpha"
         assert m.transport.count("GET", MEMORY_BY_ID) == 1
         m.transport.clear()
         result = await m.sync()  # idle: it lists (no counter to ask), nothing else

@@ -49,6 +49,6 @@ async def test_the_signal_takes_a_move_as_the_watch_would(world):
     m = await world.setup({"/a.md": "x"}, interval=15.0)
     e = m.engine.live
     e.watching = True
-    await world.svc.create(world.notes, "/b.md", "from elsewhere")
+    await world.svc.create(world.rw, "/b.md", "from elsewhere")
     await e.signal_use()
-    assert world.notes in e.moved and e.wake.is_set()
+    assert world.rw in e.moved and e.wake.is_set()

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.engine.test_engine_rules import MEMORY_BY_ID, single_requests
+from tests.support.inprocess import MEMORY_BY_ID, single_requests
 from tests.support.stores import unreachable
 
 pytestmark = [pytest.mark.trio, pytest.mark.timeout(30)]
@@ -22,15 +22,15 @@ def _notice(m, kind: str, path: str) -> str:
 
 async def test_two_appends_to_one_file_both_land_the_stores_line_first(world):
     m = await world.setup({"/log.md": NOTES})
-    await world.svc.update(world.notes, world.ids["/log.md"], content=NOTES + "- theirs\n")
-    m.write("/notes/log.md", (NOTES + "- mine\n").encode())
+    await world.svc.update(world.rw, world.ids["/log.md"], content=NOTES + "- theirs\n")
+    m.write_file("/notes/log.md", (NOTES + "- mine\n").encode())
     result = await m.sync()
     assert result["ok"]
     both = NOTES + "- theirs\n- mine\n"
-    assert m.read("/notes/log.md") == both.encode()
-    assert (await world.svc.contents(world.notes)) == {"/log.md": both}
+    assert m.read_file("/notes/log.md") == both.encode()
+    assert (await world.svc.contents(world.rw)) == {"/log.md": both}
     assert "merged with the store's version" in _notice(m, "merged", "/log.md")
-    assert m.engine.not_on_store()[world.notes].count == 0
+    assert m.engine.not_on_store()[world.rw].count == 0
     assert not [p for p in m.state_dir.rglob("*") if "kept" in p.parts and p.is_file()]  # nothing kept aside
 
 
@@ -40,54 +40,54 @@ async def test_a_push_answered_409_is_merged_at_the_next_pull_and_pushed_again(w
     m = await world.setup({"/log.md": NOTES})
     single_requests(m)
     mid = world.ids["/log.md"]
-    m.write("/notes/log.md", (NOTES + "- mine\n").encode())
+    m.write_file("/notes/log.md", (NOTES + "- mine\n").encode())
 
     async def other_writer(_request) -> None:
-        await world.svc.update(world.notes, mid, content=NOTES + "- theirs\n")
+        await world.svc.update(world.rw, mid, content=NOTES + "- theirs\n")
 
     m.transport.add("POST", MEMORY_BY_ID, before=other_writer)
     result = await m.sync()
     assert result["ok"] and result["pushed"] == 0  # the 409: an answer, not a failure
     await m.sync()
     both = NOTES + "- theirs\n- mine\n"
-    assert (await world.svc.contents(world.notes)) == {"/log.md": both}
-    assert m.read("/notes/log.md") == both.encode()
-    assert m.engine.not_on_store()[world.notes].count == 0
+    assert (await world.svc.contents(world.rw)) == {"/log.md": both}
+    assert m.read_file("/notes/log.md") == both.encode()
+    assert m.engine.not_on_store()[world.rw].count == 0
 
 
 async def test_sections_rewritten_by_two_writers_both_survive(world):
     text = "## alice\nold a\n\n## bob\nold b\n\n## carol\nold c\n"
     m = await world.setup({"/plan.md": text})
-    await world.svc.update(world.notes, world.ids["/plan.md"], content=text.replace("old a", "new a"))
-    m.write("/notes/plan.md", text.replace("old c", "new c").encode())
+    await world.svc.update(world.rw, world.ids["/plan.md"], content=text.replace("old a", "new a"))
+    m.write_file("/notes/plan.md", text.replace("old c", "new c").encode())
     await m.sync()
     merged = text.replace("old a", "new a").replace("old c", "new c")
-    assert (await world.svc.contents(world.notes))["/plan.md"] == merged
-    assert m.read("/notes/plan.md") == merged.encode()
+    assert (await world.svc.contents(world.rw))["/plan.md"] == merged
+    assert m.read_file("/notes/plan.md") == merged.encode()
 
 
 async def test_a_true_conflict_puts_the_agents_version_on_the_store_as_a_named_copy(world):
     m = await world.setup({"/status.md": "state: working\n"})
-    await world.svc.update(world.notes, world.ids["/status.md"], content="state: blocked\n")
-    m.write("/notes/status.md", b"state: done\n")
+    await world.svc.update(world.rw, world.ids["/status.md"], content="state: blocked\n")
+    m.write_file("/notes/status.md", b"state: done\n")
     await m.sync()
-    assert m.read("/notes/status.md") == b"state: blocked\n"  # the store's version stays in the file
-    store = await world.svc.contents(world.notes)
+    assert m.read_file("/notes/status.md") == b"state: blocked\n"  # the store's version stays in the file
+    store = await world.svc.contents(world.rw)
     [copy] = [p for p in store if p != "/status.md"]
     assert copy.startswith("/status.conflict-") and copy.endswith(".md")
     assert store[copy] == "state: done\n"  # the agent's version, on the store for every sandbox
-    assert m.read(f"/notes{copy}") == b"state: done\n"
+    assert m.read_file(f"/notes{copy}") == b"state: done\n"
     assert copy in _notice(m, "conflict-copy", "/status.md")
-    assert m.engine.not_on_store()[world.notes].count == 0  # nothing exists only in this sandbox
+    assert m.engine.not_on_store()[world.rw].count == 0  # nothing exists only in this sandbox
 
 
 async def test_json_does_not_merge_it_conflicts(world):
     """A union of two JSON documents is not JSON: the default policy merges text memories only."""
     m = await world.setup({"/cfg.json": '{\n"a": 1\n}\n'})
-    await world.svc.update(world.notes, world.ids["/cfg.json"], content='{\n"a": 1,\n"b": 2\n}\n')
-    m.write("/notes/cfg.json", b'{\n"a": 1,\n"c": 3\n}\n')
+    await world.svc.update(world.rw, world.ids["/cfg.json"], content='{\n"a": 1,\n"b": 2\n}\n')
+    m.write_file("/notes/cfg.json", b'{\n"a": 1,\n"c": 3\n}\n')
     await m.sync()
-    store = await world.svc.contents(world.notes)
+    store = await world.svc.contents(world.rw)
     assert store["/cfg.json"] == '{\n"a": 1,\n"b": 2\n}\n'
     [copy] = [p for p in store if p != "/cfg.json"]
     assert copy.endswith(".json") and store[copy] == '{\n"a": 1,\n"c": 3\n}\n'
@@ -95,20 +95,20 @@ async def test_json_does_not_merge_it_conflicts(world):
 
 async def test_both_created_one_path_merge(world):
     m = await world.setup({})
-    m.write("/notes/team.md", b"- mine\n")
-    await world.svc.create(world.notes, "/team.md", "- theirs\n")
+    m.write_file("/notes/team.md", b"- mine\n")
+    await world.svc.create(world.rw, "/team.md", "- theirs\n")
     await m.sync()
-    assert (await world.svc.contents(world.notes)) == {"/team.md": "- theirs\n- mine\n"}
-    assert m.read("/notes/team.md") == b"- theirs\n- mine\n"
-    assert m.engine.not_on_store()[world.notes].count == 0
+    assert (await world.svc.contents(world.rw)) == {"/team.md": "- theirs\n- mine\n"}
+    assert m.read_file("/notes/team.md") == b"- theirs\n- mine\n"
+    assert m.engine.not_on_store()[world.rw].count == 0
 
 
 async def test_store_wins_mode_keeps_the_seeds_rule(world):
     m = await world.setup({"/log.md": NOTES}, on_conflict="store-wins")
-    await world.svc.update(world.notes, world.ids["/log.md"], content=NOTES + "- theirs\n")
-    m.write("/notes/log.md", (NOTES + "- mine\n").encode())
+    await world.svc.update(world.rw, world.ids["/log.md"], content=NOTES + "- theirs\n")
+    m.write_file("/notes/log.md", (NOTES + "- mine\n").encode())
     await m.sync()
-    assert (await world.svc.contents(world.notes)) == {"/log.md": NOTES + "- theirs\n"}
+    assert (await world.svc.contents(world.rw)) == {"/log.md": NOTES + "- theirs\n"}
     assert "kept at" in _notice(m, "store-won-conflict", "/log.md")
 
 
@@ -120,19 +120,19 @@ async def test_a_merge_whose_push_meets_another_409_merges_again_on_the_base_it_
     m = await world.setup({"/log.md": NOTES})
     single_requests(m)
     mid = world.ids["/log.md"]
-    await world.svc.update(world.notes, mid, content=NOTES + "- theirs 0\n")
-    m.write("/notes/log.md", (NOTES + "- mine\n").encode())
+    await world.svc.update(world.rw, mid, content=NOTES + "- theirs 0\n")
+    m.write_file("/notes/log.md", (NOTES + "- mine\n").encode())
 
     async def third_writer(_request) -> None:  # lands between our merge and its push
-        await world.svc.update(world.notes, mid, content=NOTES + "- theirs 0\n- theirs 1\n")
+        await world.svc.update(world.rw, mid, content=NOTES + "- theirs 0\n- theirs 1\n")
 
     m.transport.add("POST", MEMORY_BY_ID, before=third_writer)
     result = await m.sync()
     assert result["pushed"] == 0 and result["superseded"] == 1
     await m.sync()
     want = NOTES + "- theirs 0\n- theirs 1\n- mine\n"
-    assert (await world.svc.contents(world.notes)) == {"/log.md": want}
-    assert m.read("/notes/log.md") == want.encode()
+    assert (await world.svc.contents(world.rw)) == {"/log.md": want}
+    assert m.read_file("/notes/log.md") == want.encode()
     assert m.store_status("notes")["merges"] == 2 and m.store_status("notes")["conflicts"] == 0
 
 
@@ -142,42 +142,40 @@ async def test_a_merge_whose_push_meets_another_409_merges_again_on_the_base_it_
 async def test_write_through_of_a_file_nobody_else_changed_is_one_write_request(world):
     m = await world.setup({"/log.md": NOTES})
     single_requests(m)  # as on the hosted API: the write is one request of its own
-    m.write("/notes/log.md", (NOTES + "- mine\n").encode())
+    m.write_file("/notes/log.md", (NOTES + "- mine\n").encode())
     m.transport.clear()
-    answer = await m.engine.write_through(world.notes, "/log.md")
+    answer = await m.engine.write_through(world.rw, "/log.md")
     assert answer["result"] == "pushed", answer
-    assert m.transport.requests == [
-        ("POST", f"/v1/memory_stores/{world.notes}/memories/{world.ids['/log.md']}")
-    ]
-    assert (await world.svc.contents(world.notes)) == {"/log.md": NOTES + "- mine\n"}
+    assert m.transport.requests == [("POST", f"/v1/memory_stores/{world.rw}/memories/{world.ids['/log.md']}")]
+    assert (await world.svc.contents(world.rw)) == {"/log.md": NOTES + "- mine\n"}
 
 
 async def test_write_through_meets_a_newer_version_merges_and_says_so(world):
     m = await world.setup({"/log.md": NOTES})
-    await world.svc.update(world.notes, world.ids["/log.md"], content="# notes\n- one\n- two, theirs\n")
-    m.write("/notes/log.md", (NOTES + "- mine\n").encode())
-    answer = await m.engine.write_through(world.notes, "/log.md")
+    await world.svc.update(world.rw, world.ids["/log.md"], content="# notes\n- one\n- two, theirs\n")
+    m.write_file("/notes/log.md", (NOTES + "- mine\n").encode())
+    answer = await m.engine.write_through(world.rw, "/log.md")
     assert answer["result"] == "merged", answer
     want = "# notes\n- one\n- two, theirs\n- mine\n"
-    assert (await world.svc.contents(world.notes)) == {"/log.md": want}
-    assert m.read("/notes/log.md") == want.encode()
+    assert (await world.svc.contents(world.rw)) == {"/log.md": want}
+    assert m.read_file("/notes/log.md") == want.encode()
 
 
 async def test_write_through_of_the_lines_another_writer_changed_is_a_conflict_named(world):
     m = await world.setup({"/log.md": NOTES})
-    await world.svc.update(world.notes, world.ids["/log.md"], content="# notes\n- one\n- two, theirs\n")
-    m.write("/notes/log.md", b"# notes\n- one\n- two, mine\n")
-    answer = await m.engine.write_through(world.notes, "/log.md")
+    await world.svc.update(world.rw, world.ids["/log.md"], content="# notes\n- one\n- two, theirs\n")
+    m.write_file("/notes/log.md", b"# notes\n- one\n- two, mine\n")
+    answer = await m.engine.write_through(world.rw, "/log.md")
     assert answer["result"] == "conflict" and answer["copy"].startswith("/log.conflict-"), answer
-    assert m.read("/notes/log.md") == b"# notes\n- one\n- two, theirs\n"  # the store's version
-    assert (await world.svc.contents(world.notes))[answer["copy"]] == "# notes\n- one\n- two, mine\n"
+    assert m.read_file("/notes/log.md") == b"# notes\n- one\n- two, theirs\n"  # the store's version
+    assert (await world.svc.contents(world.rw))[answer["copy"]] == "# notes\n- one\n- two, mine\n"
 
 
 async def test_write_through_with_the_store_unreachable_stays_staged_and_says_why(world):
     m = await world.setup({"/log.md": NOTES})
-    m.write("/notes/log.md", (NOTES + "- mine\n").encode())
+    m.write_file("/notes/log.md", (NOTES + "- mine\n").encode())
     m.store.fail("write_batch", unreachable(), times=None)
     m.store.fail("update_memory", unreachable(), times=None)
-    answer = await m.engine.write_through(world.notes, "/log.md")
+    answer = await m.engine.write_through(world.rw, "/log.md")
     assert answer["result"] == "staged" and "dropped" in answer["error"], answer
-    assert m.engine.not_on_store()[world.notes].count == 1
+    assert m.engine.not_on_store()[world.rw].count == 1

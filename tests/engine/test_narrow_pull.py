@@ -27,9 +27,9 @@ def whole_plans(monkeypatch) -> list[str]:
 
 
 def _assert_mirrors(world, m, contents: dict[str, str]) -> None:
-    sid = world.notes
+    sid = world.rw
     for path, text in contents.items():
-        assert m.read("/notes" + path) == text.encode(), path
+        assert m.read_file("/notes" + path) == text.encode(), path
     shown = {f.path for f in m.fs.local_view(sid).values()}
     assert shown == set(contents)
     cached = m.engine.reader.baseline(sid)  # the engine's, moved by hand after a narrowed pull
@@ -42,7 +42,7 @@ def _assert_mirrors(world, m, contents: dict[str, str]) -> None:
 async def test_remote_edits_moves_deletes_and_creates_plan_only_what_changed(world, whole_plans):
     files = {f"/d{i % 3}/f{i}.md": f"text {i}" for i in range(30)}
     m = await world.setup(files)
-    svc, notes, ids = world.svc, world.notes, world.ids
+    svc, notes, ids = world.svc, world.rw, world.ids
     assert (await m.sync())["ok"]
     whole_plans.clear()
     steps = [
@@ -63,17 +63,17 @@ async def test_remote_edits_moves_deletes_and_creates_plan_only_what_changed(wor
 async def test_a_store_with_staged_changes_is_planned_whole(world, whole_plans):
     m = await world.setup({f"/f{i}.md": str(i) for i in range(10)})
     assert (await m.sync())["ok"]
-    m.write("/notes/local.md", b"staged here")
-    await world.svc.update(world.notes, world.ids["/f1.md"], content="theirs")
+    m.write_file("/notes/local.md", b"staged here")
+    await world.svc.update(world.rw, world.ids["/f1.md"], content="theirs")
     whole_plans.clear()
     result = await m.sync()
-    assert result["ok"] and whole_plans == [world.notes]
-    contents = await world.svc.contents(world.notes)
+    assert result["ok"] and whole_plans == [world.rw]
+    contents = await world.svc.contents(world.rw)
     assert contents["/local.md"] == "staged here" and contents["/f1.md"] == "theirs"
     _assert_mirrors(world, m, contents)
     # Pushed and pulled: clean again, so the next remote edit is narrowed.
     whole_plans.clear()
-    await world.svc.update(world.notes, world.ids["/f2.md"], content="again")
+    await world.svc.update(world.rw, world.ids["/f2.md"], content="again")
     assert (await m.sync())["ok"]
-    _assert_mirrors(world, m, await world.svc.contents(world.notes))
+    _assert_mirrors(world, m, await world.svc.contents(world.rw))
     assert whole_plans == []

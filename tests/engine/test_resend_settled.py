@@ -9,22 +9,10 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from memfs.service.hosted import UNAVAILABLE_HEADER, HostedOptions
-from tests.engine.test_engine_rules import World
-from tests.support.inprocess import InProcessService
+from memfs.service.hosted import UNAVAILABLE_HEADER
+from tests.support.inprocess import EngineWorld
 
 pytestmark = [pytest.mark.trio, pytest.mark.timeout(30)]
-
-
-@pytest.fixture
-async def emulator(tmp_path):
-    s = InProcessService(
-        tmp_path / "hosted", extensions=False, hosted=HostedOptions(repeat_conflicts=True, unavailable=True)
-    )
-    try:
-        yield s
-    finally:
-        await s.aclose()
 
 
 def saved_but_unknown(label: str):
@@ -40,10 +28,10 @@ def saved_but_unknown(label: str):
 async def test_a_create_and_a_rename_answered_change_outcome_unknown_are_booked_in_one_tick(
     emulator, tmp_path
 ):
-    world = World(emulator, tmp_path)
+    world = EngineWorld(emulator, tmp_path)
     try:
         m = await world.setup({"/a.md": "alpha"})
-        m.write("/notes/new.md", b"brand new")
+        m.write_file("/notes/new.md", b"brand new")
         m.rename("/notes/a.md", "/notes/b.md")
         m.transport.add("POST", r"/memories$", before=saved_but_unknown("create"), times=None)
         m.transport.add("POST", r"/memories/mem_", before=saved_but_unknown("rename"), times=None)
@@ -51,16 +39,16 @@ async def test_a_create_and_a_rename_answered_change_outcome_unknown_are_booked_
         assert result["ok"] and result["pushed"] == 2, result
         assert m.transport.count("POST", r"/memories$") == 2  # the create, the same create again
         assert m.transport.count("POST", r"/memories/mem_") == 2  # the rename, the same rename again
-        assert await emulator.contents(world.notes) == {"/b.md": "alpha", "/new.md": "brand new"}
+        assert await emulator.contents(world.rw) == {"/b.md": "alpha", "/new.md": "brand new"}
         assert not m.notices("notes"), m.notices("notes")
         assert m.store_status("notes")["staged"] == 0
         m.transport.clear()
         again = await m.sync()
         assert again["ok"] and again["pushed"] == 0, again
         assert not [r for r in m.transport.requests if r[0] in ("POST", "DELETE")]
-        for memory in (await emulator.memories(world.notes)).values():
+        for memory in (await emulator.memories(world.rw)).values():
             r = await emulator.admin.get(
-                f"/v1/memory_stores/{world.notes}/memory_versions", params={"memory_id": memory["id"]}
+                f"/v1/memory_stores/{world.rw}/memory_versions", params={"memory_id": memory["id"]}
             )
             assert len(r.json()["data"]) == (2 if memory["path"] == "/b.md" else 1)  # each write once
     finally:

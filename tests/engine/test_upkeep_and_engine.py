@@ -7,17 +7,17 @@ from __future__ import annotations
 import pytest
 
 from memfs.mount.upkeep import StateUpkeep
-from tests.engine.test_engine_rules import MEMORY_BY_ID, World, single_requests
+from tests.support.inprocess import MEMORY_BY_ID, EngineWorld, single_requests
 
 pytestmark = [pytest.mark.trio, pytest.mark.timeout(20)]
 
 
-async def test_no_sweep_while_a_tick_fetches_or_a_push_sends_and_one_after(world: World):
+async def test_no_sweep_while_a_tick_fetches_or_a_push_sends_and_one_after(world: EngineWorld):
     m = await world.setup({"/a.md": "alpha"})
     single_requests(m)
     upkeep = StateUpkeep(m.state, m.fs.live_shas, lambda: m.engine.busy)
-    await world.svc.update(world.notes, world.ids["/a.md"], content="alpha, edited elsewhere")
-    m.write("/notes/b.md", b"written here")
+    await world.svc.update(world.rw, world.ids["/a.md"], content="alpha, edited elsewhere")
+    m.write_file("/notes/b.md", b"written here")
     swept_in_flight: list[bool] = []
 
     async def sweep(_request) -> None:  # the upkeep's sweep falls due mid-tick
@@ -30,5 +30,5 @@ async def test_no_sweep_while_a_tick_fetches_or_a_push_sends_and_one_after(world
     assert result["ok"] and result["pulled"] == 1 and result["pushed"] == 1
     assert swept_in_flight == [False, False]
     assert not m.engine.busy and upkeep.sweep()
-    assert m.read("/notes/a.md") == b"alpha, edited elsewhere"
-    assert m.read("/notes/b.md") == b"written here"
+    assert m.read_file("/notes/a.md") == b"alpha, edited elsewhere"
+    assert m.read_file("/notes/b.md") == b"written here"

@@ -2,17 +2,16 @@
 
 from __future__ import annotations
 
-import errno
 import hashlib
-import os
 
 import pytest
 
 from memfs.mount.filesystem import Filesystem
-from memfs.mount.replies import ROOT_INO, FsError
+from memfs.mount.replies import FsError
 from memfs.mount.state import State
 from memfs.mount.view_rows import FLAG_UNBORN
 from memfs.records import StoreInfo
+from tests.support.fs_shell import FsShell
 
 RW = StoreInfo("memstore_rw", "Work Notes", "work-notes", "read_write")
 RO = StoreInfo("memstore_ro", "Team Handbook", "team-handbook", "read_only")
@@ -29,8 +28,8 @@ class Clock:
         return self.t
 
 
-class Harness:
-    """A Filesystem plus path-level helpers (what a shell would do, minus the kernel)."""
+class Harness(FsShell):
+    """A Filesystem over a temp State, and the path-level helpers (tests/support/fs_shell.py)."""
 
     def __init__(self, state_dir, *, max_files=2000, max_bytes=32 * 1024 * 1024, stores=(RW, RO)):
         self.state_dir = state_dir
@@ -43,65 +42,6 @@ class Harness:
     def reopen(self) -> Harness:
         """A fresh State and Filesystem on the same dir (what a restart sees)."""
         return Harness(self.state_dir, stores=self.stores, **self.limits)
-
-    # -- path helpers: "/work-notes/a/b.md" style (root-relative) --
-    def ino(self, path: str) -> int:
-        ino = ROOT_INO
-        for part in [p for p in path.split("/") if p]:
-            ino = self.fs.lookup(ino, part.encode()).ino
-        return ino
-
-    def split(self, path: str) -> tuple[int, bytes]:
-        parent, _, name = path.rstrip("/").rpartition("/")
-        return self.ino(parent), name.encode()
-
-    def write_file(self, path: str, data: bytes, *, flush: bool = True) -> int:
-        parent, name = self.split(path)
-        try:
-            ino = self.fs.lookup(parent, name).ino
-            fh = self.fs.open(ino, os.O_WRONLY | os.O_TRUNC).fh
-        except FsError as e:
-            if e.errno != errno.ENOENT:
-                raise
-            reply, attr = self.fs.create(parent, name, 0o644, os.O_WRONLY | os.O_CREAT)
-            fh, ino = reply.fh, attr.ino
-        try:
-            if data:
-                self.fs.write(fh, 0, data)
-            if flush:
-                self.fs.flush(fh)
-        finally:
-            self.fs.release(fh)
-        return ino
-
-    def read_file(self, path: str) -> bytes:
-        fh = self.fs.open(self.ino(path), os.O_RDONLY).fh
-        try:
-            return self.fs.read(fh, 0, 1 << 20)
-        finally:
-            self.fs.release(fh)
-
-    def mkdir(self, path: str) -> int:
-        parent, name = self.split(path)
-        return self.fs.mkdir(parent, name, 0o755).ino
-
-    def unlink(self, path: str) -> None:
-        self.fs.unlink(*self.split(path))
-
-    def rmdir(self, path: str) -> None:
-        self.fs.rmdir(*self.split(path))
-
-    def rename(self, old: str, new: str, flags: int = 0) -> None:
-        po, no = self.split(old)
-        pn, nn = self.split(new)
-        self.fs.rename(po, no, pn, nn, flags)
-
-    def listdir(self, path: str) -> list[str]:
-        fh = self.fs.opendir(self.ino(path))
-        try:
-            return [e.name.decode() for e in self.fs.readdir(fh, 0) if not e.is_dot]
-        finally:
-            self.fs.releasedir(fh)
 
     def assert_staged(self) -> None:
         """A fresh State on the same dir describes exactly the current view (files and dirs)."""

@@ -11,8 +11,6 @@ upstream is down or answers an error page that is not JSON.
 
 from __future__ import annotations
 
-import http.server
-import threading
 from collections.abc import Iterator
 
 import httpx
@@ -20,7 +18,10 @@ import pytest
 
 from memfs.service.app import create_app
 from memfs.service.database import open_storage
+from tests.support.api import Api
+from tests.support.http_stub import HttpStub, reply
 from tests.support.service import MEMORY_BETA, SESSIONS_BETA, ServiceProcess
+from tests.support.world import StoreSpec, World
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -67,22 +68,24 @@ def route_table(tmp_path, *, extensions: bool) -> list[tuple[str, set[str]]]:
         storage.close()
 
 
-class World:
-    """A server to walk and the ids that exist on it (a store, a memory, a version, a session)."""
+class Walked(World):
+    """A server to walk and the ids that exist on it (a store, a memory, a version, a session), made
+    on `owner` (a relay serves what its upstream holds)."""
 
     def __init__(self, svc: ServiceProcess, owner: ServiceProcess):
         self.svc = svc
         self.key = svc.admin_key
-        store = owner.create_store("walked")["id"]
-        with owner.admin_client() as c:
-            mem = c.post(f"/v1/memory_stores/{store}/memories", json={"path": "/a.md", "content": "a"}).json()
-            versions = c.get(f"/v1/memory_stores/{store}/memory_versions").json()["data"]
-        session = owner.create_session([(store, "read_write")])
+        api = Api(owner.base_url, owner.admin_key)
+        try:
+            self.build(api, [StoreSpec("walked", seed={"/a.md": "a"})])
+            versions = api.versions(self.rw, self.ids["/a.md"])
+        finally:
+            api.close()
         self.good = {
-            "store_id": store,
-            "memory_id": mem["id"],
+            "store_id": self.rw,
+            "memory_id": self.ids["/a.md"],
             "version_id": versions[0]["id"],
-            "session_id": session["id"],
+            "session_id": self.session["id"],
         }
 
     def url(self, template: str, ids: dict[str, str]) -> str:
@@ -108,7 +111,7 @@ BAD_QUERY = (
 )
 
 
-def walk(world: World, routes: list[tuple[str, set[str]]], what: str) -> int:
+def walk(world: Walked, routes: list[tuple[str, set[str]]], what: str) -> int:
     """Every route with bad input; returns how many requests were sent."""
     sent = 0
     with httpx.Client(base_url=world.svc.base_url, timeout=30) as c:
@@ -177,10 +180,10 @@ def test_every_route_answers_bad_input_with_a_json_error(servers, tmp_path):
     plain, hosted, relay = servers
     full, hosted_only = route_table(tmp_path, extensions=True), route_table(tmp_path, extensions=False)
     assert len(full) > len(hosted_only) >= 14  # the table was read, extensions and all
-    sent = walk(World(plain, plain), full, "memfs serve")
-    sent += walk(World(hosted, hosted), hosted_only, "--hosted-api")
+    sent = walk(Walked(plain, plain), full, "memfs serve")
+    sent += walk(Walked(hosted, hosted), hosted_only, "--hosted-api")
     # The relay speaks the whole API (the extensions from its cache) in front of the emulator.
-    sent += walk(World(relay, hosted), full, "relay")
+    sent += walk(Walked(relay, hosted), full, "relay")
     for headers in ({}, {"x-api-key": "not-the-relays-key"}):  # the relay's own route
         assert_json_error(httpx.get(f"{relay.base_url}/v1/relay_status", headers=headers), "relay_status")
     assert sent > 500
@@ -218,34 +221,19 @@ def test_the_rate_limiters_answer_json(tmp_path):
         org.stop()
 
 
-class _ErrorPages(http.server.BaseHTTPRequestHandler):
-    """An upstream behind a gateway that answers an HTML error page (or nothing) to everything."""
-
-    def _page(self) -> None:
-        length = int(self.headers.get("content-length") or 0)
-        self.rfile.read(length)
-        body = b"" if self.path.startswith("/v1/sessions") else b"<html><body>502 Bad Gateway</body></html>"
-        self.send_response(502)
-        if body:
-            self.send_header("content-type", "text/html")
-        self.send_header("content-length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    do_GET = do_POST = do_DELETE = _page
-
-    def log_message(self, *args) -> None:
-        pass
+def _error_page(request, conn) -> None:
+    """An upstream behind a gateway: an HTML error page (or nothing) to everything."""
+    if request.path.startswith("/v1/sessions"):
+        conn.sendall(reply(502))
+    else:
+        conn.sendall(reply(502, b"<html><body>502 Bad Gateway</body></html>", {"content-type": "text/html"}))
 
 
 def test_a_relay_answers_json_when_its_upstream_does_not(tmp_path):
     """An upstream that answers an error page that is not JSON, then one that is down: every route
     kind of the relay (passed through, written through, read from the cache) answers JSON."""
-    pages = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _ErrorPages)
-    thread = threading.Thread(target=pages.serve_forever, daemon=True)
-    thread.start()
-    upstream = f"http://127.0.0.1:{pages.server_address[1]}"
-    relay = ServiceProcess(tmp_path / "relay", extra_args=("--upstream", upstream, "--poll-interval", "1"))
+    pages = HttpStub(_error_page)
+    relay = ServiceProcess(tmp_path / "relay", extra_args=("--upstream", pages.url, "--poll-interval", "1"))
     requests = [
         ("GET", "/v1/memory_stores", None),  # passed through
         ("GET", "/v1/sessions/sesn_x", None),  # passed through, an empty 502
@@ -257,8 +245,7 @@ def test_a_relay_answers_json_when_its_upstream_does_not(tmp_path):
     try:
         for down in (False, True):
             if down:
-                pages.shutdown()
-                pages.server_close()
+                pages.close()
             with relay.admin_client() as c:
                 for method, path, body in requests:
                     beta = SESSIONS_BETA if path.startswith("/v1/sessions") else MEMORY_BETA
@@ -267,6 +254,4 @@ def test_a_relay_answers_json_when_its_upstream_does_not(tmp_path):
                     assert r.status_code >= 500 or r.status_code in (401, 403, 404), r.text
     finally:
         relay.stop()
-        if thread.is_alive():
-            pages.shutdown()
-            pages.server_close()
+        pages.close()

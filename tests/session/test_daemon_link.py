@@ -1,33 +1,18 @@
 """The worker's link to the daemon (memfs/worker/daemon_link.py): one held connection on the
-worker's event loop, a short deadline for a stopped daemon, one reconnect after a restart."""
+worker's event loop, a short deadline for a stopped daemon, one reconnect after a restart. A
+stopped daemon met by a whole item, through either socket (`via`), is a scenario both workers run:
+tests/e2e/test_worker_e2e.py."""
 
 from __future__ import annotations
 
 import asyncio
-import os
-import signal
 
 import anyio
 import pytest
 
 from memfs.worker.daemon_link import SOCKET_ENV, DaemonLink
-from tests.support.fake_platform import Step
-from tests.support.worker_world import RW
 
 pytestmark = pytest.mark.timeout(120)
-
-
-@pytest.fixture(params=["control", "sync-only"])
-def via(request, wworld, monkeypatch):
-    """The mounted daemon, reached through its full control socket or its sync-only socket."""
-    if request.param == "sync-only":
-        path = wworld.tmp / "sync" / "sync.sock"
-        wworld.box.env[SOCKET_ENV] = str(path)
-        monkeypatch.setenv(SOCKET_ENV, str(path))
-    else:
-        monkeypatch.delenv(SOCKET_ENV, raising=False)
-    wworld.mount()
-    return request.param
 
 
 def test_many_calls_share_one_connection_and_a_restart_is_reconnected(wworld, via):
@@ -55,39 +40,6 @@ def test_many_calls_share_one_connection_and_a_restart_is_reconnected(wworld, vi
             await link.aclose()
 
     asyncio.run(main())
-
-
-@pytest.mark.expected_log(
-    r"ERROR memfs.worker: session \S+: final sync failed: the memfs daemon .* did not answer"
-)
-def test_a_stopped_daemon_makes_the_pre_call_sync_give_up_and_the_tool_still_runs(wworld, via, caplog):
-    plain = wworld.workdir / "plain.txt"
-    plain.write_text("outside the memory\n")
-    pid = wworld.box.daemon_pid()
-    assert pid
-    try:
-        # Without the ping's short deadline the pre-call sync would wait its whole 20 s and the
-        # final sync its 35 s: more than this item's 30 s.
-        run = wworld.run_item(
-            [
-                Step(
-                    "read",
-                    {"file_path": wworld.memory(RW, "profile.md")},
-                    after=lambda _r: os.kill(pid, signal.SIGSTOP),
-                ),
-                Step("read", {"file_path": str(plain)}),
-            ],
-            timeout=30,
-        )
-    finally:
-        os.kill(pid, signal.SIGCONT)
-    results, texts = run.results(), run.texts()
-    assert [r["is_error"] for r in results] == [False, False], texts
-    assert "outside the memory" in texts[1]
-    messages = [r.getMessage() for r in caplog.records]
-    assert any("pre-call sync before read failed" in m and "did not answer" in m for m in messages), messages
-    assert any("final sync failed" in m for m in messages), messages
-    assert run.work.stop_requests == [{"force": True}]
 
 
 class SlowDaemon:

@@ -26,17 +26,7 @@ PLANTED = "import pathlib; pathlib.Path({marker!r}).write_text('planted code ran
 def start_worker_in(wworld, work, cwd: Path, *args: str) -> subprocess.Popen:
     """The `memfs` console script (what `ant … --on-work` runs), in `cwd`, without --workdir: the
     agent's working directory is the worker's own."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "MEMFS_"))}
-    env.update(
-        {
-            "ANTHROPIC_BASE_URL": wworld.server.base_url,
-            "ANTHROPIC_WORK_ID": work.id,
-            "ANTHROPIC_ENVIRONMENT_ID": work.environment_id,
-            "ANTHROPIC_SESSION_ID": work.session_id,
-            "ANTHROPIC_WORK_SECRET": work.secret,
-            "MEMFS_RUNTIME_DIR": wworld.box.env["MEMFS_RUNTIME_DIR"],
-        }
-    )
+    env = wworld.item_env(work, clear=("ANTHROPIC_", "MEMFS_"))
     memfs = Path(sys.executable).parent / "memfs"
     with open(wworld.tmp / "worker.log", "wb") as log:
         return subprocess.Popen(

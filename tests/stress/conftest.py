@@ -13,13 +13,14 @@ import json
 import os
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 import pytest
 
 from tests.support.api import Api
-from tests.support.sandbox import Sandbox
+from tests.support.sandbox import SandboxWorld
 from tests.support.service import ServiceProcess
+from tests.support.world import StoreSpec
 
 LONG = os.environ.get("MEMFS_STRESS", "").lower() == "long"
 
@@ -67,50 +68,23 @@ def store_bytes(api: Api, store: str) -> dict[str, bytes]:
     return {p: c.encode() for p, c in api.contents(store).items()}
 
 
-class Rig:
-    """A service, an admin Api, one read_write store (+ optional read_only) and a session;
-    sandboxes made here are always closed (unmounted, daemon dead) at teardown."""
+NOTES = StoreSpec("Stress Notes")
 
-    def __init__(self, tmp, *, service: ServiceProcess | None = None, readonly: bool = False, seed=None):
-        self.tmp = tmp
-        self.service = service or ServiceProcess(tmp / "service")
-        self.own_service = service is None
-        self.api = Api(self.service.base_url, self.service.admin_key)
-        self.rw = self.api.create_store("Stress Notes")
-        stores = [(self.rw, "read_write")]
-        if readonly:
-            self.ro = self.api.create_store("Stress Handbook")
-            stores.append((self.ro, "read_only"))
-        for path, content in (seed or {}).items():
-            self.api.create(self.rw, path, content)
-        self.session = self.api.create_session(stores)
-        self.sandboxes: list[Sandbox] = []
 
-    def sandbox(self, name: str, *, base_url: str | None = None) -> Sandbox:
-        box = Sandbox(
-            self.tmp,
-            name,
-            base_url=base_url or self.service.base_url,
-            session_id=self.session["id"],
-            work_secret=self.session["work_secret"],
-        )
-        self.sandboxes.append(box)
-        return box
-
-    def close(self) -> None:
-        for box in self.sandboxes:
-            box.close()
-        self.api.close()
-        if self.own_service:
-            self.service.stop()
+def rig_world(
+    tmp, specs: Sequence[StoreSpec] = (NOTES,), *, service: ServiceProcess | None = None
+) -> SandboxWorld:
+    """The stress suites' world (default: one read_write store, empty), on a service of its own
+    unless given one (SandboxWorld.serving)."""
+    return SandboxWorld.serving(tmp, specs, service=service)
 
 
 RW = "stress-notes"
 
 
 @pytest.fixture
-def rig(tmp_path) -> Iterator[Rig]:
-    r = Rig(tmp_path)
+def rig(tmp_path) -> Iterator[SandboxWorld]:
+    r = rig_world(tmp_path)
     try:
         yield r
     finally:

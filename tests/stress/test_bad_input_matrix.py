@@ -22,7 +22,8 @@ import httpx
 import pytest
 
 from memfs.client.work_secret import sessions_token_from_secret
-from tests.stress.conftest import RW, Rig, walk
+from tests.stress.conftest import RW, rig_world, walk
+from tests.support.world import StoreSpec
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -329,10 +330,10 @@ def view(c) -> tuple:
 
 
 def test_mount_bad_input_matrix(tmp_path, stats):
-    rig = Rig(tmp_path, readonly=True, seed=SEED)
+    rig = rig_world(
+        tmp_path, (StoreSpec("Stress Notes", seed=SEED), StoreSpec("Stress Handbook", "read_only", SEED))
+    )
     try:
-        for p, content in SEED.items():
-            rig.api.create(rig.ro, p, content)
         box = rig.sandbox("bad")
         box.mount("--max-files", str(MAX_FILES), "--max-bytes", str(MAX_BYTES))
         c = Ctx(box.root)
@@ -803,7 +804,9 @@ def service_rows(ids: dict[str, str]) -> list[tuple]:
 
 
 def test_service_bad_input_matrix(tmp_path, stats):
-    rig = Rig(tmp_path, readonly=True, seed=SEED)
+    rig = rig_world(
+        tmp_path, (StoreSpec("Stress Notes", seed=SEED), StoreSpec("Stress Handbook", "read_only"))
+    )
     try:
         api = rig.api
         api.create(rig.ro, "/keep.md", "ro\n")

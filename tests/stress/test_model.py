@@ -32,7 +32,8 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule, run_state_machine_as_test
 
-from tests.stress.conftest import RW, Rig, profile, walk
+from tests.stress.conftest import RW, profile, rig_world, walk
+from tests.support.sandbox import SandboxWorld
 from tests.support.service import ServiceProcess
 
 pytestmark = pytest.mark.timeout(profile(150, 3600))
@@ -148,7 +149,7 @@ def _stat(p: Path):
 
 
 class Ctx:
-    rig: Rig
+    rig: SandboxWorld
     box = None
     model_top: Path
     n = 0
@@ -396,7 +397,7 @@ def model_mount(tmp_path_factory, request):
             relay = ServiceProcess(
                 tmp / "relay", extra_args=("--upstream", service.base_url, "--poll-interval", "1")
             )
-        rig = Rig(tmp, service=service)
+        rig = rig_world(tmp, service=service)
         box = rig.sandbox("m", base_url=relay.base_url if relay else None)
         box.mount()
         yield rig, box, relay

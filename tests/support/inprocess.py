@@ -6,7 +6,8 @@ front of it and records every request, and answers chosen ones itself (a status 
 a dropped connection) or runs a hook first (a second writer acting between two of the engine's
 requests). `EngineMount` is what `memfs mount` wires together (session/daemon.py): a State, the
 kernel-free `Filesystem` and the real `SyncEngine` over a `StoreClient` on that transport, plus
-path-level helpers that act as a shell would, minus the kernel. The engine takes the client at its
+the path-level helpers (tests/support/fs_shell.py); `EngineWorld` is a test world
+(tests/support/world.py) made on the in-process service with the engine mounts of its session. The engine takes the client at its
 `Store` port (memfs/sync/ports.py), as in production, through a `FailingStore`
 (tests/support/stores.py) that passes every call on until a test puts a fault on one. The engine is driven only through
 its public surface (constructor, initial(), sync_now(), status(), not_on_store()).
@@ -16,20 +17,19 @@ Every method that talks to the service is async: call them from a `@pytest.mark.
 
 from __future__ import annotations
 
-import errno
-import os
 import re
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 
 from memfs.client import StoreClient
 from memfs.limits import DEFAULT_MAX_BYTES, DEFAULT_MAX_FILES
 from memfs.mount.filesystem import Filesystem
-from memfs.mount.replies import ROOT_INO, FsError
 from memfs.mount.state import State
 from memfs.records import StoreInfo
 from memfs.service.app import create_app
@@ -37,12 +37,15 @@ from memfs.service.database import open_storage
 from memfs.service.hosted import HostedOptions
 from memfs.sync.engine import EngineOptions, SyncEngine
 from memfs.sync.ports import Store
+from tests.support.fs_shell import FsShell
 from tests.support.stores import FailingStore
+from tests.support.world import World, notes_and_handbook
 
 BASE_URL = "http://memfs.test"  # never resolved: the transport answers in process
 ADMIN_KEY = "test-admin-key-0123456789"
 MEMORY_BETA = {"anthropic-beta": "agent-memory-2026-07-22"}
 SESSIONS_BETA = {"anthropic-beta": "managed-agents-2026-04-01"}
+MEMORY_BY_ID = r"/memories/mem_[^/]+$"  # a FaultTransport path: one memory, by its id
 
 
 # ---- faults -------------------------------------------------------------------------------------
@@ -147,17 +150,12 @@ class InProcessService:
     async def create_store(self, name: str) -> str:
         return (await self._ok(await self.admin.post("/v1/memory_stores", json={"name": name})))["id"]
 
-    async def session_token(self, stores: list[tuple[str, str]]) -> tuple[str, dict]:
-        """A session with these (store id, access) attached: its bearer token and its record."""
-        from memfs.client.work_secret import sessions_token_from_secret
-
+    async def create_session(self, stores: list[tuple[str, str]]) -> dict:
+        """A session with these (store id, access) attached: its record (with its work secret)."""
         resources = [{"type": "memory_store", "memory_store_id": s, "access": a} for s, a in stores]
-        body = await self._ok(
+        return await self._ok(
             await self.admin.post("/v1/sessions", json={"resources": resources}, headers=SESSIONS_BETA)
         )
-        token = sessions_token_from_secret(body["work_secret"])
-        assert token
-        return token, body
 
     async def create(self, store: str, path: str, content: str) -> dict:
         return await self._ok(
@@ -194,7 +192,7 @@ class InProcessService:
 # ---- the mount, minus the kernel ---------------------------------------------------------------
 
 
-class EngineMount:
+class EngineMount(FsShell):
     """A State, the kernel-free Filesystem and the real SyncEngine, wired as the daemon wires them.
     Paths are root-relative: "/notes/a.md" is memory /a.md of the store whose slug is "notes"."""
 
@@ -258,71 +256,91 @@ class EngineMount:
     def store_status(self, slug: str) -> dict[str, Any]:
         return next(s for s in self.engine.status()["stores"] if s["slug"] == slug)
 
-    # -- what a shell does --
-    def ino(self, path: str) -> int:
-        ino = ROOT_INO
-        for part in [p for p in path.split("/") if p]:
-            ino = self.fs.lookup(ino, part.encode()).ino
-        return ino
-
-    def _split(self, path: str) -> tuple[int, bytes]:
-        parent, _, name = path.rstrip("/").rpartition("/")
-        return self.ino(parent), name.encode()
-
-    def open_write(self, path: str) -> int:
-        """Open (creating, truncating) for writing; the caller writes and closes (`close`)."""
-        parent, name = self._split(path)
-        try:
-            return self.fs.open(self.fs.lookup(parent, name).ino, os.O_WRONLY | os.O_TRUNC).fh
-        except FsError as e:
-            if e.errno != errno.ENOENT:
-                raise
-        return self.fs.create(parent, name, 0o644, os.O_WRONLY | os.O_CREAT)[0].fh
-
-    def close(self, fh: int) -> None:
-        self.fs.flush(fh)
-        self.fs.release(fh)
-
-    def write(self, path: str, data: bytes) -> None:
-        fh = self.open_write(path)
-        try:
-            if data:
-                self.fs.write(fh, 0, data)
-        finally:
-            self.close(fh)
-
-    def read(self, path: str) -> bytes:
-        fh = self.fs.open(self.ino(path), os.O_RDONLY).fh
-        try:
-            return self.fs.read(fh, 0, 1 << 25)
-        finally:
-            self.fs.release(fh)
-
-    def exists(self, path: str) -> bool:
-        try:
-            self.ino(path)
-        except FsError as e:
-            if e.errno == errno.ENOENT:
-                return False
-            raise
-        return True
-
-    def mkdir(self, path: str) -> None:
-        self.fs.mkdir(*self._split(path), 0o755)
-
-    def unlink(self, path: str) -> None:
-        self.fs.unlink(*self._split(path))
-
-    def rename(self, old: str, new: str, flags: int = 0) -> None:
-        self.fs.rename(*self._split(old), *self._split(new), flags)
-
-    def listdir(self, path: str) -> list[str]:
-        fh = self.fs.opendir(self.ino(path))
-        try:
-            return [e.name.decode() for e in self.fs.readdir(fh, 0) if not e.is_dot]
-        finally:
-            self.fs.releasedir(fh)
-
     def notices(self, slug: str) -> list[str]:
         store = next(s for s in self.stores if s.slug == slug)
         return self.fs.notices(store.store_id)
+
+
+def single_requests(m: EngineMount) -> None:
+    """Push one request per change, as against the hosted API or a service without the batch route
+    (the engine learns that from the first batch answered 404/405): the faults below aim at the
+    single requests. The batch path's answers are tested through real mounts in
+    tests/e2e/test_write_burst.py (per-item 409, refusals, a failed batch)."""
+    m.engine.pusher.has_batch = False
+
+
+# ---- the engine rung's world --------------------------------------------------------------------
+
+
+class EngineWorld(World):
+    """A world (tests/support/world.py) on an in-process service and the engine mounts of its
+    session, each closed at close()."""
+
+    def __init__(self, svc: InProcessService, tmp: Path):
+        self.svc, self.tmp = svc, tmp
+        self.mounts: list[EngineMount] = []
+
+    async def setup(
+        self, notes: dict[str, str], handbook: dict[str, str] | None = None, **opts
+    ) -> EngineMount:
+        """Two stores, notes (read_write, slug "notes") and handbook (read_only, slug "handbook"),
+        seeded with these files, and a mount of both (`opts`: EngineMount's) after its first sync."""
+        await self.abuild(self.svc, notes_and_handbook(notes, handbook or {}, names=("Notes", "Handbook")))
+        self.stores = [StoreInfo(s, spec.name, spec.slug, spec.access) for s, spec in self.made()]
+        m = self.mount(self.stores, **opts)
+        await m.engine.initial()
+        return m
+
+    def mount(self, stores: list[StoreInfo], **opts) -> EngineMount:
+        m = EngineMount(self.tmp / "state", self.svc, self.token, stores, **opts)
+        self.mounts.append(m)
+        return m
+
+    async def close(self) -> None:
+        for m in self.mounts:
+            await m.aclose()
+
+
+# ---- fixtures: the rungs' in-process services and the engine's world ----------------------------
+
+
+@asynccontextmanager
+async def _serving(workdir: Path, **kw: Any) -> AsyncIterator[InProcessService]:
+    s = InProcessService(workdir, **kw)
+    try:
+        yield s
+    finally:
+        await s.aclose()
+
+
+@pytest.fixture
+async def svc(tmp_path) -> AsyncIterator[InProcessService]:
+    """`memfs serve` in process."""
+    async with _serving(tmp_path / "service") as s:
+        yield s
+
+
+@pytest.fixture
+async def hosted(tmp_path) -> AsyncIterator[InProcessService]:
+    """The service without its extensions (no counter, no changes, no snapshot:
+    SEMANTICS.md#d-no-counter), as `memfs serve --hosted-api`: a tick reads each store's version feed."""
+    async with _serving(tmp_path / "hosted", extensions=False) as s:
+        yield s
+
+
+@pytest.fixture
+async def emulator(tmp_path) -> AsyncIterator[InProcessService]:
+    """The hosted API's emulator with its test switches: a repeated update answered 409, and the
+    unavailable header's injected answers (memfs/service/hosted.py)."""
+    hosted = HostedOptions(repeat_conflicts=True, unavailable=True)
+    async with _serving(tmp_path / "hosted", extensions=False, hosted=hosted) as s:
+        yield s
+
+
+@pytest.fixture
+async def world(svc, tmp_path) -> AsyncIterator[EngineWorld]:
+    w = EngineWorld(svc, tmp_path)
+    try:
+        yield w
+    finally:
+        await w.close()

@@ -9,10 +9,11 @@ from pathlib import Path
 TESTS = Path(__file__).resolve().parent.parent
 
 # Lowest first, by how much of the real system a rung's tests bring up (REACH): a rung is not a
-# layer of memfs. The engine rung runs the service app, the store client and the engine in one
-# process, below the client and service rungs, which run them over real HTTP; the mount rung
-# mounts the filesystem core with no service behind it. tests/test_rungs.py checks the order and
-# that no test module reaches past its rung.
+# layer of memfs, and a rung's tests do not use only what the rungs below it test. The engine rung
+# runs the service app and the store client in one process with the engine — the client and the
+# service, whose own rungs stand above it and run them over real HTTP; the mount rung mounts the
+# filesystem core with no service behind it. USES_FROM_ABOVE says what each rung uses of the rungs
+# above; tests/test_rungs.py checks the order, that, and that no test module reaches past its rung.
 RUNGS = ("rules", "engine", "client", "service", "mount", "session", "e2e", "stress")
 
 # What each rung may bring up, as a level: 0 nothing (pure functions), 1 in process (the service app
@@ -29,8 +30,29 @@ BRINGS_UP = {
     "tests.support.service": 2,
     "tests.support.mounts": 3,
     "tests.support.sandbox": 4,
-    "tests.support.world": 4,
-    "tests.support.worker_world": 4,
+}
+
+# The rung that tests each memfs package as its own subject, over that package's real boundary.
+SUBJECT_OF = {
+    "sync": "engine",
+    "client": "client",
+    "service": "service",
+    "relay": "service",
+    "mount": "mount",
+    "session": "session",
+    "worker": "e2e",
+}
+# What each rung's tests use whose own rung stands above it: the memfs packages among SUBJECT_OF that
+# the rung's test modules import, directly, through other tests modules or through their conftest.py
+USES_FROM_ABOVE = {
+    "rules": ("client", "relay", "session", "sync"),  # their pure functions (decisions, parsers)
+    "engine": ("client", "mount", "service", "session"),  # client, service app, filesystem core, wiring
+    "client": ("mount", "service"),  # `memfs serve` (or its app in process), the mount's sync view
+    "service": (),
+    "mount": (),
+    "session": ("worker",),  # the worker's link to the daemon and its SDK seams
+    "e2e": (),
+    "stress": (),
 }
 
 # the repository's own checks (imports, docs, this ladder) stay at the top of tests/: pure reads of

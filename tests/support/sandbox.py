@@ -2,6 +2,8 @@
 
 Two Sandbox objects on one machine behave like two hosts sharing a store service. Every Sandbox
 is torn down with `close()`, which always leaves its root unmounted and its daemon dead.
+`SandboxWorld` is a test world (tests/support/world.py) made on a real `memfs serve`, with the
+sandboxes that mount its session; the `api`, `world` and `mounted` fixtures hand them to tests.
 """
 
 from __future__ import annotations
@@ -12,13 +14,20 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
+import pytest
+
 from tests.support import logcheck
+from tests.support.api import Api
 from tests.support.mounts import force_unmount
 from tests.support.mounts import mounted_at as is_mounted
+from tests.support.proxy import Proxy
+from tests.support.service import ServiceProcess
+from tests.support.world import StoreSpec, World, notes_and_handbook
 
-__all__ = ["Sandbox", "is_mounted"]
+__all__ = ["Sandbox", "SandboxWorld", "is_mounted"]
 
 
 class Sandbox:
@@ -126,3 +135,100 @@ def _wait_dead(pid: int, timeout: float = 10) -> None:
         except ChildProcessError:
             pass
         time.sleep(0.05)
+
+
+class SandboxWorld(World):
+    """A world (default: notes_and_handbook()) made on `service` through its admin `api`, and the
+    sandboxes that mount its session. `close()` closes every sandbox, then runs `on_close` (what the
+    world's maker owns: its service, its Api), last added first."""
+
+    def __init__(self, service, api: Api, tmp: Path, specs: Sequence[StoreSpec] = ()):
+        self.service, self.api, self.tmp = service, api, tmp
+        self.sandboxes: list[Sandbox] = []
+        self.proxies: list[Proxy] = []
+        self.on_close: list[Callable[[], object]] = []
+        self.build(api, specs or notes_and_handbook())
+
+    @classmethod
+    def serving(
+        cls,
+        tmp: Path,
+        specs: Sequence[StoreSpec] = (),
+        *,
+        service: ServiceProcess | None = None,
+        **service_kw,
+    ) -> SandboxWorld:
+        """A world on `service`, or on a `memfs serve` of its own (ServiceProcess(tmp / "service",
+        **service_kw)) that is stopped with it, through an Api of its own, closed with it."""
+        own = ServiceProcess(tmp / "service", **service_kw) if service is None else None
+        svc = service or own
+        assert svc is not None
+        api = Api(svc.base_url, svc.admin_key)
+        try:
+            world = cls(svc, api, tmp, specs)
+        except BaseException:
+            api.close()
+            if own is not None:
+                own.stop()
+            raise
+        world.on_close += [own.stop] if own is not None else []
+        world.on_close.append(api.close)
+        return world
+
+    def sandbox(
+        self, name: str = "a", session: dict | None = None, *, base_url: str | None = None
+    ) -> Sandbox:
+        """A sandbox of this world's session (or of `session`), against the service (or `base_url`)."""
+        s = session or self.session
+        box = Sandbox(
+            self.tmp,
+            name,
+            base_url=base_url or self.service.base_url,
+            session_id=s["id"],
+            work_secret=s["work_secret"],
+        )
+        self.sandboxes.append(box)
+        return box
+
+    def proxy(self, **kw) -> Proxy:
+        """A fault-injecting proxy (tests/support/proxy.py) in front of the service: a sandbox made
+        with base_url=proxy.url mounts through it. Its faults are cleared before the sandboxes close
+        (their final syncs go through), and it closes after them."""
+        p = Proxy(self.service.base_url, **kw)
+        self.proxies.append(p)
+        return p
+
+    def close(self) -> None:
+        try:
+            for p in self.proxies:
+                p.clear()
+            for box in self.sandboxes:
+                box.close()
+        finally:
+            for p in self.proxies:
+                p.close()
+            for close in reversed(self.on_close):
+                close()
+
+
+@pytest.fixture
+def api(service) -> Iterator[Api]:
+    client = Api(service.base_url, service.admin_key)
+    yield client
+    client.close()
+
+
+@pytest.fixture
+def world(service, api, tmp_path) -> Iterator[SandboxWorld]:
+    w = SandboxWorld(service, api, tmp_path)
+    try:
+        yield w
+    finally:
+        w.close()
+
+
+@pytest.fixture
+def mounted(world) -> Sandbox:
+    box = world.sandbox("a")
+    box.mount()
+    return box

@@ -1,11 +1,25 @@
-"""End-to-end fixtures: a real `memfs serve`, stores seeded through its API, real mounts."""
+"""One way to describe a test world — its stores, what each holds, one session over them — and one
+builder that makes it on a store service of any rung.
+
+A world is a list of `StoreSpec`s. `World.build` makes it through a synchronous admin client (the
+real `memfs serve` over HTTP: tests/support/api.py's `Api`), `World.abuild` through an async one
+(the in-process service: tests/support/inprocess.py's `InProcessService`); both speak the same three
+calls (create_store, create, create_session), and the steps are written once, in `_steps`, which
+either driver feeds. What a rung puts on top is its own: engine mounts (inprocess.EngineWorld),
+`memfs mount` in sandboxes (sandbox.SandboxWorld), the fake platform (worker_world.WorkerWorld).
+
+This module brings nothing up by itself (tests/support/rungs.py): the client handed to it does.
+"""
 
 from __future__ import annotations
 
-import pytest
+from collections.abc import Generator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
 
-from tests.support.api import Api
-from tests.support.sandbox import Sandbox
+from memfs.limits import slugify
+from memfs.protocol import Access
+from tests.support.api import sessions_token
 
 RW_SEED = {
     "/notes/todo.md": "# TODO\n- buy milk\n- write tests\n",
@@ -20,53 +34,101 @@ RO_SEED = {
 }
 
 
-@pytest.fixture
-def api(service):
-    client = Api(service.base_url, service.admin_key)
-    yield client
-    client.close()
+@dataclass(frozen=True)
+class StoreSpec:
+    """One store of a world: its name (its mount slug follows from it), the session's access to it,
+    and the memories it is created with (path -> content)."""
+
+    name: str
+    access: Access = "read_write"
+    seed: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def slug(self) -> str:
+        return slugify(self.name)
+
+
+def notes_and_handbook(
+    notes: Mapping[str, str] = RW_SEED,
+    handbook: Mapping[str, str] = RO_SEED,
+    names: tuple[str, str] = ("Work Notes", "Team Handbook"),
+) -> tuple[StoreSpec, StoreSpec]:
+    """The usual world: a read_write store of notes and a read_only handbook."""
+    return StoreSpec(names[0], "read_write", notes), StoreSpec(names[1], "read_only", handbook)
+
+
+_Call = tuple[str, tuple[Any, ...]]  # (the admin client method, its arguments)
+
+
+def _steps(specs: Sequence[StoreSpec]) -> Generator[_Call, Any, tuple[list[str], dict[str, str], dict]]:
+    """The admin calls that make a world, each sent to the driver, which sends back the answer."""
+    store_ids: list[str] = []
+    ids: dict[str, str] = {}
+    for spec in specs:
+        store = yield "create_store", (spec.name,)
+        store_ids.append(store)
+        for path, content in spec.seed.items():
+            ids[path] = (yield "create", (store, path, content))["id"]
+    session = yield "create_session", ([(s, spec.access) for s, spec in zip(store_ids, specs, strict=True)],)
+    return store_ids, ids, session
 
 
 class World:
-    """Two stores (read_write 'work notes', read_only 'team handbook') attached to one session."""
+    """A world made on a service: its stores' ids (in the specs' order), its seeded memories' ids by
+    path (a path seeded in two stores: the later one's), and its session (the service's record)."""
 
-    def __init__(self, service, api: Api, tmp_path):
-        self.service = service
-        self.api = api
-        self.tmp = tmp_path
-        self.rw = api.create_store("Work Notes")
-        self.ro = api.create_store("Team Handbook")
-        for path, content in RW_SEED.items():
-            api.create(self.rw, path, content)
-        for path, content in RO_SEED.items():
-            api.create(self.ro, path, content)
-        self.session = api.create_session([(self.rw, "read_write"), (self.ro, "read_only")])
-        self.sandboxes: list[Sandbox] = []
+    specs: tuple[StoreSpec, ...]
+    store_ids: list[str]
+    ids: dict[str, str]
+    session: dict
 
-    def sandbox(self, name: str = "a", session: dict | None = None) -> Sandbox:
-        s = session or self.session
-        box = Sandbox(
-            self.tmp, name, base_url=self.service.base_url, session_id=s["id"], work_secret=s["work_secret"]
-        )
-        self.sandboxes.append(box)
-        return box
+    def build(self, admin: Any, specs: Sequence[StoreSpec]) -> None:
+        """Make the world through a synchronous admin client."""
+        steps, answer = _steps(specs), None
+        try:
+            while True:
+                call, args = steps.send(answer)
+                answer = getattr(admin, call)(*args)
+        except StopIteration as done:
+            self._built(specs, *done.value)
 
-    def close(self) -> None:
-        for box in self.sandboxes:
-            box.close()
+    async def abuild(self, admin: Any, specs: Sequence[StoreSpec]) -> None:
+        """Make the world through an async admin client."""
+        steps, answer = _steps(specs), None
+        try:
+            while True:
+                call, args = steps.send(answer)
+                answer = await getattr(admin, call)(*args)
+        except StopIteration as done:
+            self._built(specs, *done.value)
 
+    def _built(
+        self, specs: Sequence[StoreSpec], store_ids: list[str], ids: dict[str, str], session: dict
+    ) -> None:
+        self.specs, self.store_ids, self.ids, self.session = tuple(specs), store_ids, ids, session
 
-@pytest.fixture
-def world(service, api, tmp_path):
-    w = World(service, api, tmp_path)
-    try:
-        yield w
-    finally:
-        w.close()
+    def made(self) -> list[tuple[str, StoreSpec]]:
+        """(store id, its spec) of each store, in the specs' order."""
+        return list(zip(self.store_ids, self.specs, strict=True))
 
+    def store(self, slug: str) -> str:
+        """The id of the store whose slug is `slug`."""
+        return next(s for s, spec in self.made() if spec.slug == slug)
 
-@pytest.fixture
-def mounted(world):
-    box = world.sandbox("a")
-    box.mount()
-    return box
+    def _first(self, access: Access) -> str:
+        return next(s for s, spec in self.made() if spec.access == access)
+
+    @property
+    def rw(self) -> str:
+        """The first read_write store's id."""
+        return self._first("read_write")
+
+    @property
+    def ro(self) -> str:
+        """The first read_only store's id."""
+        return self._first("read_only")
+
+    @property
+    def token(self) -> str:
+        """The session's bearer token (what its work secret carries)."""
+        return sessions_token(self.session["work_secret"])

@@ -1,4 +1,4 @@
-// The test's work item process (tests/e2e/test_typescript_worker.py): the unchanged official
+// The test's work item process (tests/support/worker_world.py's run_ts_item): the unchanged official
 // EnvironmentWorker.handleItem() of @anthropic-ai/sdk with memfsTools(), from the ANTHROPIC_*
 // variables `ant beta:worker poll --on-work` sets, started by `memfs worker-launch` (the credentials
 // on its pipe, node non-dumpable). Exit 0: the item ran; 1: it failed.
