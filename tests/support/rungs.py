@@ -45,7 +45,13 @@ SUBJECT_OF = {
 # What each rung's tests use whose own rung stands above it: the memfs packages among SUBJECT_OF that
 # the rung's test modules import, directly, through other tests modules or through their conftest.py
 USES_FROM_ABOVE = {
-    "rules": ("client", "relay", "session", "sync"),  # their pure functions (decisions, parsers)
+    "rules": (
+        "client",
+        "relay",
+        "service",
+        "session",
+        "sync",
+    ),  # their pure functions (decisions, parsers, the schema list)
     "engine": ("client", "mount", "service", "session"),  # client, service app, filesystem core, wiring
     "client": ("mount", "service"),  # `memfs serve` (or its app in process), the mount's sync view
     "service": (),
