@@ -63,9 +63,9 @@ class StorePull:
         the safety net's (the store whose feed is read over the wide window, the store listed
         whole); `keep_open`: a live pull's close-to-open (sync/holds.py): what moved at a file
         some process has open waits until it is closed, and with `hold_staged` (a busy mount) so
-        does what moved at a staged path (its conflict is settled between commands); `tally`: where the store's merges and
-        conflicts are counted (`memfs status`); `read` False: plan on the store as last read,
-        asking it nothing (a write-through's first try)."""
+        does what moved at a staged path (its conflict is settled between commands); `tally`:
+        where the store's merges and conflicts are counted (`memfs status`); `read` False: plan on
+        the store as last read, asking it nothing (a write-through's first try)."""
         sid = store.store_id
         applied = self.state.store_counter(sid)
         remote_counter = counters.get(sid) if counters is not None else None
@@ -123,7 +123,7 @@ class StorePull:
         narrow = baseline if clean else None
         # No await between the plan made last and its apply (see `_plan_with_content`).
         plan, new_counter, narrowed = await self._plan_with_content(
-            store, base, remote, order, moved, pulled, new_counter, narrow
+            store, base, remote, order, moved, pulled, new_counter, narrow, snapshot=not held.memories
         )
         with self.state.transaction():  # one commit per store and tick: all of the plan or none of it
             deferred = apply_plan(self.fs, self.state, store, plan, pulled, keep_open=keep_open)
@@ -250,11 +250,14 @@ class StorePull:
         pulled: Pulled,
         new_counter: int | None,
         narrow: Baseline | None = None,
+        *,
+        snapshot: bool = True,
     ) -> tuple[P.Plan, int | None, bool]:
         """`pull`'s plan, with the content it needs at hand: (the plan, the counter to
         record, which a snapshot replaces, whether the plan is a narrowed one). `narrow`: the
         baseline of a clean store, whose plan may be made on the memories the store changed
-        only (sync/narrow.py)."""
+        only (sync/narrow.py). `snapshot` False: a pull that holds changes back (holds.py) fetches
+        what its plan needs, as a snapshot is the whole store, the held changes included."""
         sid = store.store_id
         # Fetch what the plan needs, then plan again on the view as it is *now*, and apply with no
         # await in between: an edit made while we fetched is never overwritten unseen. The plan is
@@ -316,7 +319,7 @@ class StorePull:
             missing |= missing_content(self.state, pulled, plan.merge_wanted)
             if not missing:
                 break
-            if moved and not snapped and worth_a_snapshot(missing, remote):
+            if moved and snapshot and not snapped and worth_a_snapshot(missing, remote):
                 snapped = True
                 snap = await self.reader.snapshot(store, pulled)
                 if snap is not None:  # the store as it is now, content included: plan again on it

@@ -166,6 +166,30 @@ async def test_a_mount_that_writes_all_the_time_pulls_busy_and_pushes_once_it_st
         nursery.cancel_scope.cancel()
 
 
+async def test_a_pull_that_holds_a_file_back_fetches_what_it_applies_and_takes_no_snapshot(world):
+    """A busy pull that lacks most of the store would take a snapshot, but a snapshot is the whole
+    store, the held file's change included: its plan would touch the open file and its apply
+    wait, and the next look take the snapshot again. It fetches what it applies instead."""
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(world.svc.app.watch_hub.run)
+        m = await world.setup({f"/d/f{i:02}.md": f"memory {i}" for i in range(40)}, interval=300.0)
+        busy(m)
+        [reader] = hold(m, "/notes/d/f00.md")
+        for i in range(30):  # before the mount watches: one pull finds them all
+            await world.svc.update(world.notes, world.ids[f"/d/f{i:02}.md"], content=f"memory {i}, again")
+        m.transport.clear()
+        nursery.start_soon(m.engine.timer)
+        assert await until(
+            lambda: all(m.read(f"/notes/d/f{i:02}.md") == f"memory {i}, again".encode() for i in range(1, 30))
+        ), m.store_status("notes")
+        assert m.fs.read(reader, 0, 100) == b"memory 0"
+        assert m.transport.count("GET", "/snapshot$") == 0, m.transport.requests
+        m.fs.release(reader)
+        assert await until(lambda: m.read("/notes/d/f00.md") == b"memory 0, again")
+        world.svc.app.watch_hub.close()
+        nursery.cancel_scope.cancel()
+
+
 async def _on_store(world, path: str, tail: str) -> bool:
     return (await world.svc.contents(world.notes))[path].endswith(tail)
 
