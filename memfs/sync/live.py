@@ -39,7 +39,7 @@ class Pulls(Protocol):
 
     def clean_at(self, sid: str) -> int | None: ...
     def is_clean(self, sid: str) -> bool: ...
-    def waits_for_close(self, sid: str, seen: int | None) -> bool: ...
+    def waits_for_close(self, sid: str, seen: int | None, *, settle: bool = False) -> bool: ...
 
 
 class LiveWatch:
@@ -191,14 +191,16 @@ class LiveWatch:
         """Whether a live tick pulls the moved store `sid` now. Between commands (`memfs sync`,
         `keep_open` False) always. The timer's (close-to-open, SEMANTICS.md#d-when): at once,
         busy mount or not, unless its last pull held changes back for files that are all still
-        open or staged (a pull now would hold the same); a store with staged changes always once
-        the mount is quiet (its conflicts are settled between commands: the pull that holds them
-        is a busy mount's)."""
+        open or staged (a pull now would hold the same); a store with staged changes once the
+        mount is quiet, where its conflicts are settled (the pull that holds them is a busy
+        mount's), unless one of the files held back is still open (its whole apply would wait,
+        and its pushes with it)."""
         if sid not in self.moved:
             return False
-        if not keep_open or (quiet and not pulls.is_clean(sid)):
+        if not keep_open:
             return True
-        return not pulls.waits_for_close(sid, self.seen.get(sid))
+        settle = quiet and not pulls.is_clean(sid)
+        return not pulls.waits_for_close(sid, self.seen.get(sid), settle=settle)
 
     def settling(self) -> bool:
         """Something staged changed less than the push debounce ago: its push waits."""

@@ -190,10 +190,12 @@ class StorePull:
         deferred by a file opened meanwhile): the next look decides, not a second's back-off."""
         return sid in self.held or sid in self._soon
 
-    def waits_for_close(self, sid: str, seen: int | None) -> bool:
+    def waits_for_close(self, sid: str, seen: int | None, *, settle: bool = False) -> bool:
         """The last live pull held changes back for open files (`_hold_open`), all of them are
         still open, and the store has not moved since (`seen`: the newest counter the watch
-        saw): another pull now would hold the same back."""
+        saw): another pull now would hold the same back. `settle`: the pull would settle the
+        staged changes, holding nothing back (a quiet mount's): it waits while any of those
+        files is open, as its whole apply would."""
         got = self.held.get(sid)
         if got is None:
             return False
@@ -201,6 +203,8 @@ class StorePull:
         if seen is not None and counter is not None and seen > counter:
             return False
         still = self.fs.open_paths(sid)  # (from the handles: the few open files, no walk)
+        if settle:
+            return bool(held.paths & (still | self.fs.dirty_paths(sid)))
         if held.paths <= still:
             return True
         still |= self.fs.dirty_paths(sid)

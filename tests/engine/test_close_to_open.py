@@ -7,6 +7,8 @@ the real service app (tests/engine/test_engine_live.py)."""
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import trio
 
@@ -246,3 +248,26 @@ async def test_a_busy_mount_polling_the_hosted_api_runs_its_due_poll_close_to_op
             nursery.cancel_scope.cancel()
     finally:
         await world.close()
+
+
+async def test_a_quiet_mount_pushes_its_staged_change_while_a_held_file_stays_open(world):
+    """Quiet, a store with staged changes is pulled whole (its conflicts settled), holding
+    nothing back: with the file a remote change waits for still open, that pull's whole apply
+    would wait, and its pushes with it, at every look. It waits for the close instead, and the
+    staged change goes out after the debounce meanwhile."""
+    async with trio.open_nursery() as nursery:
+        m = await live_mount(world, nursery, {"/a.md": "alpha", "/b.md": "beta"})
+        [reader] = hold(m, "/notes/a.md")
+        await world.svc.update(world.notes, world.ids["/a.md"], content="alpha 2")
+        moved = await store_counter(world)
+        assert await until(lambda: m.store_status("notes")["pull_pending"])
+        assert await until(lambda: m.store_status("notes")["counter_seen"] == moved)
+        m.fs.last_activity = -math.inf  # quiet from now on
+        m.write("/notes/b.md", b"beta, mine")
+        m.fs.last_activity = -math.inf
+        assert await until(lambda: _on_store(world, "/b.md", "beta, mine")), m.store_status("notes")
+        assert m.fs.read(reader, 0, 100) == b"alpha"
+        m.fs.release(reader)
+        assert await until(lambda: m.read("/notes/a.md") == b"alpha 2"), m.store_status("notes")
+        world.svc.app.watch_hub.close()
+        nursery.cancel_scope.cancel()
