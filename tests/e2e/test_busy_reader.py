@@ -64,16 +64,20 @@ def test_a_busy_reader_against_the_hosted_api_sees_a_write_at_the_next_poll(tmp_
     svc = ServiceProcess(tmp_path / "service", hosted_api=True)
     api = Api(svc.base_url, svc.admin_key)
     proxy = Proxy(svc.base_url)
-    box = None
+    box = a = None
     try:
         store = api.create_store("Shared")
-        status = api.create(store, "/status.md", "waiting\n")["id"]
+        api.create(store, "/status.md", "waiting\n")
         api.create(store, "/other.md", "other\n")
-        session = api.create_session([(store, "read_write")])
+        session, other = (api.create_session([(store, "read_write")]) for _ in range(2))
         box = Sandbox(
             tmp_path, "b", base_url=proxy.url, session_id=session["id"], work_secret=session["work_secret"]
         )
         box.mount("--sync-interval", f"{INTERVAL:g}")
+        a = Sandbox(  # another sandbox, straight to the service (the proxy counts B's requests only)
+            tmp_path, "a", base_url=svc.base_url, session_id=other["id"], work_secret=other["work_secret"]
+        )
+        a.mount("--sync-interval", f"{INTERVAL:g}")
         assert box.status()["has_counter"] is False
         top = box.root / "shared"
         busy = keep_busy(top / "other.md")  # a second command: never a quiet second
@@ -82,7 +86,8 @@ def test_a_busy_reader_against_the_hosted_api_sees_a_write_at_the_next_poll(tmp_
         try:
             for round_ in range(2):
                 text = f"round {round_}: done\n"
-                api.update(store, status, content=text)  # another sandbox's write, on the store
+                (a.root / "shared" / "status.md").write_text(text)
+                a.sync()  # A's write is on the store (`memfs sync --force --wait`)
                 written = time.monotonic()
                 while read(top / "status.md") != text:
                     assert time.monotonic() - written < INTERVAL + 10, (box.status(), read(top / "status.md"))
@@ -103,8 +108,9 @@ def test_a_busy_reader_against_the_hosted_api_sees_a_write_at_the_next_poll(tmp_
         assert polls <= elapsed / INTERVAL + 1, (polls, elapsed)
     finally:
         proxy.clear()
-        if box is not None:
-            box.close()
+        for sandbox in (a, box):
+            if sandbox is not None:
+                sandbox.close()
         proxy.close()
         api.close()
         svc.stop()
