@@ -10,6 +10,9 @@ in sandbox B, 20 trials per row, on a service and store of its own:
 - official: the official worker (interval 5 s) on both sides, a tool call (sync_if_due) every 0.25 s;
 - live, a busy reader: B reads one file every 0.1 s (never `memfs sync`) until it holds A's
   rewrite of it (close-to-open: a busy mount applies what moved at a file nobody has open);
+- hosted API, a busy reader: the same reader in a mount against `memfs serve --hosted-api` (no
+  counter, no watch: it polls every 5 s, close-to-open while busy), the store written through the
+  API at a random phase of the poll; the mount's requests counted through the proxy;
 - idle cost: requests per idle live mount per minute, through the counting proxy.
 """
 
@@ -17,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import random
 import threading
 import time
 from pathlib import Path
@@ -32,6 +36,7 @@ from tests.support.sandbox import Sandbox
 from tests.support.service import ServiceProcess
 
 TOOL_CALL_EVERY = 0.25
+HOSTED_INTERVAL = 5.0  # the shortest sync interval a mount takes
 TRIAL_TIMEOUT = 60.0
 SLUG = "propagation"
 
@@ -157,6 +162,68 @@ def reader_trials(a: Sandbox, b: Sandbox, trials: int) -> list[float]:
     return out
 
 
+def hosted_reader_trials(work: Path, trials: int) -> dict[str, Any]:
+    """A busy reader (as `reader_trials`) in a mount polling `memfs serve --hosted-api`
+    (SEMANTICS.md#d-when: a due poll runs while the mount is busy), each write made through the API
+    after a random pause within the interval, so the write's phase in the poll is uniform; and
+    what the busy mount sent meanwhile (its polls are the organisation's budget)."""
+    svc = ServiceProcess(work / "hosted", admin_key=ADMIN_KEY, hosted_api=True)
+    admin = Admin(svc.base_url)
+    proxy = ProxyProcess(svc.base_url)
+    box = None
+    stop = threading.Event()
+    try:
+        store = admin.create_store("Propagation")
+        sess = admin.session([store])
+        status = admin.create(store, "/status.md", "reader trial start\n")["id"]
+        box = Sandbox(
+            work, "hosted-b", base_url=proxy.url, session_id=sess["id"], work_secret=sess["work_secret"]
+        )
+        box.mount("--sync-interval", f"{HOSTED_INTERVAL:g}", timeout=120)
+        target = box.root / sess["slugs"][0] / "status.md"
+        seen: dict[str, float] = {}
+
+        def poll() -> None:  # B's reader: never quiet, never `memfs sync`
+            while not stop.is_set():
+                try:
+                    seen.setdefault(target.read_text(), time.monotonic())
+                except OSError:
+                    pass
+                stop.wait(0.1)
+
+        reader = threading.Thread(target=poll)
+        reader.start()
+        time.sleep(1.0)
+        proxy.counts(reset=True)
+        started = time.monotonic()
+        out = []
+        for i in range(trials):
+            time.sleep(random.uniform(0, HOSTED_INTERVAL))
+            want = f"done {i}\n"
+            t0 = time.monotonic()
+            admin.update(store, status, want)
+            while want not in seen:
+                if time.monotonic() - t0 > TRIAL_TIMEOUT:
+                    raise RuntimeError(f"hosted reader trial {i}: B's reader never saw the write")
+                time.sleep(0.02)
+            out.append(seen[want] - t0)
+        window = time.monotonic() - started
+        requests = proxy.counts()["requests"]
+        return {
+            "trials_s": out,
+            "window_s": window,
+            "requests": requests,
+            "requests_per_minute": requests * 60 / window,
+        }
+    finally:
+        stop.set()
+        if box is not None:
+            box.close()
+        proxy.stop()
+        admin.close()
+        svc.stop()
+
+
 async def official_trials(url: str, sess: dict, work: Path, trials: int) -> list[float]:
     """The official worker on both sides: a tool call (sync_if_due) every 0.25 s on each."""
     ca, a, sa = await official_open(url, sess, work / "official-a")
@@ -244,6 +311,7 @@ def measure(work: Path, *, trials: int, idle_window: float, official: bool = Tru
         if official:
             rows["official"] = asyncio.run(official_trials(svc.base_url, sess, work, trials))
         rows["idle-cost"] = idle_cost(svc, sess, work, idle_window)
+        rows["hosted-reader"] = hosted_reader_trials(work, trials)
     finally:
         for box in boxes:
             box.close()
@@ -278,6 +346,19 @@ def row_live(b: Bench, work: Path) -> None:
             base_label="official p50",
             details={"p99_s": p99, "trials_s": xs, "official_trials_s": official},
         )
+    hosted = rows["hosted-reader"]
+    xs = hosted["trials_s"]
+    b.add(
+        f"propagation-live (hosted API direct, polled every {HOSTED_INTERVAL:g} s, a reader polling a file every 0.1 s)",
+        "write on the store readable in B, p50",
+        pct(xs, 50),
+        base,
+        "s",
+        f"max <= {HOSTED_INTERVAL:g} s + 2 s",
+        max(xs) <= HOSTED_INTERVAL + 2.0,
+        base_label="official p50",
+        details={"p99_s": pct(xs, 99), "max_s": max(xs), **hosted, "official_trials_s": official},
+    )
     cost = rows["idle-cost"]
     b.add(
         "propagation-live (idle cost)",

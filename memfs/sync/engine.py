@@ -6,13 +6,13 @@ not_on_store.py says what the mount holds that the store does not. This module o
 and keeps the rules of *when* (SEMANTICS.md#d-when, live mode included), failure
 (SEMANTICS.md#d-unreachable) and the end of the session (SEMANTICS.md#d-end).
 
-Two modes. **Polling**: a tick at most once per interval, at `memfs sync` or once the mount is
-quiet. **Live** (the service has the watch, SEMANTICS.md#d-counter): one held watch for all the
-stores tells which counters moved; a moved store is pulled at once, close-to-open (a file open now
-keeps its content until it is closed: sync/holds.py; a store with staged changes waits for a
-quiet mount), or at the next `memfs sync`, and what the agent changed is pushed after a short
-debounce. The interval then only paces the retries of what failed. A watch that fails counts as an attempt and the mount polls until a tick
-succeeds again, then watches again.
+Two modes. **Polling**: a tick at most once per interval, at `memfs sync`, or by the timer (on a
+busy mount close-to-open, below). **Live** (the service has the watch, SEMANTICS.md#d-counter): one
+held watch for all the stores tells which counters moved; a moved store is pulled at once,
+close-to-open (a file open now keeps its content until it is closed, and on a busy mount a staged
+file keeps its own: sync/holds.py), or at the next `memfs sync`, and what the agent changed is
+pushed after a short debounce. The interval then only paces the retries of what failed. A watch
+that fails counts as an attempt and the mount polls until a tick succeeds again, then watches again.
 """
 
 from __future__ import annotations
@@ -130,9 +130,12 @@ class SyncEngine:
                 quiet = time.monotonic() - self.fs.last_activity >= QUIET_SECONDS
                 try:
                     if not await self._live_tick(quiet=quiet) and (
-                        self.due_in() == 0 and quiet and (not self.live.watching or self.live.unsettled)
+                        self.due_in() == 0 and (not self.live.watching or self.live.unsettled)
                     ):
-                        await self.sync_now(force=False, used=False)
+                        if quiet:
+                            await self.sync_now(force=False, used=False)
+                        elif not self.live.watching:
+                            await self._busy_poll()
                     # After the tick, not before: a polled or failed one holds it (use_signal_due).
                     if self.live.use_signal_due():
                         self.live.signalled()
@@ -142,8 +145,8 @@ class SyncEngine:
 
     async def _live_tick(self, *, quiet: bool) -> bool:
         """The timer's live tick, if one is due: the moved stores it pulls now (close-to-open:
-        busy or not, the files open now keep their content, SEMANTICS.md#d-when) and the
-        debounced pushes. Whether it ran."""
+        busy or not, the files open now keep their content, and while busy the staged ones keep
+        theirs, SEMANTICS.md#d-when) and the debounced pushes. Whether it ran."""
         pulls = self.store_pull
         live = self.live.stores_due(pulls, quiet=quiet, debounce=True, keep_open=True)
         if not live:
@@ -152,8 +155,15 @@ class SyncEngine:
             counters = self.live.counters(
                 lambda sid: self.live.pulls_now(sid, pulls, quiet=quiet, keep_open=True)
             )
-            await self._tick(live, counters=counters, wait=False, keep_open=True)
+            await self._tick(live, counters=counters, wait=False, keep_open=True, hold_staged=not quiet)
         return True
+
+    async def _busy_poll(self) -> None:
+        """A due polling tick on a busy mount (no watch), close-to-open as a live pull, one per
+        interval as while the mount is used: it is the interval's attempt (SEMANTICS.md#d-when)."""
+        async with self.tick_lock:
+            if self.due_in() == 0:
+                await self._tick(self.stores, counters=None, wait=False, keep_open=True, hold_staged=True)
 
     async def sync_now(self, *, force: bool, wait: bool = False, used: bool = True) -> dict[str, Any]:
         """`memfs sync`: run a tick if due (or forced); return once remote changes are in the view.
@@ -175,11 +185,18 @@ class SyncEngine:
             return await self._tick(self.stores, counters=None, wait=wait)
 
     async def _tick(
-        self, stores: list[StoreInfo], *, counters: dict[str, int] | None, wait: bool, keep_open: bool = False
+        self,
+        stores: list[StoreInfo],
+        *,
+        counters: dict[str, int] | None,
+        wait: bool,
+        keep_open: bool = False,
+        hold_staged: bool = False,
     ) -> dict[str, Any]:
         """One tick over `stores` (the caller holds tick_lock). `counters`: what the watch
         reported (live mode), so no counters request; None: ask them (a polling tick).
-        `keep_open`: the files open now keep their content (the timer's live ticks)."""
+        `keep_open`: the files open now keep their content (the timer's ticks); `hold_staged`: so
+        do the staged ones (a busy mount's: sync/holds.py)."""
         await self.push_done.wait()  # one tick at a time, pushes included
         log.debug(
             "tick: %s, counters %s, quiet %.2fs",
@@ -194,7 +211,7 @@ class SyncEngine:
         self.schedule.polled_at = time.monotonic()
         applied_before = {s.store_id: self.state.store_counter(s.store_id) for s in stores}
         report, pushes = await self._pull_all(
-            stores=stores, counters=counters, turns=turns, keep_open=keep_open
+            stores=stores, counters=counters, turns=turns, keep_open=keep_open, hold_staged=hold_staged
         )
         if not report.ok:  # the interval runs from the failure: a hung service must not make
             self.schedule.attempted()  # every call wait out a timeout (SEMANTICS.md#d-unreachable)
@@ -209,6 +226,8 @@ class SyncEngine:
         self.live.after_pull(
             stores, report.ok, pushing, counters, applied_before, self.store_pull.pending_open
         )
+        if keep_open and self.live.settling():  # a save burst is pushed once (live.py `stores_due`)
+            pushes = []  # (still `pushing`: the wave after the debounce sends them)
         await self.fs.wait_invalidated()  # "visible" means the kernel dropped what it cached
         if pushes and report.ok:
             self.push_done = trio.Event()
@@ -269,6 +288,7 @@ class SyncEngine:
         counters: dict[str, int] | None = None,
         turns: tuple[str | None, str | None] = (None, None),
         keep_open: bool = False,
+        hold_staged: bool = False,
     ) -> tuple[TickReport, Pushes]:
         report = TickReport()
         before = self.client.requests_sent - self.live.requests  # the watch's own are not this tick's
@@ -290,6 +310,7 @@ class SyncEngine:
                         turns=turns,
                         tally=self.sync[store.store_id],
                         keep_open=keep_open,
+                        hold_staged=hold_staged,
                     )
                 except ApiError as exc:
                     if not exc.retryable and not initial:

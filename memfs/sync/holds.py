@@ -12,10 +12,14 @@ have been in for those paths, and no view action touches a busy path. The held c
 pending: the pull does not record the store's counter, and the next pull (once the file is
 closed) reads them again.
 
-For a store with nothing staged (its view is its baseline: where the engine holds), which
-tests/rules/test_holds.py checks on random stores. A store with staged changes is not held
-this way (the agent's moved files would need a walk of the view to find): its live pull touches
-no open file either, because its whole apply waits until none of its changes lands on one.
+For a store with staged changes (its view differs from its baseline), a live pull while the
+mount is busy adds the staged paths to the busy ones (`staged_paths`: the view's files whose
+memory, path or content differ from the baseline's, and the baseline's paths of the memories the
+view moved or deleted). Every staged memory is then planned against the store as the baseline saw
+it: the plan leaves its file as it is and pushes it against the baseline (a memory someone else
+changed meanwhile is held, and its conflict is settled between commands, as before), while every
+other memory of the store moves on as in a clean store. tests/rules/test_holds.py checks both on
+random stores.
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from memfs.records import LocalFile
+from memfs.records import BaseEntry, LocalFile
 from memfs.sync.plan import RemoteEntry
 
 
@@ -95,3 +99,23 @@ def hold_open(
     if changed and not paths:  # held only for a collision: the busy paths it came from
         paths = frozenset(busy)
     return out, Held(changed, paths)
+
+
+def staged_paths(local: Mapping[str, LocalFile], base: Mapping[str, BaseEntry]) -> set[str]:
+    """The paths a store's staged changes stand on, from one pass over the view (`local`, by path)
+    and the baseline (`base`, by path): a file the baseline does not know (a create), one whose
+    path or content differs from its memory's baseline (both paths), and the baseline's path of a
+    memory the view no longer has (a delete). Empty when the view is the baseline."""
+    by_id = {b.memory_id: b for b in base.values()}
+    out: set[str] = set()
+    kept: set[str] = set()
+    for f in local.values():
+        b = by_id.get(f.memory_id) if f.memory_id is not None else None
+        if b is None:
+            out.add(f.path)
+            continue
+        kept.add(b.memory_id)
+        if b.path != f.path or b.sha != f.sha:
+            out.update((f.path, b.path))
+    out.update(b.path for b in base.values() if b.memory_id not in kept)
+    return out

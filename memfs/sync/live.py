@@ -39,7 +39,7 @@ class Pulls(Protocol):
 
     def clean_at(self, sid: str) -> int | None: ...
     def is_clean(self, sid: str) -> bool: ...
-    def waits_for_close(self, sid: str, seen: int | None) -> bool: ...
+    def waits_for_close(self, sid: str, seen: int | None, *, settle: bool = False) -> bool: ...
 
 
 class LiveWatch:
@@ -189,28 +189,33 @@ class LiveWatch:
 
     def pulls_now(self, sid: str, pulls: Pulls, *, quiet: bool, keep_open: bool) -> bool:
         """Whether a live tick pulls the moved store `sid` now. Between commands (`memfs sync`,
-        `keep_open` False) always. The timer's (close-to-open, SEMANTICS.md#d-when): a store with
-        nothing staged at once, busy mount or not, unless its last pull held changes back for
-        files that are all still open (a pull now would hold the same); one with staged changes
-        once the mount is quiet, as before (its conflicts are settled between commands)."""
+        `keep_open` False) always. The timer's (close-to-open, SEMANTICS.md#d-when): at once,
+        busy mount or not, unless its last pull held changes back for files that are all still
+        open or staged (a pull now would hold the same); a store with staged changes once the
+        mount is quiet, where its conflicts are settled (the pull that holds them is a busy
+        mount's), unless one of the files held back is still open (its whole apply would wait,
+        and its pushes with it)."""
         if sid not in self.moved:
             return False
         if not keep_open:
             return True
-        if pulls.waits_for_close(sid, self.seen.get(sid)):
-            return False
-        return quiet or pulls.is_clean(sid)
+        settle = quiet and not pulls.is_clean(sid)
+        return not pulls.waits_for_close(sid, self.seen.get(sid), settle=settle)
+
+    def settling(self) -> bool:
+        """Something staged changed less than the push debounce ago: its push waits."""
+        return time.monotonic() - self._changed_at < PUSH_DEBOUNCE
 
     def stores_due(self, pulls: Pulls, *, quiet: bool, debounce: bool, keep_open: bool) -> list[StoreInfo]:
         """The stores a live tick would handle now: the moved ones it pulls now (`pulls_now`), and
         those with changes not yet pushed once the debounce has passed. A moved store whose pull
-        waits (a busy mount with staged changes) is pushed without its pull (see `counters`):
-        waiting for the pull would hold every push of a mount that is never quiet for a second
-        (its own first push moves the counter too) until it stops; only what someone else
-        changed meets a 409, and waits for the pull."""
+        waits (its held files are still open or staged) is pushed without its pull (see
+        `counters`): waiting for the pull would hold every push of a mount that is never quiet
+        for a second until it stops; only what someone else changed meets a 409, and waits for
+        the pull. (A pull during the debounce leaves its pushes to the wave after it: engine.py.)"""
         if not self.watching or self.schedule.waiting(self.retry_at):
             return []
-        settling = debounce and time.monotonic() - self._changed_at < PUSH_DEBOUNCE
+        settling = debounce and self.settling()
         out = []
         for s in self.stores:
             sid = s.store_id

@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 from memfs.records import BaseEntry, StoreInfo
 from memfs.sync import plan as P
 from memfs.sync.apply import apply_plan, maybe_staged, plan_narrowed, plan_pull
-from memfs.sync.holds import NOTHING_HELD, Held, hold_open
+from memfs.sync.holds import NOTHING_HELD, Held, hold_open, staged_paths
 from memfs.sync.merging import merge_wanted, missing_content
 from memfs.sync.narrow import leaves_view_as_base
 from memfs.sync.options import EngineOptions
@@ -38,6 +38,7 @@ class StorePull:
         # store id -> what its last live pull held back for open files, and the store's counter then
         self.held: dict[str, tuple[Held, int | None]] = {}
         self._soon: set[str] = set()  # stores whose deferred live pull is looked at again at once
+        self._staged: dict[str, tuple[int, set[str]]] = {}  # store id -> (generation, `staged_paths`)
 
     def clean_at(self, sid: str) -> int | None:
         """The generation at which `sid` was last found clean (None: not since it changed)."""
@@ -54,15 +55,17 @@ class StorePull:
         tally: StoreSync | None = None,
         read: bool = True,
         keep_open: bool = False,
+        hold_staged: bool = False,
     ) -> list[tuple[P.PushAction, ...]]:
         """One store's pull: read what moved, fetch what the plan needs, apply; returns the push
         stages the plan left (none for a read-only store, or when the apply was deferred).
         `counters`: the stores' counters (None: no counter, SEMANTICS.md#d-no-counter); `turns`:
         the safety net's (the store whose feed is read over the wide window, the store listed
         whole); `keep_open`: a live pull's close-to-open (sync/holds.py): what moved at a file
-        some process has open waits until it is closed; `tally`: where the store's merges and
-        conflicts are counted (`memfs status`); `read` False: plan on the store as last read,
-        asking it nothing (a write-through's first try)."""
+        some process has open waits until it is closed, and with `hold_staged` (a busy mount) so
+        does what moved at a staged path (its conflict is settled between commands); `tally`:
+        where the store's merges and conflicts are counted (`memfs status`); `read` False: plan on
+        the store as last read, asking it nothing (a write-through's first try)."""
         sid = store.store_id
         applied = self.state.store_counter(sid)
         remote_counter = counters.get(sid) if counters is not None else None
@@ -112,18 +115,20 @@ class StorePull:
             order = in_path_order(remote)
         clean = moved and self._is_clean(sid, generation, base)
         held = NOTHING_HELD
-        if keep_open and clean:  # (a store with staged changes: apply_plan waits for the close)
-            remote, order, held = self._hold_open(sid, remote, order, baseline)
+        holds = keep_open and moved and (clean or hold_staged)  # else apply_plan waits for the close
+        now = remote  # the store as it is (what a held change would meet, pushed now)
+        if holds:
+            remote, order, held = self._hold_open(sid, remote, order, baseline, staged=not clean)
         # A clean store's pull plans the memories the store changed only (sync/narrow.py).
         narrow = baseline if clean else None
         # No await between the plan made last and its apply (see `_plan_with_content`).
         plan, new_counter, narrowed = await self._plan_with_content(
-            store, base, remote, order, moved, pulled, new_counter, narrow
+            store, base, remote, order, moved, pulled, new_counter, narrow, snapshot=not held.memories
         )
         with self.state.transaction():  # one commit per store and tick: all of the plan or none of it
             deferred = apply_plan(self.fs, self.state, store, plan, pulled, keep_open=keep_open)
         if deferred:
-            self._deferred(sid, soon=keep_open and clean)
+            self._deferred(sid, soon=holds)
             return []
         self._soon.discard(sid)
         _tell(plan, report, tally)
@@ -143,7 +148,7 @@ class StorePull:
                 self.state.set_store_counter(sid, new_counter)
         if not moved and plan.empty:  # e.g. only held deletes or refused files differ: nothing to do
             self.clean[sid] = generation
-        return list(plan.push_stages) if store.access == "read_write" else []
+        return _unheld(plan.push_stages, held, now) if store.access == "read_write" else []
 
     def _deferred(self, sid: str, *, soon: bool) -> None:
         """The apply waited: nothing of this pull is in the view. `soon`: a live pull of a clean
@@ -157,10 +162,19 @@ class StorePull:
             self._soon.discard(sid)
 
     def _hold_open(
-        self, sid: str, remote: dict[str, P.RemoteEntry], order: list[str], baseline: Baseline
+        self,
+        sid: str,
+        remote: dict[str, P.RemoteEntry],
+        order: list[str],
+        baseline: Baseline,
+        *,
+        staged: bool,
     ) -> tuple[dict[str, P.RemoteEntry], list[str], Held]:
-        """The store to plan against when the files open now keep their content (sync/holds.py)."""
+        """The store to plan against when the files open now keep their content, and with
+        `staged` the staged ones keep theirs too (sync/holds.py)."""
         busy = self.fs.open_paths(sid) | self.fs.dirty_paths(sid)
+        if staged:
+            busy |= self.staged_paths(sid)
         if not busy:
             return remote, order, NOTHING_HELD
         kept, held = hold_open(remote, baseline.remote, busy, lambda path: self.fs.local_file(sid, path))
@@ -176,10 +190,12 @@ class StorePull:
         deferred by a file opened meanwhile): the next look decides, not a second's back-off."""
         return sid in self.held or sid in self._soon
 
-    def waits_for_close(self, sid: str, seen: int | None) -> bool:
+    def waits_for_close(self, sid: str, seen: int | None, *, settle: bool = False) -> bool:
         """The last live pull held changes back for open files (`_hold_open`), all of them are
         still open, and the store has not moved since (`seen`: the newest counter the watch
-        saw): another pull now would hold the same back."""
+        saw): another pull now would hold the same back. `settle`: the pull would settle the
+        staged changes, holding nothing back (a quiet mount's): it waits while any of those
+        files is open, as its whole apply would."""
         got = self.held.get(sid)
         if got is None:
             return False
@@ -187,7 +203,24 @@ class StorePull:
         if seen is not None and counter is not None and seen > counter:
             return False
         still = self.fs.open_paths(sid)  # (from the handles: the few open files, no walk)
-        return held.paths <= still or held.paths <= still | self.fs.dirty_paths(sid)
+        if settle:
+            return bool(held.paths & (still | self.fs.dirty_paths(sid)))
+        if held.paths <= still:
+            return True
+        still |= self.fs.dirty_paths(sid)
+        return held.paths <= still or held.paths <= still | self.staged_paths(sid)
+
+    def staged_paths(self, sid: str) -> set[str]:
+        """The paths `sid`'s staged changes stand on (holds.py `staged_paths`): one walk of its
+        view per state generation (every change to the view or the baseline moves it)."""
+        generation = self.state.generation(sid)
+        got = self._staged.get(sid)
+        if got is None or got[0] != generation:
+            got = self._staged[sid] = (
+                generation,
+                staged_paths(self.fs.local_view(sid), self.reader.baseline(sid).entries),
+            )
+        return got[1]
 
     def is_clean(self, sid: str) -> bool:
         """Nothing staged in the store (its view is its baseline): a live pull may run while the
@@ -221,11 +254,14 @@ class StorePull:
         pulled: Pulled,
         new_counter: int | None,
         narrow: Baseline | None = None,
+        *,
+        snapshot: bool = True,
     ) -> tuple[P.Plan, int | None, bool]:
         """`pull`'s plan, with the content it needs at hand: (the plan, the counter to
         record, which a snapshot replaces, whether the plan is a narrowed one). `narrow`: the
         baseline of a clean store, whose plan may be made on the memories the store changed
-        only (sync/narrow.py)."""
+        only (sync/narrow.py). `snapshot` False: a pull that holds changes back (holds.py) fetches
+        what its plan needs, as a snapshot is the whole store, the held changes included."""
         sid = store.store_id
         # Fetch what the plan needs, then plan again on the view as it is *now*, and apply with no
         # await in between: an edit made while we fetched is never overwritten unseen. The plan is
@@ -287,7 +323,7 @@ class StorePull:
             missing |= missing_content(self.state, pulled, plan.merge_wanted)
             if not missing:
                 break
-            if moved and not snapped and worth_a_snapshot(missing, remote):
+            if moved and snapshot and not snapped and worth_a_snapshot(missing, remote):
                 snapped = True
                 snap = await self.reader.snapshot(store, pulled)
                 if snap is not None:  # the store as it is now, content included: plan again on it
@@ -309,6 +345,29 @@ class StorePull:
         if pulled.feed is not None and pulled.feed != self.state.feed_position(sid):
             self.state.set_feed_position(sid, pulled.feed)
         pulled.feed = None
+
+
+def _unheld(
+    stages: tuple[tuple[P.PushAction, ...], ...], held: Held, now: Mapping[str, P.RemoteEntry]
+) -> list[tuple[P.PushAction, ...]]:
+    """The push stages less what would meet a held change (`now`: the store as read): a staged
+    memory the store changed meanwhile (its precondition, the baseline's sha, would meet a 409 at
+    every busy pull: the hosted API has no counter to remember it by) and a create on the path of
+    one; both are settled by the pull between commands."""
+    if not held.memories:
+        return list(stages)
+    taken = {now[m].path for m in held.memories if m in now}
+    out = []
+    for stage in stages:
+        kept = tuple(
+            a
+            for a in stage
+            if not (isinstance(a, (P.PushUpdate, P.PushDelete)) and a.memory_id in held.memories)
+            and not (isinstance(a, P.PushCreate) and a.path in taken)
+        )
+        if kept:
+            out.append(kept)
+    return out
 
 
 def _tell(plan: P.Plan, report: TickReport, tally: StoreSync | None) -> None:

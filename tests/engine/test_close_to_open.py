@@ -1,14 +1,19 @@
 """Close-to-open (SEMANTICS.md#d-when), in process: a busy live mount applies what another writer
 changed as soon as its watch tells, except to a file a process has open, which keeps the content
-it was opened with until it is closed; `memfs sync` applies everything. The engine's timer runs
-in the test's nursery against the real service app (tests/engine/test_engine_live.py)."""
+it was opened with until it is closed, or one with a staged change, settled between commands;
+`memfs sync` applies everything. A mount that polls (the hosted API) runs its due poll while busy
+the same way, at the pace it polls anyway. The engine's timer runs in the test's nursery against
+the real service app (tests/engine/test_engine_live.py)."""
 
 from __future__ import annotations
+
+import math
 
 import pytest
 import trio
 
-from tests.engine.test_engine_live import busy, hold, live_mount, store_counter, until
+from tests.engine.test_engine_live import busy, hold, live_mount, sent_updates, store_counter, until
+from tests.support.inprocess import EngineWorld, InProcessService
 
 pytestmark = [pytest.mark.trio, pytest.mark.timeout(30)]
 
@@ -89,6 +94,182 @@ async def test_a_file_opened_while_the_pull_fetched_waits_and_the_rest_lands_at_
         assert deferred_at and trio.current_time() - deferred_at[0] < 0.8
         assert m.fs.read(opened[0], 0, 100) == b"alpha" and m.read_file("/notes/a.md") == b"alpha"
         m.fs.release(opened[0])
+        assert await until(lambda: m.read_file("/notes/a.md") == b"alpha 2"), m.store_status("notes")
+        world.svc.app.watch_hub.close()
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_busy_mount_with_a_staged_change_applies_the_rest_of_its_store(world):
+    """A store with a staged change that met someone else's (the store changed /a.md while a
+    reader held it open, then the agent wrote its own): a busy mount's pull leaves the staged
+    file as it is (no push of it meets the same 409 again) and applies every other change of the
+    store; the conflict is settled between commands, as before (`memfs sync` merges the two)."""
+    lines = [f"line {i}\n" for i in range(8)]
+    async with trio.open_nursery() as nursery:
+        m = await live_mount(world, nursery, {"/a.md": "".join(lines), "/b.md": "beta"})
+        [reader] = hold(m, "/notes/a.md")
+        theirs = "".join(["theirs\n", *lines[1:]])
+        await world.svc.update(world.rw, world.ids["/a.md"], content=theirs)
+        moved = await store_counter(world)
+        assert await until(lambda: m.store_status("notes")["counter_seen"] == moved)
+        sent = sent_updates(m)
+        mine = "".join([*lines[:-1], "mine\n"])
+        m.write_file("/notes/a.md", mine.encode())  # staged: its base is what the reader holds
+        m.fs.release(reader)
+        await world.svc.update(world.rw, world.ids["/b.md"], content="beta 2")
+        await world.svc.create(world.rw, "/new.md", "new")
+        # busy, with a change staged: what the agent did not change arrives all the same
+        assert await until(lambda: m.read_file("/notes/b.md") == b"beta 2" and m.exists("/notes/new.md")), (
+            m.store_status("notes")
+        )
+        assert m.read_file("/notes/a.md") == mine.encode()
+        s = m.store_status("notes")
+        final = await store_counter(world)
+        assert s["pull_pending"] and s["counter"] < final, s
+        # no pull again while the held file stays staged and the store does not move
+        assert await until(lambda: m.store_status("notes")["counter_seen"] == final)
+        assert await until(lambda: not m.engine.busy)
+        await trio.sleep(0.5)
+        m.transport.clear()
+        await trio.sleep(0.5)
+        assert not [r for r in m.transport.requests if "/changes" in r[1]], m.transport.requests
+        assert sent.count(world.ids["/a.md"]) <= 1, sent  # the 409 is not met again and again
+        result = await m.sync(force=False)  # between commands: the conflict is settled (merged)
+        assert (
+            result["ran"]
+            and m.read_file("/notes/a.md") == "".join(["theirs\n", *lines[1:-1], "mine\n"]).encode()
+        )
+        assert await until(lambda: _on_store(world, "/a.md", "mine\n"))
+        world.svc.app.watch_hub.close()
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_mount_that_writes_all_the_time_pulls_busy_and_pushes_once_it_stops(world):
+    """A command appends to a file every 0.05 s (never pushed: the debounce never passes) while
+    another writer's changes arrive: each is pulled at once, the staged file left as it is, and no
+    pull pushes the half-done burst (its own push would move the store and pull again, a loop);
+    the burst is one push after it ends."""
+    async with trio.open_nursery() as nursery:
+        m = await live_mount(world, nursery, {"/log.md": "", "/b.md": "beta"})
+        sent = sent_updates(m)
+        log = b""
+        for i in range(40):
+            log += f"entry {i}\n".encode()
+            m.write_file("/notes/log.md", log)
+            if i % 10 == 5:
+                want = f"beta {i}"
+                await world.svc.update(world.rw, world.ids["/b.md"], content=want)
+                assert await until(lambda w=want.encode(): m.read_file("/notes/b.md") == w, timeout=2)
+            await trio.sleep(0.05)
+        assert sent == [], sent  # nothing pushed mid-burst
+        assert await until(lambda: _on_store(world, "/log.md", "entry 39\n"))
+        assert sent == [world.ids["/log.md"]], sent
+        world.svc.app.watch_hub.close()
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_pull_that_holds_a_file_back_fetches_what_it_applies_and_takes_no_snapshot(world):
+    """A busy pull that lacks most of the store would take a snapshot, but a snapshot is the whole
+    store, the held file's change included: its plan would touch the open file and its apply
+    wait, and the next look take the snapshot again. It fetches what it applies instead."""
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(world.svc.app.watch_hub.run)
+        m = await world.setup({f"/d/f{i:02}.md": f"memory {i}" for i in range(40)}, interval=300.0)
+        busy(m)
+        [reader] = hold(m, "/notes/d/f00.md")
+        for i in range(30):  # before the mount watches: one pull finds them all
+            await world.svc.update(world.rw, world.ids[f"/d/f{i:02}.md"], content=f"memory {i}, again")
+        m.transport.clear()
+        nursery.start_soon(m.engine.timer)
+        assert await until(
+            lambda: all(
+                m.read_file(f"/notes/d/f{i:02}.md") == f"memory {i}, again".encode() for i in range(1, 30)
+            )
+        ), m.store_status("notes")
+        assert m.fs.read(reader, 0, 100) == b"memory 0"
+        assert m.transport.count("GET", "/snapshot$") == 0, m.transport.requests
+        m.fs.release(reader)
+        assert await until(lambda: m.read_file("/notes/d/f00.md") == b"memory 0, again")
+        world.svc.app.watch_hub.close()
+        nursery.cancel_scope.cancel()
+
+
+async def _on_store(world, path: str, tail: str) -> bool:
+    return (await world.svc.contents(world.rw))[path].endswith(tail)
+
+
+@pytest.fixture
+async def hosted(tmp_path):
+    """The service without its extensions (no counter, no watch: SEMANTICS.md#d-no-counter)."""
+    s = InProcessService(tmp_path / "hosted", extensions=False)
+    try:
+        yield s
+    finally:
+        await s.aclose()
+
+
+async def test_a_busy_mount_polling_the_hosted_api_runs_its_due_poll_close_to_open(hosted, tmp_path):
+    """No watch: a due poll runs while the mount is busy, as a live pull does (an open file and a
+    staged one keep their content, the rest arrives), one per interval as while the mount is used
+    (each reads the store's version feed once; no extra poll), and the file held open gets its
+    change at the first poll after its close."""
+    world = EngineWorld(hosted, tmp_path)
+    lines = [f"line {i}\n" for i in range(8)]
+    try:
+        async with trio.open_nursery() as nursery:
+            m = await world.setup({"/a.md": "alpha", "/b.md": "beta", "/c.md": "".join(lines)}, interval=1.0)
+            assert m.engine.has_counter is False
+            busy(m)
+            nursery.start_soon(m.engine.timer)
+            notes, ids = world.rw, world.ids
+            reader, c_reader = hold(m, "/notes/a.md", "/notes/c.md")
+            await hosted.update(notes, ids["/a.md"], content="alpha 2")
+            await hosted.update(notes, ids["/c.md"], content="".join(["theirs\n", *lines[1:]]))
+            assert await until(lambda: notes in m.engine.store_pull.held)  # a busy poll held both
+            mine = "".join([*lines[:-1], "mine\n"])
+            m.write_file("/notes/c.md", mine.encode())  # staged, and the store changed it meanwhile
+            m.fs.release(c_reader)
+            m.transport.clear()
+            start = trio.current_time()
+            await hosted.update(notes, ids["/b.md"], content="beta 2")
+            assert await until(lambda: m.read_file("/notes/b.md") == b"beta 2", timeout=5)
+            assert m.read_file("/notes/a.md") == b"alpha" and m.read_file("/notes/c.md") == mine.encode()
+            await trio.sleep(3.0)
+            elapsed = trio.current_time() - start
+            polls = m.transport.count("GET", notes + "/memory_versions$")
+            assert 2 <= polls <= elapsed / 1.0 + 1, m.transport.requests
+            assert not m.transport.count("POST", ids["/c.md"]), m.transport.requests  # no 409 again
+            m.fs.release(reader)  # closed: the next poll brings its change
+            assert await until(lambda: m.read_file("/notes/a.md") == b"alpha 2", timeout=5)
+            assert m.read_file("/notes/c.md") == mine.encode()
+            result = await m.sync()  # between commands: the conflict is settled (merged)
+            assert (
+                result["ok"]
+                and m.read_file("/notes/c.md") == "".join(["theirs\n", *lines[1:-1], "mine\n"]).encode()
+            )
+            nursery.cancel_scope.cancel()
+    finally:
+        await world.close()
+
+
+async def test_a_quiet_mount_pushes_its_staged_change_while_a_held_file_stays_open(world):
+    """Quiet, a store with staged changes is pulled whole (its conflicts settled), holding
+    nothing back: with the file a remote change waits for still open, that pull's whole apply
+    would wait, and its pushes with it, at every look. It waits for the close instead, and the
+    staged change goes out after the debounce meanwhile."""
+    async with trio.open_nursery() as nursery:
+        m = await live_mount(world, nursery, {"/a.md": "alpha", "/b.md": "beta"})
+        [reader] = hold(m, "/notes/a.md")
+        await world.svc.update(world.rw, world.ids["/a.md"], content="alpha 2")
+        moved = await store_counter(world)
+        assert await until(lambda: m.store_status("notes")["pull_pending"])
+        assert await until(lambda: m.store_status("notes")["counter_seen"] == moved)
+        m.fs.last_activity = -math.inf  # quiet from now on
+        m.write_file("/notes/b.md", b"beta, mine")
+        m.fs.last_activity = -math.inf
+        assert await until(lambda: _on_store(world, "/b.md", "beta, mine")), m.store_status("notes")
+        assert m.fs.read(reader, 0, 100) == b"alpha"
+        m.fs.release(reader)
         assert await until(lambda: m.read_file("/notes/a.md") == b"alpha 2"), m.store_status("notes")
         world.svc.app.watch_hub.close()
         nursery.cancel_scope.cancel()
