@@ -106,13 +106,11 @@ def listen(root: str) -> socket.socket:
 # entrypoint's), and takes it there and then, so that the early download starts at once and the
 # rest is imported beside it, as in a forked daemon (commands.py `_run_foreground`).
 WARM_UP = (
-    "http.client",  # the early download's helper, forked from here
     "orjson",
-    "memfs.client.egress",
-    "memfs.mount.state",
-    "memfs.client.snapshot_stream",
     "trio",  # through commands.import_trio_without_ldconfig
     "httpx",
+    "memfs.client.api",  # the early download's helper, forked from here, is a use of the client
+    "memfs.mount.state",
     "pyfuse3",
     "memfs.client",
     "memfs.mount.filesystem",
