@@ -177,9 +177,9 @@ def begin(root: str, state_dir: Path, session_id: str, base_url: str, token: str
         return None
     if fuse_mount_at(root) is not None:
         return None  # a dead mount to clear first: the daemon's preflight does it, and logs it
-    from memfs.session.control import socket_path_problem
+    from memfs.session import control
 
-    if socket_path_problem(state_dir):
+    if control.socket_path_problem(state_dir):
         return None  # the daemon refuses that state dir before creating anything in it
     try:
         preflight_root(root)

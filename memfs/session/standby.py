@@ -36,7 +36,7 @@ from memfs.session import control
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    import socket
+    import socket  # the types of the standby's unix socket (no HTTP: tests/test_layers.py)
     from typing import Any
 
 STANDBY_TIMEOUT = 3600.0  # seconds a standby waits for its session before it exits
@@ -85,7 +85,7 @@ def listen(root: str) -> socket.socket:
         os.unlink(path)  # a killed standby's socket: nothing listens on it (the ping was refused)
     except FileNotFoundError:
         pass
-    import socket  # the standby's side only: `memfs mount` uses _socket (~6 ms less)
+    import socket  # a unix socket, the standby's side only: `memfs mount` uses _socket (~6 ms less)
 
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     old = os.umask(0o177)  # 0600 from the bind on: never a moment open to others
