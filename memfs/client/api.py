@@ -309,6 +309,15 @@ class StoreClient:
         except ValueError as exc:
             raise Unreachable(f"{method} {url}: answer is not JSON") from exc
 
+    async def call(
+        self, method: str, path: str, *, beta: str | None = None, json: Any = None, params: Any = None
+    ) -> Any:
+        """One call of the API that has no method here (the admin commands',
+        memfs/session/admin_commands.py), sent and retried as every request; its JSON answer.
+        `beta`: that beta header in place of the memory stores'."""
+        headers = {BETA_HEADER: beta} if beta else None
+        return await self._json(method, path, json=json, params=params, headers=headers)
+
     # -- sessions ---------------------------------------------------------------------------
     async def get_session(self, session_id: str) -> dict[str, Any]:
         return await self._json("GET", session_path(session_id), headers={BETA_HEADER: SESSIONS_BETA})

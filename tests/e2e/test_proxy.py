@@ -155,6 +155,9 @@ def test_https_through_a_proxy_with_a_private_ca(tmp_path, tinyproxy, monkeypatc
         box.env["SSL_CERT_FILE"] = str(ca)
         try:
             box.mount()
+            # The early download is the client: TLS with the same CA, through the same tunnel.
+            log = (box.state_dir / "memfs.log").read_text()
+            assert "early download: 1 of 1 store(s) streamed" in log, log
             _round_trip(box, api, store)
         finally:
             box.close()
