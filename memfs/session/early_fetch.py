@@ -3,7 +3,7 @@
 A mount's start is two serial halves of about the same CPU: importing trio, httpx, pyfuse3 and
 the engine (~0.4 s, all of it needed before the mount is ready), and reading the session and each
 store's snapshot, parsing, hashing and storing it. This module overlaps them on the second core:
-right after the daemon is forked (before those imports), it forks a helper process that reads the
+right after the daemon is forked (before pyfuse3 and the engine are imported), it forks a helper process that reads the
 session and the counters, and once the daemon holds the state dir's lock and has found it fresh
 (no counter, no file, no baseline: a new sandbox), streams every store's snapshot into state.db's
 blobs as it arrives, and sends the daemon what the plan needs: (counter, entries, shas) per store.
@@ -17,9 +17,9 @@ own (memfs/mount/state.py `State.put_blobs`). This module holds only the process
 pipe its answers come back on, and its end with the daemon.
 
 A process, not a thread: the helper's parsing (orjson, UTF-8) needs a GIL, and the daemon's
-imports hold its own; threads of one process would take turns. The helper imports trio and httpx
-itself (~0.2 s of the second core, beside the daemon's imports of the same; a standby daemon
-forks it with them already imported, memfs/session/standby.py).
+imports hold its own; threads of one process would take turns. The daemon imports trio and httpx
+(the client) just before it forks the helper, which inherits them; pyfuse3 and the engine it
+imports while the helper streams.
 
 What it never changes: the view. It writes only blobs (content by its verified sha256, which
 nothing refers to until the plan does), into a state dir whose lock the daemon holds. Anything
@@ -185,6 +185,12 @@ def begin(root: str, state_dir: Path, session_id: str, base_url: str, token: str
         preflight_root(root)
     except (MountError, OSError):
         return None
+    # The helper is a use of the client: trio and httpx imported here, once, and inherited by it
+    # through the fork, not imported by both processes at once (~0.19 s of CPU each, the daemon
+    # needs them anyway). The helper's first request goes out no later for it: it would have
+    # imported them first itself. What is left to the daemon beside the helper is pyfuse3 and
+    # the engine (memfs/session/commands.py `_run_foreground`).
+    _import_client()
     go_r, go_w = os.pipe()
     results_r, results_w = os.pipe()
     daemon = os.getpid()
@@ -224,6 +230,13 @@ def begin(root: str, state_dir: Path, session_id: str, base_url: str, token: str
         fetch.reasons["snapshots"] = "the state dir holds a mount's state (not a first download)"
     fetch.go(fresh)
     return fetch
+
+
+def _import_client() -> None:
+    from memfs.session.commands import import_trio_without_ldconfig
+
+    import_trio_without_ldconfig()
+    import memfs.client.api  # noqa: F401 -- httpx, the client's modules
 
 
 def _die_with(parent: int) -> None:
@@ -269,10 +282,7 @@ class _Helper:
 
     def run(self, base_url: str, token: str, session_id: str, state_dir: Path, timeout: float) -> int:
         """Returns the exit status: 0 whatever the service answered (the messages say it)."""
-        from memfs.session.commands import import_trio_without_ldconfig
-
-        import_trio_without_ldconfig()
-        import trio
+        import trio  # imported before the fork (`_import_client`)
 
         from memfs.client.api import StoreClient
 
