@@ -302,6 +302,7 @@ class _Helper:
         """The session and the counters, sent as they come; the stores to stream, or None."""
         from memfs.client.errors import ApiError, Unreachable
 
+        session: Any = None
         try:
             session = await client.get_session(session_id)
         except (ApiError, Unreachable) as exc:
@@ -309,6 +310,9 @@ class _Helper:
             self.send(("session",), None, f"the session read failed: {exc}")
             return None
         self.send(("limits",), client.limits_heard)
+        if not isinstance(session, dict):  # the daemon asks, and says what is wrong with it
+            self.send(("session",), None, "the session read answered no session object")
+            return None
         self.send(("session",), session)
         resources = session.get("resources")
         found = [
