@@ -26,6 +26,9 @@ def build_parser() -> argparse.ArgumentParser:
     from memfs.relay import commands as relay_commands  # `memfs serve --upstream`: the relay
 
     relay_commands.extend(sub.choices["serve"])
+    from memfs.session import admin_commands  # `memfs store …`, `memfs session …`: the store client
+
+    admin_commands.register(sub)
     from memfs.session import commands as mount_commands  # imports pyfuse3 lazily
 
     mount_commands.register(sub)

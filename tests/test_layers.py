@@ -207,6 +207,62 @@ def test_the_client_packages_names_resolve():
         client.batch_chunks  # noqa: B018 (its old home; memfs.batching now)
 
 
+# ---- one store-API client -----------------------------------------------------------------------
+# Every request memfs sends to a store service (the mount, the early download, the relay's
+# upstream, the commands) goes through memfs/client and its one transport stack, httpx: HTTP spoken
+# by hand or by another client stack lives nowhere else. A raw socket outside memfs/client is a
+# unix socket to a daemon (control, standby, the worker's link), each importer named here.
+HTTP_HOME = "memfs.client"
+HTTP_STACKS = ("http.client", "httpcore", "h11", "h2", "urllib3", "requests", "aiohttp", "urllib.request")
+UNIX_SOCKET_USERS = (
+    "memfs.session._cpython",  # the control socket's `_socket`, for the per-call hook (session/control.py)
+    "memfs.session.control",
+    "memfs.session.standby",
+    "memfs.worker.daemon_link",
+)
+
+
+def http_violations(root: Path = PACKAGE) -> list[str]:
+    out = []
+    for path in sorted(root.rglob("*.py")):
+        me = module_name(path, root)
+        if _under(me, HTTP_HOME):
+            continue
+        for line, mod in imports_of(path, root):
+            where = f"{path.relative_to(root.parent)}:{line}: {me} imports {mod}"
+            if any(_under(mod, stack) for stack in HTTP_STACKS):
+                out.append(f"{where} (HTTP to a store service goes through {HTTP_HOME})")
+            elif mod in ("socket", "_socket") and me not in UNIX_SOCKET_USERS:
+                out.append(
+                    f"{where} (a socket outside {HTTP_HOME}: a unix one is named in UNIX_SOCKET_USERS)"
+                )
+    return out
+
+
+def test_http_is_spoken_only_by_the_store_client():
+    assert http_violations() == []
+
+
+@pytest.mark.parametrize(
+    ("module", "source"),
+    [
+        ("session/early_fetch.py", "import http.client\n"),
+        ("relay/upstream.py", "def f():\n    from http.client import HTTPConnection\n"),
+        ("session/hook.py", "import socket\n"),
+        ("service/x.py", "import urllib.request\n"),
+    ],
+)
+def test_the_http_check_catches_a_client_of_its_own(tmp_path, module, source):
+    fake = tmp_path / "memfs"
+    target = fake / module
+    target.parent.mkdir(parents=True, exist_ok=True)
+    (fake / "__init__.py").write_text("")
+    (fake / "client").mkdir(exist_ok=True)
+    (fake / "client" / "plain_get.py").write_text("import socket\nimport http.client\n")  # its home: fine
+    target.write_text(source)
+    assert {v.split(":")[0] for v in http_violations(fake)} == {f"memfs/{module}"}
+
+
 # ---- the benchmark builds on public names only ------------------------------------------------
 # scripts/bench (the `benchmarks` package) and the seeding it shares with the tests may use memfs
 # and tests/support only through their public names: no `_private` import, no `obj._member` of

@@ -16,9 +16,10 @@ it. The modules, one job each:
   limit mirrored, or what a 429 taught); `turns`: whose turn it is to send when paced;
   `work_secret`: the sessions token inside a work secret.
 
-`errors`, `egress`, `snapshot_stream` and `work_secret` import nothing heavy: the mount's early
-download (memfs/session/early_fetch.py) uses them before trio and httpx are imported. So this
-package's names are imported when first asked for (PEP 562), not by `import memfs.client.errors`.
+`errors`, `egress`, `snapshot_stream` and `work_secret` import nothing heavy: `memfs mount` and
+the forked daemon use them before trio and httpx are imported (those are imported beside the early
+download, memfs/session/early_fetch.py). So this package's names are imported when first asked
+for (PEP 562), not by `import memfs.client.errors`.
 """
 
 from __future__ import annotations

@@ -23,15 +23,23 @@ import httpx
 import orjson
 import trio
 
-from memfs.client.budget import Pacer, RequestBudget, class_of, kind_of, retry_after, store_of
-from memfs.client.egress import ProxySettingError, proxy_for, redact
+from memfs.client.budget import (
+    RATE_HEADERS,
+    Pacer,
+    RequestBudget,
+    class_of,
+    kind_of,
+    retry_after,
+    store_of,
+)
+from memfs.client.egress import redact
 from memfs.client.errors import RESEND_CODES, ApiError, Unreachable, error_code
 from memfs.client.listing import LastListing, ListingWalk, keep_listing
 from memfs.client.plain_get import PlainHTTPError
 from memfs.client.records import Change, Changes, Listing
 from memfs.client.snapshot_receive import stream_snapshot
 from memfs.client.snapshot_stream import SnapshotSink
-from memfs.client.transport import Pools
+from memfs.client.transport import Pools, pools_for
 from memfs.client.turns import Turns
 from memfs.protocol import (
     API_KEY_HEADER,
@@ -99,22 +107,16 @@ class StoreClient:
         self.retry_within = retry_within
         self.retries = retries
         self._slots: trio.CapacityLimiter | None = None  # made inside the trio run that uses it
-        # An http:// service never does TLS (redirects are not followed), so don't build a
-        # verifying SSL context: loading the CA bundle costs ~0.25 s of every mount's start.
-        verify = self.base_url.startswith("https:")
+        verify = self.base_url.startswith("https:")  # a test's transport: as the pools do (pools_for)
         self._pools: Pools | None = None  # the client's own pools (None: a test's transport)
         self.proxy: str | None = None  # the proxy the client's pools go through, if any
         self._via = ""  # said in an Unreachable's message when a proxy is in the way
         if transport is None:
-            refused = None
-            try:
-                self.proxy = proxy_for(self.base_url)
-            except ProxySettingError as exc:
-                refused = str(exc)
+            # one connection more than the slots: the held watch's, which takes no slot (`_sending`)
+            transport = self._pools = pools_for(self.base_url, concurrency + 1)
+            self.proxy = self._pools.proxy
             if self.proxy is not None:
                 self._via = f" (through the proxy {redact(self.proxy)})"
-            # one connection more than the slots: the held watch's, which takes no slot (`_sending`)
-            transport = self._pools = Pools(concurrency + 1, verify=verify, proxy=self.proxy, refused=refused)
         self._http = httpx.AsyncClient(
             base_url=self.base_url,
             headers=(
@@ -135,6 +137,9 @@ class StoreClient:
         self._last_listings: dict[str, LastListing] = {}  # store id -> its last basic listing
         self._walks = 0  # listings under way (`_one_chain`)
         self.retried = 0  # requests sent again after a retry-after (for the logs and tests)
+        # The last answer's `anthropic-ratelimit-requests-*` headers: the mount's early download
+        # hands them to the daemon's client, whose first request is then paced like the rest.
+        self.limits_heard: dict[str, str] = {}
         # `_get`'s request headers: the client's own (as httpx sends them), gzip the only encoding
         # asked for (the one decoded there), and the host.
         host = self._http.base_url.netloc
@@ -184,7 +189,11 @@ class StoreClient:
             yield trio.current_time()
 
     def _heard(self, method: str, header: Callable[[str], str | None], sent_at: float) -> None:
-        """An answer's rate-limit headers, if any, to the pacer (memfs/client/budget.py `Pacer.heard`)."""
+        """An answer's rate-limit headers, if any, to the pacer (memfs/client/budget.py `Pacer.heard`),
+        and kept as `limits_heard`."""
+        said = {name: value for name in RATE_HEADERS if (value := header(name)) is not None}
+        if said:
+            self.limits_heard = said
         self.pacer.heard(class_of(method), header, sent_at, trio.current_time())
 
     def _widen(self) -> None:
@@ -216,9 +225,9 @@ class StoreClient:
 
         With the client's own pools (not a test's transport) and no proxy in the way it is a plain
         HTTP/1.1 GET on trio's sockets (memfs/client/plain_get.py): a first download is hundreds of
-        full-view pages of ~300 KB, and httpx's client layers, httpcore and h11 took ~2.8x the
-        daemon's CPU for them (8 x 2,000 memories: ~2.5-3 s more of the mount's CPU; the commit
-        that kept it says how it was measured). The request is the same one: the client's
+        full-view pages of ~300 KB, and httpx's client layers, httpcore and h11 took ~3x the
+        daemon's CPU for them (432 pages: 0.89 s against 0.29 s, on the thread serving FUSE;
+        transport.py `Pools.plain`). The request is the same one: the client's
         headers, `accept-encoding: gzip` (decoded here), the client's timeouts, TLS as httpx does
         it; connections of its own, as many as the slots. Through a proxy, the pools (httpx's
         CONNECT and forwarding) carry the pages as every other request."""
@@ -299,6 +308,15 @@ class StoreClient:
             return resp.json()
         except ValueError as exc:
             raise Unreachable(f"{method} {url}: answer is not JSON") from exc
+
+    async def call(
+        self, method: str, path: str, *, beta: str | None = None, json: Any = None, params: Any = None
+    ) -> Any:
+        """One call of the API that has no method here (the admin commands',
+        memfs/session/admin_commands.py), sent and retried as every request; its JSON answer.
+        `beta`: that beta header in place of the memory stores'."""
+        headers = {BETA_HEADER: beta} if beta else None
+        return await self._json(method, path, json=json, params=params, headers=headers)
 
     # -- sessions ---------------------------------------------------------------------------
     async def get_session(self, session_id: str) -> dict[str, Any]:

@@ -154,6 +154,7 @@ MARGIN_MAX = 3  # tokens the mirror keeps below the service's bucket (arrival ji
 LIMIT_HEADER = "anthropic-ratelimit-requests-limit"
 REMAINING_HEADER = "anthropic-ratelimit-requests-remaining"
 RESET_HEADER = "anthropic-ratelimit-requests-reset"
+RATE_HEADERS = (LIMIT_HEADER, REMAINING_HEADER, RESET_HEADER)  # what `Pacer.heard` reads
 _WRITE_METHODS = frozenset(("POST", "DELETE", "PUT", "PATCH"))
 _STORE_ID = re.compile(re.escape(STORES_PATH) + r"/([^/?]+)")
 

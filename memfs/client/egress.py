@@ -5,15 +5,14 @@ A sandbox whose egress goes through a forward proxy names it in `HTTPS_PROXY`/`H
 `ALL_PROXY`), lower case or upper case, and lists in `NO_PROXY` the hosts reached directly. The
 client's pools (memfs/client/api.py) build their httpx transports with the proxy this module names:
 a transport given to httpx by hand reads nothing from the environment itself, so without this the
-mount would ignore the proxy and reach nothing. The mount's early download
-(memfs/session/early_fetch.py) speaks no proxy: it asks this module only whether one is in the way,
-and if so leaves the whole download to the client. The standard library's reading is the one used (`urllib.request.getproxies` and
+mount would ignore the proxy and reach nothing (the mount's early download and the relay's
+upstream go through the same pools). The standard library's reading is the one used (`urllib.request.getproxies` and
 `proxy_bypass`: lower-case names win over upper-case ones, `NO_PROXY` entries match a host, a
 host:port, or a domain and its subdomains, `*` matches every host), so the mount agrees with
 `urllib`, `requests` and `pip` on the same environment. The CA settings (`SSL_CERT_FILE`,
 `SSL_CERT_DIR`) are read where the SSL context is made (httpx's `create_ssl_context`).
 
-Imports only the standard library: the early download's helper process imports it before httpx.
+Imports only the standard library.
 """
 
 from __future__ import annotations

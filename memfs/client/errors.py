@@ -1,9 +1,8 @@
 """How a request to the store service failed: the service refused it (`ApiError`), or no whole
 answer came (`Unreachable`).
 
-Their own module, importing nothing, so that the mount's early download (memfs/session/early_fetch.py,
-which runs before httpx and trio are imported) and the snapshot parser raise the same errors as
-the client; memfs.client re-exports both. They are what the engine's `Store` port raises
+Their own module, importing nothing, so that the snapshot parser (memfs/client/snapshot_stream.py,
+light) and the engine's port raise the same errors as the client without importing httpx or trio; memfs.client re-exports both. They are what the engine's `Store` port raises
 (memfs/sync/ports.py), whatever store stands behind it (tests/support/stores.py raises them too)."""
 
 from __future__ import annotations

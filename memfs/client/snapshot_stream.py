@@ -1,9 +1,9 @@
 """A snapshot stream's lines turned into stored content (SEMANTICS.md#d-first-download): the
 parser of the service's JSON lines and the sink that hashes and stores each chunk's content.
 
-Both import nothing heavy (no httpx, no trio): the client's streamed snapshot (memfs/client/snapshot_receive.py
-`stream_snapshot`, under trio) and the mount's early download (memfs/session/early_fetch.py, a
-process of its own that runs while the daemon imports trio, httpx and pyfuse3) use them alike."""
+Both import nothing heavy (no httpx, no trio): the engine's sync imports the sink's protocol, and
+the client's streamed snapshot (memfs/client/snapshot_receive.py `stream_snapshot`, under trio)
+feeds them, for the daemon and for the mount's early download (memfs/session/early_fetch.py) alike."""
 
 from __future__ import annotations
 

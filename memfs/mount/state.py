@@ -31,3 +31,13 @@ class State(ViewRows, SyncJournal, BlobStore, KeptCopies):
     def __init__(self, state_dir: str | os.PathLike[str], *, cache_bytes: int = DEFAULT_CACHE_BYTES):
         super().__init__(state_dir)
         self._init_blobs(cache_bytes)
+
+    def untouched(self) -> bool:
+        """No mount has used this state dir yet: no store's counter, no file, no baseline (a new
+        sandbox, whose first download the mount's early download may stream into the blobs)."""
+        with self.transaction() as db:
+            (used,) = db.execute(
+                "SELECT EXISTS(SELECT 1 FROM stores WHERE counter IS NOT NULL)"
+                " OR EXISTS(SELECT 1 FROM files) OR EXISTS(SELECT 1 FROM baseline)"
+            ).fetchone()
+        return not used

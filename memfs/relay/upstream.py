@@ -1,7 +1,8 @@
 """The relay's requests to the upstream from its event loop: what passes through, the writes, and
 the access checks, sent with the caller's own credential (the poller, poller.py, has its own
-client). httpx builds its own transport, so the environment's proxy and CA settings apply.
-Counted by kind for `/v1/relay_status` and the bench.
+store clients). Sent through the store client's pools (memfs/client/transport.py `pools_for`), so
+the environment's proxy and CA settings apply as they do to every request memfs sends to a store
+service. Counted by kind for `/v1/relay_status` and the bench.
 
 What reaches the upstream is the caller's request, less what is the relay's hop or says who the
 caller is to the relay's side: hop-by-hop headers (with those the `Connection` header names),
@@ -18,6 +19,7 @@ from urllib.parse import quote, urlsplit
 
 import httpx
 
+from memfs.client.transport import pools_for
 from memfs.protocol import API_KEY_HEADER, REQUEST_ID_HEADER
 
 # Hop-by-hop headers (RFC 9110, section 7.6.1) and those httpx sets itself are not copied either way.
@@ -44,6 +46,7 @@ _CREDENTIAL = frozenset({b"authorization", API_KEY_HEADER.encode()})
 
 TIMEOUT_S = 60.0  # a write's answer may take as long as the upstream lets a request run
 CONNECT_TIMEOUT_S = 5.0
+CONNECTIONS = 64  # to the upstream, kept open between requests
 
 
 @dataclass
@@ -141,7 +144,7 @@ class Upstream:
         self._http = httpx.AsyncClient(
             base_url=self.base_url,
             timeout=httpx.Timeout(timeout, connect=CONNECT_TIMEOUT_S),
-            limits=httpx.Limits(max_connections=64, max_keepalive_connections=32),
+            transport=pools_for(self.base_url, CONNECTIONS),
             follow_redirects=False,
         )
 

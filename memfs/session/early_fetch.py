@@ -3,75 +3,54 @@
 A mount's start is two serial halves of about the same CPU: importing trio, httpx, pyfuse3 and
 the engine (~0.4 s, all of it needed before the mount is ready), and reading the session and each
 store's snapshot, parsing, hashing and storing it. This module overlaps them on the second core:
-right after the daemon is forked (before those imports), it forks a helper process that reads the
+right after the daemon is forked (before pyfuse3 and the engine are imported), it forks a helper process that reads the
 session and the counters, and once the daemon holds the state dir's lock and has found it fresh
 (no counter, no file, no baseline: a new sandbox), streams every store's snapshot into state.db's
-blobs as it arrives (memfs/client/snapshot_stream.py, the same parser and sink as the client's), and
-sends the daemon what the plan needs: (counter, entries, shas) per store. The engine's first pull
-takes that instead of asking (memfs/sync/remote.py `StoreReader.prefetched`).
+blobs as it arrives, and sends the daemon what the plan needs: (counter, entries, shas) per store.
+The engine's first pull takes that instead of asking (memfs/sync/remote.py `StoreReader.prefetched`).
+
+The helper is a use of the store client, nothing of its own: its requests are `StoreClient`'s
+(memfs/client/api.py: the same transport, so the environment's proxy, CA and URL as the daemon's
+client, the same headers, timeouts and retries), its snapshots the client's streamed snapshot with
+the mount's sink (memfs/client/snapshot_stream.py `StreamedSnapshot`), its writes the state dir's
+own (memfs/mount/state.py `State.put_blobs`). This module holds only the process: the fork, the
+pipe its answers come back on, and its end with the daemon.
 
 A process, not a thread: the helper's parsing (orjson, UTF-8) needs a GIL, and the daemon's
-imports hold its own; threads of one process would take turns. The helper imports only the
-standard library, orjson and memfs's light modules.
+imports hold its own; threads of one process would take turns. The daemon imports trio and httpx
+(the client) just before it forks the helper, which inherits them; pyfuse3 and the engine it
+imports while the helper streams.
 
 What it never changes: the view. It writes only blobs (content by its verified sha256, which
 nothing refers to until the plan does), into a state dir whose lock the daemon holds. Anything
 that goes wrong (an HTTP error, auth, a broken or short stream, a timeout, the helper dying) only
 means "not fetched early": the daemon then asks as it always did, with the same retries and the
-same error messages. It runs only for an `http://` base URL without credentials or query in it,
-reached directly (what the client would do with TLS, a proxy or URL credentials is not repeated
-here: those mounts start as before; the helper asks memfs/client/egress.py, as the client does, whether
-the environment puts a proxy in the way, so it never goes around one), not for a root with a
-mount on it (the daemon's preflight clears a dead one and logs it, after logging is set up), and
-not at all with `MEMFS_EARLY_DOWNLOAD=off`.
-
-Why `http.client` and not httpx: receiving 8 snapshots of 2,000 memories (~32 MB each) took
-0.16-0.19 s of CPU with it and 0.87-1.22 s with a synchronous httpx client (h11's 64 KiB events
-and copies; httpx's import the first time), on the second core that the daemon's imports use too.
+same error messages. It does not run for a root with a mount on it (the daemon's preflight clears
+a dead one and logs it, after logging is set up), nor at all with `MEMFS_EARLY_DOWNLOAD=off`.
 """
 
 from __future__ import annotations
 
 import os
 import pickle
-import re
 import struct
 import threading
 from pathlib import Path
-from typing import Any
-from urllib.parse import urlsplit
+from typing import TYPE_CHECKING, Any
 
 from memfs import limits
-from memfs.protocol import BETA_HEADER, COUNTERS_PATH, MEMORY_BETA, SESSIONS_BETA, SESSIONS_PATH, STORES_PATH
+
+if TYPE_CHECKING:
+    from memfs.client.api import StoreClient
+    from memfs.mount.state import State
 
 EARLY_ENV = "MEMFS_EARLY_DOWNLOAD"  # "off": every mount starts the old way (comparisons, tests)
-_PLAIN_ID = re.compile(r"[A-Za-z0-9_-]{1,200}")  # ids that go into a path as they are
-_PLAIN_PATH = re.compile(r"[A-Za-z0-9_./~-]*")
 _FRAME = struct.Struct("<I")
-_LIMIT_HEADERS = "anthropic-ratelimit-requests-"
 # Snapshots streamed at once: stores then end one after another, and the daemon places each (plan,
 # 2,000 files: ~0.13 s) while the helper streams the next, instead of placing all 8 at the end.
 EARLY_STREAMS = 4
 
 Snapshot = tuple[int, list, set]  # counter, entries (snapshot_stream.SnapshotEntry), shas stored
-
-
-def early_target(base_url: str) -> tuple[str, int, str] | None:
-    """(host, port, path prefix) for a plain `http://` base URL, else None (no early download).
-
-    The client verifies TLS and sends URL credentials, which this helper does not do, so such URLs
-    are left to it; so is a store behind a proxy, which the client honours (memfs/client/egress.py)
-    and the helper checks for once it runs."""
-    try:
-        u = urlsplit(base_url)
-        port = u.port or 80
-    except ValueError:
-        return None
-    if u.scheme != "http" or not u.hostname or u.username or u.password or u.query or u.fragment:
-        return None
-    if not _PLAIN_PATH.fullmatch(u.path):
-        return None
-    return u.hostname, port, u.path.rstrip("/")
 
 
 class EarlyFetch:
@@ -194,21 +173,24 @@ def begin(root: str, state_dir: Path, session_id: str, base_url: str, token: str
     from memfs.mount.mount_table import fuse_mount_at
     from memfs.session.preflight import MountError, preflight_root
 
-    if os.environ.get(EARLY_ENV) == "off" or not token or not _PLAIN_ID.fullmatch(session_id):
-        return None
-    target = early_target(base_url)
-    if target is None:
+    if os.environ.get(EARLY_ENV) == "off" or not token:
         return None
     if fuse_mount_at(root) is not None:
         return None  # a dead mount to clear first: the daemon's preflight does it, and logs it
-    from memfs.session.control import socket_path_problem
+    from memfs.session import control
 
-    if socket_path_problem(state_dir):
+    if control.socket_path_problem(state_dir):
         return None  # the daemon refuses that state dir before creating anything in it
     try:
         preflight_root(root)
     except (MountError, OSError):
         return None
+    # The helper is a use of the client: trio and httpx imported here, once, and inherited by it
+    # through the fork, not imported by both processes at once (~0.19 s of CPU each, the daemon
+    # needs them anyway). The helper's first request goes out no later for it: it would have
+    # imported them first itself. What is left to the daemon beside the helper is pyfuse3 and
+    # the engine (memfs/session/commands.py `_run_foreground`).
+    _import_client()
     go_r, go_w = os.pipe()
     results_r, results_w = os.pipe()
     daemon = os.getpid()
@@ -220,7 +202,8 @@ def begin(root: str, state_dir: Path, session_id: str, base_url: str, token: str
             os.close(results_r)
             _close_all_but(go_r, results_w)
             _die_with(daemon)
-            code = _helper(target, token, session_id, state_dir / "state.db", go_r, results_w, timeout)
+            helper = _Helper(results_w, go_r)
+            code = helper.run(base_url, token, session_id, state_dir, timeout)
         finally:
             os._exit(code)
     os.close(go_r)
@@ -236,21 +219,24 @@ def begin(root: str, state_dir: Path, session_id: str, base_url: str, token: str
         return None
     try:
         state.lock(os.path.realpath(root))
-        with state.transaction() as db:
-            (used,) = db.execute(
-                "SELECT EXISTS(SELECT 1 FROM stores WHERE counter IS NOT NULL)"
-                " OR EXISTS(SELECT 1 FROM files) OR EXISTS(SELECT 1 FROM baseline)"
-            ).fetchone()
+        fresh = state.untouched()
     except Exception:  # locked by a live mount, or unreadable: the daemon says so itself
         state.close()
         fetch.close()
         return None
     fetch.state = state
-    fetch.fresh = not used
-    if used:
+    fetch.fresh = fresh
+    if not fresh:
         fetch.reasons["snapshots"] = "the state dir holds a mount's state (not a first download)"
-    fetch.go(fetch.fresh)
+    fetch.go(fresh)
     return fetch
+
+
+def _import_client() -> None:
+    from memfs.session._trio import import_trio_without_ldconfig
+
+    import_trio_without_ldconfig()
+    import memfs.client.api  # noqa: F401 -- httpx, the client's modules
 
 
 def _die_with(parent: int) -> None:
@@ -277,146 +263,105 @@ def _close_all_but(*keep: int) -> None:
     os.closerange(low, 1 << 16)
 
 
-def _helper(target: tuple[str, int, str], token: str, session_id: str, db_path: Path, go_fd: int,
-            results_fd: int, timeout: float) -> int:  # fmt: skip
-    """The helper process: session, counters, then (on the daemon's go) every store's snapshot,
-    each on a thread and connection of its own, stored as it streams. Returns the exit status."""
-    import http.client
+class _Helper:
+    """The helper process: the session and the counters, then (on the daemon's go) every store's
+    snapshot, EARLY_STREAMS at a time, each stored as it streams; each answer sent to the daemon
+    as a pickled frame on the results pipe."""
 
-    import orjson
+    def __init__(self, results_fd: int, go_fd: int):
+        self.results_fd = results_fd
+        self.go_fd = go_fd
+        self.lock = threading.Lock()  # the snapshots' worker threads send too
 
-    host, port, prefix = target
-    lock = threading.Lock()
-
-    def send(key: tuple[str, ...], value: Any, reason: str | None = None) -> None:
+    def send(self, key: tuple[str, ...], value: Any, reason: str | None = None) -> None:
         data = pickle.dumps((key, value, reason), protocol=pickle.HIGHEST_PROTOCOL)
         frame = memoryview(_FRAME.pack(len(data)) + data)
-        with lock:
+        with self.lock:
             while frame:
-                frame = frame[os.write(results_fd, frame) :]
+                frame = frame[os.write(self.results_fd, frame) :]
 
-    # Asked here, after the fork (urllib.request's import is ~20 ms): not on the daemon's path.
-    from memfs.client.egress import ProxySettingError, proxy_for
+    def run(self, base_url: str, token: str, session_id: str, state_dir: Path, timeout: float) -> int:
+        """Returns the exit status: 0 whatever the service answered (the messages say it)."""
+        import trio  # imported before the fork (`_import_client`)
 
-    try:
-        proxied = proxy_for(f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}") is not None
-    except ProxySettingError:
-        proxied = True  # the daemon's client says what is wrong with the setting
-    if proxied:
-        send(("failed",), None, "the store is reached through a proxy (the client's way)")
+        from memfs.client.api import StoreClient
+
+        async def main() -> None:
+            async with StoreClient(base_url, token, timeout=timeout) as client:
+                ids = await self._ask(client, session_id)
+                if ids is None:
+                    return
+                go = await trio.to_thread.run_sync(os.read, self.go_fd, 1)
+                if go == b"1":
+                    await self._stream_all(client, ids, state_dir)
+
+        trio.run(main)
         return 0
 
-    def get(conn: http.client.HTTPConnection, path: str, beta: str) -> http.client.HTTPResponse:
-        conn.request("GET", prefix + path, headers={"authorization": f"Bearer {token}", BETA_HEADER: beta})
-        return conn.getresponse()
+    async def _ask(self, client: StoreClient, session_id: str) -> list[str] | None:
+        """The session and the counters, sent as they come; the stores to stream, or None."""
+        from memfs.client.errors import ApiError, Unreachable
 
-    def limits_of(resp: http.client.HTTPResponse) -> dict[str, str]:
-        return {k.lower(): v for k, v in resp.getheaders() if k.lower().startswith(_LIMIT_HEADERS)}
-
-    conn = http.client.HTTPConnection(host, port, timeout=timeout)
-    try:
-        resp = get(conn, f"{SESSIONS_PATH}/{session_id}", SESSIONS_BETA)
-        body = resp.read()
-        send(("limits",), limits_of(resp))
-        session = orjson.loads(body) if resp.status == 200 else None
-        if not isinstance(session, dict):
-            send(("session",), None, f"the session read answered {resp.status}")
-            return 0
-        send(("session",), session)
-        ids = [
-            r.get("memory_store_id") for r in session.get("resources", []) if r.get("type") == "memory_store"
+        session: Any = None
+        try:
+            session = await client.get_session(session_id)
+        except (ApiError, Unreachable) as exc:
+            self.send(("limits",), client.limits_heard)
+            self.send(("session",), None, f"the session read failed: {exc}")
+            return None
+        self.send(("limits",), client.limits_heard)
+        if not isinstance(session, dict):  # the daemon asks, and says what is wrong with it
+            self.send(("session",), None, "the session read answered no session object")
+            return None
+        self.send(("session",), session)
+        resources = session.get("resources")
+        found = [
+            r.get("memory_store_id")
+            for r in (resources if isinstance(resources, list) else [])
+            if isinstance(r, dict) and r.get("type") == "memory_store"
         ]
-        if (
-            not ids
-            or len(ids) > limits.MAX_STORES_PER_SESSION
-            or not all(isinstance(i, str) and _PLAIN_ID.fullmatch(i) for i in ids)
-        ):
-            return 0  # the daemon's own check of the session says what is wrong with it
-        resp = get(conn, f"{COUNTERS_PATH}?ids={'%2C'.join(ids)}", MEMORY_BETA)
-        body = resp.read()
-        if said := limits_of(resp):
-            send(("limits",), said)
-        if resp.status != 200:  # no counter (the hosted API): no snapshot either
-            send(("counters",), None, f"the counters answered {resp.status}")
-            return 0
-        counters = {item["memory_store_id"]: int(item["counter"]) for item in orjson.loads(body)["data"]}
-        send(("counters",), counters)
-    except Exception as exc:
-        send(("failed",), None, f"{type(exc).__name__}: {exc}")
-        return 0
-    finally:
-        conn.close()
-    if os.read(go_fd, 1) != b"1":
-        return 0
-    blobs = _Blobs(db_path)
-    turns = threading.Semaphore(EARLY_STREAMS)
-    threads = [
-        threading.Thread(target=_stream_one, args=(target, get, send, blobs, sid, timeout, turns))
-        for sid in ids
-    ]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    blobs.close()
-    return 0
+        ids = [i for i in found if isinstance(i, str)]
+        if not ids or len(ids) != len(found) or len(ids) > limits.MAX_STORES_PER_SESSION:
+            return None  # the daemon's own check of the session says what is wrong with it
+        try:
+            counters = await client.counters(ids)
+        except (ApiError, Unreachable) as exc:
+            self.send(("counters",), None, f"the counters read failed: {exc}")
+            return None
+        self.send(("limits",), client.limits_heard)
+        if counters is None:  # no counter (the hosted API): no snapshot either
+            self.send(("counters",), None, "the service has no counters")
+            return None
+        self.send(("counters",), counters)
+        return ids
 
+    async def _stream_all(self, client: StoreClient, ids: list[str], state_dir: Path) -> None:
+        import trio
 
-def _stream_one(target, get, send, blobs: _Blobs, store_id: str, timeout: float,
-                turns: threading.Semaphore) -> None:  # fmt: skip
-    """One store's snapshot, stored as it streams; sent to the daemon only once it ended whole."""
-    with turns:
-        _stream_store(target, get, send, blobs, store_id, timeout)
+        from memfs.mount.state import State
 
+        state = State(state_dir)  # the daemon's, opened and migrated: its lock is the daemon's
+        turns = trio.CapacityLimiter(EARLY_STREAMS)
+        try:
+            async with trio.open_nursery() as nursery:
+                for store_id in ids:
+                    nursery.start_soon(self._stream_one, client, state, store_id, turns)
+        finally:
+            state.close()
 
-def _stream_store(target, get, send, blobs: _Blobs, store_id: str, timeout: float) -> None:
-    import http.client
+    async def _stream_one(self, client: StoreClient, state: State, store_id: str, turns: Any) -> None:
+        """One store's snapshot, stored as it streams; sent to the daemon only once it ended whole."""
+        from memfs.client.snapshot_stream import StreamedSnapshot
 
-    from memfs.client.snapshot_stream import SNAPSHOT_CHUNK_BYTES, SnapshotParser, StreamedSnapshot
-
-    host, port, _prefix = target
-    key = ("snapshot", store_id)
-    url = f"{STORES_PATH}/{store_id}/snapshot"
-    conn = http.client.HTTPConnection(host, port, timeout=timeout)
-    try:
-        resp = get(conn, url, MEMORY_BETA)
-        if resp.status != 200:
-            resp.read()
-            send(key, None, f"the snapshot answered {resp.status}")
-            return
-        snap = StreamedSnapshot(blobs, store_id)
-        parser = SnapshotParser(url, snap)
-        while chunk := resp.read(SNAPSHOT_CHUNK_BYTES):
-            parser.feed(chunk)
-        counter = parser.finish()
-        send(key, (counter, snap.entries, snap.shas))
-    except Exception as exc:  # a broken or short stream, a timeout, bad content: asked anew
-        send(key, None, f"{type(exc).__name__}: {exc}")
-    finally:
-        conn.close()
-
-
-class _Blobs:
-    """The helper's own connection to state.db: content by sha, one transaction per chunk (as
-    memfs/mount/blobs.py `put_blobs`), shared by its stream threads."""
-
-    def __init__(self, db_path: Path):
-        import sqlite3
-
-        self._db = sqlite3.connect(db_path, isolation_level=None, check_same_thread=False, timeout=30)
-        self._db.execute("PRAGMA synchronous=NORMAL")
-        self._db.execute("PRAGMA wal_autocheckpoint=0")  # the daemon's timer checkpoints
-        self._lock = threading.Lock()
-
-    def put_blobs(self, blobs: list[tuple[str, bytes]]) -> None:
-        with self._lock:
-            self._db.execute("BEGIN IMMEDIATE")
+        key = ("snapshot", store_id)
+        async with turns:
+            snap = StreamedSnapshot(state, store_id)
             try:
-                self._db.executemany("INSERT OR IGNORE INTO blobs(sha, data) VALUES(?, ?)", blobs)
-            except BaseException:
-                self._db.execute("ROLLBACK")
-                raise
-            self._db.execute("COMMIT")
-
-    def close(self) -> None:
-        self._db.close()
+                counter = await client.snapshot(store_id, snap)
+            except Exception as exc:  # a broken or short stream, a timeout, bad content: asked anew
+                self.send(key, None, f"{type(exc).__name__}: {exc}")
+                return
+            if counter is None:
+                self.send(key, None, "the service has no snapshot")
+                return
+            self.send(key, (counter, snap.entries, snap.shas))

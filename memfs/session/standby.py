@@ -36,7 +36,7 @@ from memfs.session._cpython import csocket
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    import socket
+    import socket  # the types of the standby's unix socket (no HTTP: tests/test_layers.py)
     from typing import Any
 
 STANDBY_TIMEOUT = 3600.0  # seconds a standby waits for its session before it exits
@@ -85,7 +85,7 @@ def listen(root: str) -> socket.socket:
         os.unlink(path)  # a killed standby's socket: nothing listens on it (the ping was refused)
     except FileNotFoundError:
         pass
-    import socket  # the standby's side only: `memfs mount` uses _socket through memfs/session/_cpython.py
+    import socket  # a unix socket, the standby's side only: `memfs mount` uses _socket (memfs/session/_cpython.py)
 
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     old = os.umask(0o177)  # 0600 from the bind on: never a moment open to others
@@ -106,13 +106,11 @@ def listen(root: str) -> socket.socket:
 # entrypoint's), and takes it there and then, so that the early download starts at once and the
 # rest is imported beside it, as in a forked daemon (commands.py `_run_foreground`).
 WARM_UP = (
-    "http.client",  # the early download's helper, forked from here
     "orjson",
-    "memfs.client.egress",
-    "memfs.mount.state",
-    "memfs.client.snapshot_stream",
     "trio",  # through _trio.import_trio_without_ldconfig
     "httpx",
+    "memfs.client.api",  # the early download's helper, forked from here, is a use of the client
+    "memfs.mount.state",
     "pyfuse3",
     "memfs.client",
     "memfs.mount.filesystem",

@@ -20,7 +20,6 @@ session mount's daemon, run with these options (memfs/session/daemon.py).
 from __future__ import annotations
 
 import os
-import socket
 import stat
 import sys
 from pathlib import Path
@@ -190,7 +189,7 @@ def run_store_mount(
         find_stores=finder,
         start_offline=finder.mounted_before,
         single_store=True,
-        conflict_who=f"host-{socket.gethostname()}",
+        conflict_who=f"host-{os.uname().nodename}",  # what socket.gethostname() answers
     )
 
     def on_ready(stores: list[StoreInfo]) -> None:

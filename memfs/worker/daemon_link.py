@@ -227,7 +227,7 @@ class DaemonLink:
 
 def _call_blocking(sock_path: Path, request: dict[str, Any], timeout: float) -> dict[str, Any]:
     """One request on a fresh connection to a socket given by its own path (the sync-only one)."""
-    import socket
+    import socket  # a unix socket: the daemon's, not a store service's (tests/test_layers.py)
 
     s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     s.settimeout(timeout)

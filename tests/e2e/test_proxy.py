@@ -109,9 +109,14 @@ def test_a_mount_through_a_forward_proxy(tmp_path, tinyproxy, hosted):
         # The first download came through it: the snapshot, or (hosted) the listing pages.
         assert any(p.endswith("/snapshot") if not hosted else "/memories?" in p for p in paths), paths
         assert any(method == "POST" for method, _target in requests)
-        # The early download does not go around the proxy: it leaves the start to the client.
+        # The early download is the client's: it ran, through the proxy (the one session read in
+        # the proxy's log is its own, which the daemon took). tinyproxy closes a connection after
+        # each answer, and a request sent on it before the close arrives fails: the helper's
+        # counters may then be "not early" (the daemon asks), so how much it streamed is not
+        # asserted here (test_https_through_a_proxy_with_a_private_ca: a tunnel, which stays).
         log = (box.state_dir / "memfs.log").read_text()
-        assert "through a proxy" in log or hosted, log
+        assert "early download: " in log and "through a proxy" not in log, log
+        assert sum(p.startswith("/v1/sessions/") for p in paths) == 1, paths
 
 
 @pytest.mark.timeout(150)
@@ -153,6 +158,9 @@ def test_https_through_a_proxy_with_a_private_ca(tmp_path, tinyproxy, monkeypatc
         box.env["SSL_CERT_FILE"] = str(ca)
         try:
             box.mount()
+            # The early download is the client: TLS with the same CA, through the same tunnel.
+            log = (box.state_dir / "memfs.log").read_text()
+            assert "early download: 1 of 1 store(s) streamed" in log, log
             _round_trip(box, api, store)
         finally:
             box.close()
