@@ -202,10 +202,21 @@ class StoreClient:
 
     async def _request(self, method: str, url: str | httpx.URL, **kw: Any) -> httpx.Response:
         kind = kind_of(method, str(url))
+        resend = method == "GET"  # once, see below
         for attempt in range(max(self.retries, RATE_RETRIES) + 1):
             try:
                 async with self._sending(kind, method, str(url)) as sent_at:
-                    resp = await self._http.request(method, url, **kw)
+                    try:
+                        resp = await self._http.request(method, url, **kw)
+                    except (httpx.RemoteProtocolError, httpx.ReadError):
+                        if not resend:
+                            raise
+                        # A kept-alive connection the server (or a proxy: tinyproxy closes after
+                        # every answer) closed as the request went out: "disconnected without
+                        # sending a response". httpx does not send it again; a browser does, for
+                        # a GET, once, on a new connection (as plain_get.py does for the listing).
+                        resend = False
+                        resp = await self._http.request(method, url, **kw)
             except httpx.HTTPError as exc:
                 raise Unreachable(f"{method} {url}{self._via}: {_describe(exc)}") from exc
             self._heard(method, resp.headers.get, sent_at)
