@@ -266,6 +266,7 @@ class Pusher:
         else:
             assert m is not None
             st.set_baseline(sid, m["id"], m["path"], m["content_sha256"], m["content_size_bytes"])
+            tally.merge_tries.pop(m["id"], None)  # landed: the merges in a row end (plan.MERGE_TRIES)
             if isinstance(a, P.PushCreate):
                 local = self.fs.local_file(sid, a.path)  # not local_view(): O(n) per create
                 if local is not None and local.memory_id is None:
@@ -297,6 +298,8 @@ class Pusher:
             log.info("%s: %s answered %s; the next tick settles it", store.slug, type(a).__name__, exc.type)
             self._answered_conflict(store, a)
             report.superseded += 1
+            if isinstance(a, P.PushUpdate) and a.merge and exc.status == 409:  # see plan.MERGE_TRIES
+                tally.merge_tries[a.memory_id] = tally.merge_tries.get(a.memory_id, 0) + 1
         else:
             raise exc
 
