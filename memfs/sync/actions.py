@@ -177,9 +177,13 @@ class PushUpdate:
 
 @dataclass(frozen=True)
 class PushCreate:
+    """Create a memory at `path` with blob `sha`. `copy`: a conflict copy this plan placed
+    (informative, as PushUpdate.merge: the store service counts it, SEMANTICS.md#d-merge)."""
+
     path: str
     sha: str
     size: int
+    copy: bool = field(default=False, compare=False)
 
 
 # bookkeeping

@@ -641,7 +641,7 @@ class _Emission:
 
     def _copy(self, c: PlaceCopy) -> None:
         self.copies.append(c)
-        self.creates.append(PushCreate(c.path, c.sha, c.size))
+        self.creates.append(PushCreate(c.path, c.sha, c.size, copy=True))
 
     def _not_viewed(self, o: _Mem) -> None:
         if o.l is not None:

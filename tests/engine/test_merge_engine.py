@@ -82,6 +82,28 @@ async def test_a_true_conflict_puts_the_agents_version_on_the_store_as_a_named_c
     assert m.engine.not_on_store()[world.rw].count == 0  # nothing exists only in this sandbox
 
 
+async def test_the_service_counts_the_mounts_merges_and_copies_per_store(world):
+    """The mount marks a merged update and a conflict copy's create (the `memfs-write-reason`
+    header, sent on single requests: a batch's one header could not say which item) and the
+    service's /metrics counts them for the store (tests/service/test_write_reason_metrics.py)."""
+    m = await world.setup({"/log.md": NOTES, "/status.md": "state: working\n"})
+    await world.svc.update(world.notes, world.ids["/log.md"], content=NOTES + "- theirs\n")
+    await world.svc.update(world.notes, world.ids["/status.md"], content="state: blocked\n")
+    m.write("/notes/log.md", (NOTES + "- mine\n").encode())
+    m.write("/notes/status.md", b"state: done\n")
+    m.write("/notes/other.md", b"plain\n")  # no reason: it goes in the batch
+    m.transport.clear()
+    await m.sync()
+    assert m.transport.count("POST", MEMORY_BY_ID) == 1  # the merge, on its own
+    assert m.transport.count("POST", r"/memories$") == 1  # the copy's create
+    assert m.transport.count("POST", r"/memory_batch$") == 1
+    text = (await world.svc.admin.get("/metrics")).text
+    assert f'memfs_merges_total{{store="{world.notes}"}} 1.0' in text
+    assert f'memfs_conflict_copies_total{{store="{world.notes}"}} 1.0' in text
+    status = m.store_status("notes")
+    assert (status["merges"], status["conflicts"], status["conflict_copies"]) == (1, 1, 1)
+
+
 async def test_json_does_not_merge_it_conflicts(world):
     """A union of two JSON documents is not JSON: the default policy merges text memories only."""
     m = await world.setup({"/cfg.json": '{\n"a": 1\n}\n'})
