@@ -309,7 +309,7 @@ class StorePull:
                     merges=merges,
                     copy_who=self.options.conflict_who,
                     copy_when=when,
-                    merge_tries=tally.merge_tries if tally is not None else None,
+                    merge_tries=dict(tally.merge_tries) if tally is not None else None,  # (as of now)
                 )
             planned_at = self.state.generation(sid)
             missing = {

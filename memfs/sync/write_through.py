@@ -9,8 +9,9 @@ reads what became of the file off it, its base and what the applied plans said.
   in the file, the agent's went onto the store as `copy` (or, with `--on-conflict store-wins`,
   into the state dir);
 - "gone": the store deleted the memory meanwhile (the agent's version is kept in the state dir);
-- "staged": not on the store yet (`error` says why: unreachable, refused, or the store kept moving);
-  the mount goes on trying, as for any staged change.
+- "staged": not on the store yet (`error` says why: unreachable, refused, or a write other than a
+  merge still superseded after every round); the mount goes on trying, as for any staged change.
+  A store that keeps moving under the merges ends as "conflict" (TRIES).
 """
 
 from __future__ import annotations
