@@ -26,7 +26,6 @@ REQUEST_ID_HEADER = "request-id"
 # hosted API included, ignores a header it does not know. Sent on single requests only.
 WRITE_REASON_HEADER = "memfs-write-reason"
 WriteReason = Literal["merge", "conflict-copy"]
-WRITE_REASONS: tuple[WriteReason, ...] = get_args(WriteReason)
 
 # Every path memfs sends or serves under /v1/ is spelled here (tests/test_wire.py fails on a `/v1/`
 # string anywhere else in memfs/); the builders below take ids, or `{store_id}`-style names for the
