@@ -99,7 +99,7 @@ __all__ = [
 # A memory's merges in a row whose push met a 409 (another writer moved the store again) before
 # its next content conflict is settled as a true conflict (SEMANTICS.md#d-merge): under a writer
 # faster than a round trip, merging again would never land; the conflict copy lands at once.
-MERGE_TRIES = 3
+MERGE_TRIES = 5
 
 # ---- helpers ----------------------------------------------------------------------------------
 
