@@ -87,19 +87,19 @@ async def test_the_service_counts_the_mounts_merges_and_copies_per_store(world):
     header, sent on single requests: a batch's one header could not say which item) and the
     service's /metrics counts them for the store (tests/service/test_write_reason_metrics.py)."""
     m = await world.setup({"/log.md": NOTES, "/status.md": "state: working\n"})
-    await world.svc.update(world.notes, world.ids["/log.md"], content=NOTES + "- theirs\n")
-    await world.svc.update(world.notes, world.ids["/status.md"], content="state: blocked\n")
-    m.write("/notes/log.md", (NOTES + "- mine\n").encode())
-    m.write("/notes/status.md", b"state: done\n")
-    m.write("/notes/other.md", b"plain\n")  # no reason: it goes in the batch
+    await world.svc.update(world.rw, world.ids["/log.md"], content=NOTES + "- theirs\n")
+    await world.svc.update(world.rw, world.ids["/status.md"], content="state: blocked\n")
+    m.write_file("/notes/log.md", (NOTES + "- mine\n").encode())
+    m.write_file("/notes/status.md", b"state: done\n")
+    m.write_file("/notes/other.md", b"plain\n")  # no reason: it goes in the batch
     m.transport.clear()
     await m.sync()
     assert m.transport.count("POST", MEMORY_BY_ID) == 1  # the merge, on its own
     assert m.transport.count("POST", r"/memories$") == 1  # the copy's create
     assert m.transport.count("POST", r"/memory_batch$") == 1
     text = (await world.svc.admin.get("/metrics")).text
-    assert f'memfs_merges_total{{store="{world.notes}"}} 1.0' in text
-    assert f'memfs_conflict_copies_total{{store="{world.notes}"}} 1.0' in text
+    assert f'memfs_merges_total{{store="{world.rw}"}} 1.0' in text
+    assert f'memfs_conflict_copies_total{{store="{world.rw}"}} 1.0' in text
     status = m.store_status("notes")
     assert (status["merges"], status["conflicts"], status["conflict_copies"]) == (1, 1, 1)
 
