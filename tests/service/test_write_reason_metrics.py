@@ -1,6 +1,7 @@
 """`/metrics` counts the writes a mount says were a merge or a conflict copy (the
 `memfs-write-reason` header, SEMANTICS.md#d-merge), per store: only writes the store took, only
-with a reason it knows, on the single create and update routes. In process: the real app."""
+with a reason it knows, on the single create and update routes. In process: the real app on
+SQLite, through httpx's ASGI transport (the mount's side: tests/engine/test_merge_engine.py)."""
 
 from __future__ import annotations
 
@@ -8,12 +9,14 @@ import hashlib
 import re
 from collections.abc import AsyncIterator
 
+import httpx
 import pytest
 
 from memfs.relay.upstream import forwarded_headers
 from memfs.service import metrics as service_metrics
+from memfs.service.app import create_app
+from memfs.service.database import open_storage
 from memfs.service.metrics import Metrics
-from tests.support.inprocess import InProcessService
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -29,51 +32,57 @@ def counted(text: str, metric: str) -> dict[str, float]:
     return {s: float(v) for s, v in re.findall(rf'^{metric}_total{{store="([^"]+)"}} (\S+)$', text, re.M)}
 
 
+ADMIN_KEY = "test-admin-key-0123456789"
+
+
 @pytest.fixture
-async def svc(tmp_path) -> AsyncIterator[InProcessService]:
-    s = InProcessService(tmp_path)
-    yield s
-    await s.aclose()
+async def admin(tmp_path) -> AsyncIterator[httpx.AsyncClient]:
+    storage = open_storage(tmp_path / "store.db")
+    transport = httpx.ASGITransport(app=create_app(storage, ADMIN_KEY, 1000))
+    headers = {"x-api-key": ADMIN_KEY, "anthropic-beta": "agent-memory-2026-07-22"}
+    async with httpx.AsyncClient(transport=transport, base_url="http://memfs.test", headers=headers) as c:
+        yield c
+    storage.close()
 
 
-async def metrics(svc: InProcessService) -> str:
-    resp = await svc.admin.get("/metrics")
-    assert resp.status_code == 200
-    return resp.text
+async def create_store(admin: httpx.AsyncClient, name: str) -> str:
+    resp = await admin.post("/v1/memory_stores", json={"name": name})
+    assert resp.status_code == 200, resp.text
+    return resp.json()["id"]
+
+
+async def create(
+    admin: httpx.AsyncClient, store: str, path: str, content: str, **headers: str
+) -> httpx.Response:
+    return await admin.post(
+        f"/v1/memory_stores/{store}/memories", json={"path": path, "content": content}, headers=headers
+    )
 
 
 @pytest.mark.trio
-async def test_merges_and_copies_count_per_store_only_when_the_store_took_them(svc):
-    a, b = await svc.create_store("a"), await svc.create_store("b")
-    log = await svc.create(a, "/log.md", "one\n")
-    url = f"/v1/memory_stores/{a}/memories/{log['id']}"
+async def test_merges_and_copies_count_per_store_only_when_the_store_took_them(admin):
+    a, b = await create_store(admin, "a"), await create_store(admin, "b")
+    log = (await create(admin, a, "/log.md", "one\n")).json()
 
-    def update(content: str, expected: str, **headers: str):
+    def update(store: str, mid: str, content: str, expected: str, **headers: str):
         pre = {"type": "content_sha256", "content_sha256": sha(expected)}
-        return svc.admin.post(url, json={"content": content, "precondition": pre}, headers=headers)
+        url = f"/v1/memory_stores/{store}/memories/{mid}"
+        return admin.post(url, json={"content": content, "precondition": pre}, headers=headers)
 
-    assert (await update("one\ntwo\n", "one\n", **{REASON: "merge"})).status_code == 200
-    assert (await update("x\n", "stale\n", **{REASON: "merge"})).status_code == 409  # not taken
-    assert (await update("one\ntwo\nthree\n", "one\ntwo\n")).status_code == 200  # no reason
-    assert (await update("four\n", "one\ntwo\nthree\n", **{REASON: "made-up"})).status_code == 200
-    copy = {"path": "/log.conflict-sesn_x-20261204T224012Z.md", "content": "mine\n"}
-    created = await svc.admin.post(
-        f"/v1/memory_stores/{a}/memories", json=copy, headers={REASON: "conflict-copy"}
-    )
-    assert created.status_code == 200
-    again = await svc.admin.post(
-        f"/v1/memory_stores/{a}/memories", json=copy, headers={REASON: "conflict-copy"}
-    )
-    assert again.status_code == 409  # the path is taken: not counted
-    other = await svc.create(b, "/x.md", "x\n")
-    pre = {"type": "content_sha256", "content_sha256": sha("x\n")}
-    resp = await svc.admin.post(
-        f"/v1/memory_stores/{b}/memories/{other['id']}",
-        json={"content": "x\ny\n", "precondition": pre},
-        headers={REASON: "merge"},
-    )
+    merge, copy = {REASON: "merge"}, {REASON: "conflict-copy"}
+    assert (await update(a, log["id"], "one\ntwo\n", "one\n", **merge)).status_code == 200
+    assert (await update(a, log["id"], "x\n", "stale\n", **merge)).status_code == 409  # not taken
+    assert (await update(a, log["id"], "one\ntwo\n3\n", "one\ntwo\n")).status_code == 200  # no reason
+    made_up = await update(a, log["id"], "four\n", "one\ntwo\n3\n", **{REASON: "made-up"})
+    assert made_up.status_code == 200
+    path = "/log.conflict-sesn_x-20261204T224012Z.md"
+    assert (await create(admin, a, path, "mine\n", **copy)).status_code == 200
+    assert (await create(admin, a, path, "mine\n", **copy)).status_code == 409  # path taken: not counted
+    other = (await create(admin, b, "/x.md", "x\n")).json()
+    assert (await update(b, other["id"], "x\ny\n", "x\n", **merge)).status_code == 200
+    resp = await admin.get("/metrics")
     assert resp.status_code == 200
-    text = await metrics(svc)
+    text = resp.text
     assert counted(text, "memfs_merges") == {a: 1.0, b: 1.0}
     assert counted(text, "memfs_conflict_copies") == {a: 1.0}
 
