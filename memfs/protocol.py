@@ -21,6 +21,11 @@ VERSION_HEADER = "anthropic-version"  # what an API key's requests carry, API_VE
 API_VERSION = "2023-06-01"
 COUNTER_HEADER = "memfs-store-counter"  # the store counter a memory listing, feed or snapshot was read at
 REQUEST_ID_HEADER = "request-id"
+# Why a mount made a write (SEMANTICS.md#d-merge): a merged text's update, or a conflict copy's
+# create. `memfs serve` counts the ones it took per store at /metrics; every other service, the
+# hosted API included, ignores a header it does not know. Sent on single requests only.
+WRITE_REASON_HEADER = "memfs-write-reason"
+WriteReason = Literal["merge", "conflict-copy"]
 
 # Every path memfs sends or serves under /v1/ is spelled here (tests/test_wire.py fails on a `/v1/`
 # string anywhere else in memfs/); the builders below take ids, or `{store_id}`-style names for the

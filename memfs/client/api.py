@@ -52,6 +52,8 @@ from memfs.protocol import (
     STORES_PATH,
     VERSION_HEADER,
     WATCH_PATH,
+    WRITE_REASON_HEADER,
+    WriteReason,
     batch_path,
     changes_path,
     memories_path,
@@ -497,9 +499,13 @@ class StoreClient:
         """The store object: its `archived_at` (read when a write was refused, SEMANTICS.md#d-archived)."""
         return await self._json("GET", store_path(store_id))
 
-    async def create_memory(self, store_id: str, path: str, content: str) -> dict[str, Any]:
+    async def create_memory(
+        self, store_id: str, path: str, content: str, *, reason: WriteReason | None = None
+    ) -> dict[str, Any]:
+        """`reason`: why the mount writes it, in WRITE_REASON_HEADER (None: an agent's own change)."""
+        body = {"path": path, "content": content}
         try:
-            return await self._json("POST", memories_path(store_id), json={"path": path, "content": content})
+            return await self._json("POST", memories_path(store_id), json=body, headers=_reason(reason))
         except ApiError as exc:
             err = exc.body.get("error") if isinstance(exc.body, dict) else None
             err = err if isinstance(err, dict) else {}
@@ -518,6 +524,7 @@ class StoreClient:
         expected_sha: str,
         content: str | None = None,
         path: str | None = None,
+        reason: WriteReason | None = None,
     ) -> dict[str, Any]:
         body: dict[str, Any] = {"precondition": {"type": "content_sha256", "content_sha256": expected_sha}}
         if content is not None:
@@ -525,7 +532,9 @@ class StoreClient:
         if path is not None:
             body["path"] = path
         try:
-            return await self._json("POST", memory_path(store_id, memory_id), json=body)
+            return await self._json(
+                "POST", memory_path(store_id, memory_id), json=body, headers=_reason(reason)
+            )
         except ApiError as exc:
             # Only with a path: a content-only update does not say where the memory was, so a
             # memory renamed by someone else since our first attempt would be taken as ours, and its
@@ -602,6 +611,11 @@ class StoreClient:
 
     async def create_store(self, name: str) -> dict[str, Any]:
         return await self._json("POST", STORES_PATH, json={"name": name})
+
+
+def _reason(reason: WriteReason | None) -> dict[str, str] | None:
+    """A write's WRITE_REASON_HEADER, if the mount gives it one."""
+    return {WRITE_REASON_HEADER: reason} if reason else None
 
 
 def _describe(exc: BaseException) -> str:

@@ -32,6 +32,11 @@ _LATENCY_BUCKETS = (
 # (method, route, status) series kept looked up (Metrics.observe); the routes are templates, so
 # real traffic needs a few dozen.
 _MAX_CACHED_SERIES = 1024
+# The concurrent-writer counters are labelled by store id, a series made at a store's first merge
+# or copy only; past this many stores the rest share the label OTHER_STORES, so a service with
+# many busy stores cannot grow the scrape without bound.
+MAX_STORE_SERIES = 1000
+OTHER_STORES = "other"
 
 
 class Metrics:
@@ -73,6 +78,22 @@ class Metrics:
         # every series up front (zeros included), looked up once: a bench reads them before any 429
         self._org = {(c, o): org.labels(c, o) for c in ("read", "write") for o in ("ok", "limited")}
         self._series: dict[tuple[str, str, int], tuple] = {}
+        # the writes a mount said were a merge or a conflict copy (protocol.WRITE_REASON_HEADER)
+        self._reasons = {
+            "merge": Counter(
+                "memfs_merges",
+                "Merged texts the mounts wrote (SEMANTICS.md, merging concurrent writers) that the store took, by store.",
+                ("store",),
+                registry=self.registry,
+            ),
+            "conflict-copy": Counter(
+                "memfs_conflict_copies",
+                "Conflict copies (a true conflict's losing version) the mounts created on the store, by store.",
+                ("store",),
+                registry=self.registry,
+            ),
+        }
+        self._stores: set[str] = set()  # store labels given out (MAX_STORE_SERIES)
         self.watches_held = Gauge(
             "memfs_watches_held",
             "Watch requests held open now, waiting for a counter to move.",
@@ -90,6 +111,16 @@ class Metrics:
                 self._series[key] = series
         series[0].inc()
         series[1].observe(seconds)
+
+    def write_reason(self, store_id: str, reason: str | None) -> None:
+        """A write the store took, with the reason its mount gave (none, or one not known: not counted)."""
+        counter = self._reasons.get(reason or "")
+        if counter is None:
+            return
+        if store_id not in self._stores and len(self._stores) >= MAX_STORE_SERIES:
+            store_id = OTHER_STORES
+        self._stores.add(store_id)
+        counter.labels(store_id).inc()
 
     def counter_reads(self, n: int) -> None:
         self._counter_reads.inc(n)

@@ -68,6 +68,9 @@ class Inputs:
     merges: Mapping[MergeKey, MergeResult] = field(default_factory=dict)
     copy_who: str = "agent"  # whose version a conflict copy holds (its name says so)
     copy_when: datetime | None = None  # when the conflict was found (its name says so); None: no copies
+    # memory id -> its merges in a row whose push the store superseded (a 409): at plan.MERGE_TRIES
+    # the next content conflict of it is a true conflict, not merged again (SEMANTICS.md#d-merge)
+    merge_tries: Mapping[str, int] = field(default_factory=dict)
 
 
 # ---- actions ----------------------------------------------------------------------------------
@@ -151,13 +154,16 @@ class HoldDelete:
 @dataclass(frozen=True)
 class PushUpdate:
     """Update memory_id, now at `path` with `expected_sha` (the precondition), to new_path and/or
-    new_sha (None: unchanged)."""
+    new_sha (None: unchanged). `merge`: new_sha is a three-way merge made by this plan, whose 409
+    counts toward Inputs.merge_tries (informative: left out of equality, as the same change sent
+    again is the same request)."""
 
     memory_id: str
     path: str
     expected_sha: str
     new_path: str | None = None
     new_sha: str | None = None
+    merge: bool = field(default=False, compare=False)
 
     @property
     def local_path(self) -> str:
@@ -171,9 +177,13 @@ class PushUpdate:
 
 @dataclass(frozen=True)
 class PushCreate:
+    """Create a memory at `path` with blob `sha`. `copy`: a conflict copy this plan placed
+    (informative, as PushUpdate.merge: the store service counts it, SEMANTICS.md#d-merge)."""
+
     path: str
     sha: str
     size: int
+    copy: bool = field(default=False, compare=False)
 
 
 # bookkeeping

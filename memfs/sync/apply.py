@@ -41,6 +41,7 @@ def plan_pull(
     merges: Mapping[P.MergeKey, P.MergeResult] | None = None,
     copy_who: str = "agent",
     copy_when: datetime | None = None,
+    merge_tries: Mapping[str, int] | None = None,
 ) -> P.Plan:
     """The plan of one store's pull on the view as it is now (the conflict settings: SEMANTICS.md#d-merge)."""
     sid = store.store_id
@@ -62,6 +63,7 @@ def plan_pull(
         merges=merges or {},
         copy_who=copy_who,
         copy_when=copy_when,
+        merge_tries=merge_tries or {},
     )
     return P.plan_store(inputs)
 

@@ -12,7 +12,9 @@ Merge mode (`Inputs.on_conflict == "merge"`, SEMANTICS.md#d-merge): a memory bot
 the content of is left as it is and named in `plan.merge_wanted`; the engine merges the three
 versions (sync/merging.py) and plans again with `Inputs.merges`, which turns it into the merged
 text pushed over the store's, or into the store's text with a `PlaceCopy` (+ `PushCreate`) of the
-agent's version beside it. The records live in sync/actions.py.
+agent's version beside it. A memory whose last MERGE_TRIES merged pushes the store superseded
+(`Inputs.merge_tries`, counted by the engine) is not merged again: its next conflict is a true one.
+The records live in sync/actions.py.
 """
 
 from __future__ import annotations
@@ -67,6 +69,7 @@ __all__ = [
     "HoldDelete",
     "Inputs",
     "KeepLocal",
+    "MERGE_TRIES",
     "Materialise",
     "MergeKey",
     "MergeResult",
@@ -92,6 +95,11 @@ __all__ = [
     "temp_path",
     "unviewable",
 ]
+
+# A memory's merges in a row whose push met a 409 (another writer moved the store again) before
+# its next content conflict is settled as a true conflict (SEMANTICS.md#d-merge): under a writer
+# faster than a round trip, merging again would never land; the conflict copy lands at once.
+MERGE_TRIES = 5
 
 # ---- helpers ----------------------------------------------------------------------------------
 
@@ -127,6 +135,7 @@ class _Mem:
     skip: tuple[str, str] | None = None  # (notice kind, reason): not materialised here
     pending: bool = False  # a content conflict waiting for its merge: left as it is, base kept
     copy: PlaceCopy | None = None  # a true conflict: the agent's version, beside the store's
+    merged: bool = False  # the view holds a merge made by this plan (its push says so)
 
     # The phases keep invariants the types cannot say (a memory in the view is one the store holds;
     # a kept or moved one has a local file): these read a field that must be set, loudly if not.
@@ -310,12 +319,12 @@ class _Planner:
         true conflict the store's text here and the agent's in a conflict copy beside it; with no
         merge at hand yet, the file is left as it is and the merge is asked for."""
         lo, r = o.local_entry, o.remote_entry
-        result = self.inp.merges.get(key)
+        result = self._merge_result(o.m, key)
         if result is None:
             self.wanted.append(MergeWanted(o.m, lo.path, *key))
             o.view, o.pending = (lo.path, lo.sha, lo.size), True
         elif result.sha is not None:
-            o.view = (path, result.sha, result.size)
+            o.view, o.merged = (path, result.sha, result.size), True
             o.notes.append(
                 Notice(
                     "merged",
@@ -325,7 +334,8 @@ class _Planner:
             )
         else:
             o.view = (path, r.sha, r.size)
-            why = f"changed here and on the store in the same lines: the store's version is at {path}"
+            how = "in the same lines" if self._merges_left(o.m) else "again after each merge"
+            why = f"changed here and on the store {how}: the store's version is at {path}"
             o.copy = self._copy_for(lo, path)
             if o.copy is None:
                 o.keep = True
@@ -334,6 +344,13 @@ class _Planner:
                 o.notes.append(
                     Notice("conflict-copy", lo.path, f"{why}; yours is at {o.copy.path}", copy=o.copy.path)
                 )
+
+    def _merges_left(self, m: str) -> bool:
+        return self.inp.merge_tries.get(m, 0) < MERGE_TRIES
+
+    def _merge_result(self, m: str, key: MergeKey) -> MergeResult | None:
+        """The merge of `key` (None: not at hand yet); past the bound, a true conflict."""
+        return self.inp.merges.get(key) if self._merges_left(m) else MergeResult(None)
 
     def _copy_for(self, f: LocalFile, path: str) -> PlaceCopy | None:
         """Where the agent's version of `path` goes onto the store as a new memory beside it (None:
@@ -360,7 +377,7 @@ class _Planner:
         """Not materialised: gone from the view (the agent's changes, if any, kept), not pushed."""
         lo, b = o.l, o.b
         o.view, o.push, o.suppressed, o.set_id, o.notes = None, None, False, False, []
-        o.pending, o.copy = False, None
+        o.pending, o.copy, o.merged = False, None, False
         o.keep = lo is not None and (b is None or (lo.path, lo.sha) != (b.path, b.sha))
         o.skip = (kind, reason)
 
@@ -492,13 +509,13 @@ class _Planner:
         memory with the merged text), or on a true conflict the store's text and a conflict copy."""
         r = o.remote_entry
         key = (EMPTY_BASE, r.sha, f.sha)
-        result = self.inp.merges.get(key)
+        result = self._merge_result(o.m, key)
         if result is None:
             self.wanted.append(MergeWanted(o.m, f.path, *key))
             self.fate[f.path] = "pending"
             o.view, o.pending = None, True  # not materialised over the agent's file meanwhile
         elif result.sha is not None:
-            o.l, o.set_id = f, True
+            o.l, o.set_id, o.merged = f, True, True
             o.view = (r.path, result.sha, result.size)
             o.push = "update" if result.sha != r.sha else None
             self.fate[f.path] = "adopted"
@@ -584,7 +601,9 @@ class _Planner:
         if dst != vpath:  # the first hop of a cycle: move only
             return PushUpdate(o.m, src, rsha, dst)
         changed = vsha != rsha
-        return PushUpdate(o.m, src, rsha, dst if dst != src else None, vsha if changed else None)
+        return PushUpdate(
+            o.m, src, rsha, dst if dst != src else None, vsha if changed else None, merge=o.merged and changed
+        )
 
 
 class _Emission:
@@ -622,7 +641,7 @@ class _Emission:
 
     def _copy(self, c: PlaceCopy) -> None:
         self.copies.append(c)
-        self.creates.append(PushCreate(c.path, c.sha, c.size))
+        self.creates.append(PushCreate(c.path, c.sha, c.size, copy=True))
 
     def _not_viewed(self, o: _Mem) -> None:
         if o.l is not None:

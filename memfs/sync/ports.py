@@ -20,6 +20,7 @@ from typing import Any, Protocol
 
 from memfs.client.records import Changes, Listing
 from memfs.client.snapshot_stream import SnapshotSink
+from memfs.protocol import WriteReason
 from memfs.records import BaseEntry, FeedPosition, LocalFile, RefusedEntry, SkippedEntry
 
 
@@ -126,7 +127,10 @@ class Store(Protocol):
     async def get_store(self, store_id: str) -> dict[str, Any]: ...  # the store object (`archived_at`)
 
     # the store API: writes
-    async def create_memory(self, store_id: str, path: str, content: str) -> dict[str, Any]: ...
+    # `reason`: why the mount writes it (protocol.WRITE_REASON_HEADER), None for an agent's own change
+    async def create_memory(
+        self, store_id: str, path: str, content: str, *, reason: WriteReason | None = ...
+    ) -> dict[str, Any]: ...
     async def update_memory(
         self,
         store_id: str,
@@ -135,6 +139,7 @@ class Store(Protocol):
         expected_sha: str,
         content: str | None = ...,
         path: str | None = ...,
+        reason: WriteReason | None = ...,
     ) -> dict[str, Any]: ...
     async def delete_memory(self, store_id: str, memory_id: str, *, expected_sha: str | None) -> None: ...
     async def write_batch(self, store_id: str, ops: list[dict[str, Any]]) -> list[dict[str, Any]] | None: ...

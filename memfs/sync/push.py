@@ -18,6 +18,7 @@ from typing import Any
 
 from memfs.batching import batch_chunks
 from memfs.client.errors import ApiError
+from memfs.protocol import WriteReason
 from memfs.records import StoreInfo
 from memfs.sync import plan as P
 from memfs.sync.bounded import gather
@@ -31,6 +32,15 @@ log = logging.getLogger("memfs.sync")
 BATCH_CONCURRENCY = 4
 
 Sent = P.PushDelete | P.PushUpdate | P.PushCreate
+
+
+def write_reason(a: P.PushAction) -> WriteReason | None:
+    """Why the mount makes this write, for the service to count (protocol.WRITE_REASON_HEADER)."""
+    if isinstance(a, P.PushUpdate) and a.merge:
+        return "merge"
+    if isinstance(a, P.PushCreate) and a.copy:
+        return "conflict-copy"
+    return None
 
 
 def batch_op(st: Journal, a: Sent) -> dict[str, Any]:
@@ -178,12 +188,17 @@ class Pusher:
     ) -> list[P.PushAction]:
         """A stage's changes as batch writes (independent items, so its batches may overlap);
         each item's answer is booked as its single request's would be. Returns what is left to
-        send one by one: holds (nothing to send), and everything when the service has no batch."""
+        send one by one: holds (nothing to send), the writes with a reason (a merge, a conflict
+        copy: a request header says so, and a batch has one for all its items; they are few), and
+        everything when the service has no batch."""
         sid, st = store.store_id, self.state
-        sent: list[Sent] = [a for a in stage if isinstance(a, (P.PushDelete, P.PushUpdate, P.PushCreate))]
-        left: list[P.PushAction] = [
-            a for a in stage if not isinstance(a, (P.PushDelete, P.PushUpdate, P.PushCreate))
-        ]
+        sent: list[Sent] = []
+        left: list[P.PushAction] = []
+        for a in stage:
+            if isinstance(a, (P.PushDelete, P.PushUpdate, P.PushCreate)) and write_reason(a) is None:
+                sent.append(a)
+            else:
+                left.append(a)
         if not sent:
             return left
         ops = [batch_op(st, a) for a in sent]
@@ -247,10 +262,16 @@ class Pusher:
             elif isinstance(a, P.PushUpdate):
                 content = st.get_blob(a.new_sha).decode("utf-8") if a.new_sha else None
                 m = await c.update_memory(
-                    sid, a.memory_id, expected_sha=a.expected_sha, content=content, path=a.new_path
+                    sid,
+                    a.memory_id,
+                    expected_sha=a.expected_sha,
+                    content=content,
+                    path=a.new_path,
+                    reason=write_reason(a),
                 )
             else:
-                m = await c.create_memory(sid, a.path, st.get_blob(a.sha).decode("utf-8"))
+                content = st.get_blob(a.sha).decode("utf-8")
+                m = await c.create_memory(sid, a.path, content, reason=write_reason(a))
         except ApiError as exc:
             self._push_failed(store, a, exc, report, tally)
             return
@@ -266,6 +287,7 @@ class Pusher:
         else:
             assert m is not None
             st.set_baseline(sid, m["id"], m["path"], m["content_sha256"], m["content_size_bytes"])
+            tally.merge_tries.pop(m["id"], None)  # landed: the merges in a row end (plan.MERGE_TRIES)
             if isinstance(a, P.PushCreate):
                 local = self.fs.local_file(sid, a.path)  # not local_view(): O(n) per create
                 if local is not None and local.memory_id is None:
@@ -297,6 +319,8 @@ class Pusher:
             log.info("%s: %s answered %s; the next tick settles it", store.slug, type(a).__name__, exc.type)
             self._answered_conflict(store, a)
             report.superseded += 1
+            if isinstance(a, P.PushUpdate) and a.merge and exc.status == 409:  # see plan.MERGE_TRIES
+                tally.merge_tries[a.memory_id] = tally.merge_tries.get(a.memory_id, 0) + 1
         else:
             raise exc
 

@@ -27,9 +27,16 @@ class StoreSync:
     merges: int = 0
     conflicts: int = 0
     conflict_copies: int = 0
+    # memory id -> its merged pushes in a row the store answered 409 (Inputs.merge_tries: the bound
+    # of plan.MERGE_TRIES); dropped once a push of it lands or a plan has nothing of it to send
+    merge_tries: dict[str, int] = field(default_factory=dict)
 
     def count_conflicts(self, plan: P.Plan) -> None:
-        """Count what an applied plan did with concurrent changes."""
+        """Count what an applied plan did with concurrent changes; a memory it sends nothing of
+        is settled (the view is the store's), so its merges in a row start again from none."""
+        sending = {a.memory_id for a in plan.push if isinstance(a, P.PushUpdate)}
+        for m in self.merge_tries.keys() - sending:
+            del self.merge_tries[m]
         for n in plan.notices:
             if n.kind == "merged":
                 self.merges += 1

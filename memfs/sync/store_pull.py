@@ -123,7 +123,7 @@ class StorePull:
         narrow = baseline if clean else None
         # No await between the plan made last and its apply (see `_plan_with_content`).
         plan, new_counter, narrowed = await self._plan_with_content(
-            store, base, remote, order, moved, pulled, new_counter, narrow, snapshot=not held.memories
+            store, base, remote, order, moved, pulled, new_counter, narrow, tally, snapshot=not held.memories
         )
         with self.state.transaction():  # one commit per store and tick: all of the plan or none of it
             deferred = apply_plan(self.fs, self.state, store, plan, pulled, keep_open=keep_open)
@@ -254,14 +254,16 @@ class StorePull:
         pulled: Pulled,
         new_counter: int | None,
         narrow: Baseline | None = None,
+        tally: StoreSync | None = None,
         *,
         snapshot: bool = True,
     ) -> tuple[P.Plan, int | None, bool]:
         """`pull`'s plan, with the content it needs at hand: (the plan, the counter to
         record, which a snapshot replaces, whether the plan is a narrowed one). `narrow`: the
         baseline of a clean store, whose plan may be made on the memories the store changed
-        only (sync/narrow.py). `snapshot` False: a pull that holds changes back (holds.py) fetches
-        what its plan needs, as a snapshot is the whole store, the held changes included."""
+        only (sync/narrow.py); `tally`: its merges in a row the store superseded (plan.MERGE_TRIES).
+        `snapshot` False: a pull that holds changes back (holds.py) fetches what its plan needs, as
+        a snapshot is the whole store, the held changes included."""
         sid = store.store_id
         # Fetch what the plan needs, then plan again on the view as it is *now*, and apply with no
         # await in between: an edit made while we fetched is never overwritten unseen. The plan is
@@ -307,6 +309,7 @@ class StorePull:
                     merges=merges,
                     copy_who=self.options.conflict_who,
                     copy_when=when,
+                    merge_tries=dict(tally.merge_tries) if tally is not None else None,  # (as of now)
                 )
             planned_at = self.state.generation(sid)
             missing = {

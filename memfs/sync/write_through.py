@@ -9,8 +9,9 @@ reads what became of the file off it, its base and what the applied plans said.
   in the file, the agent's went onto the store as `copy` (or, with `--on-conflict store-wins`,
   into the state dir);
 - "gone": the store deleted the memory meanwhile (the agent's version is kept in the state dir);
-- "staged": not on the store yet (`error` says why: unreachable, refused, or the store kept moving);
-  the mount goes on trying, as for any staged change.
+- "staged": not on the store yet (`error` says why: unreachable, refused, or a write other than a
+  merge still superseded after every round); the mount goes on trying, as for any staged change.
+  A store that keeps moving under the merges ends as "conflict" (TRIES).
 """
 
 from __future__ import annotations
@@ -21,19 +22,24 @@ import trio
 
 from memfs.client.errors import ApiError, Unreachable
 from memfs.records import BaseEntry, LocalFile
+from memfs.sync import plan as P
 from memfs.sync.not_on_store import archived_reason
 from memfs.sync.report import TickReport
 
 if TYPE_CHECKING:
     from memfs.sync.engine import SyncEngine
 
-TRIES = 3  # a write-through's pushes: the first on what the mount knows, then read, merged and again
+# A write-through's rounds, the bound of the tick's merges (plan.MERGE_TRIES) included, so that
+# the two agree: the first push on what the mount knows (its 409 is no merge's), then read, merged
+# and pushed up to MERGE_TRIES times, then, the store still moving, one more read settles it as a
+# true conflict (a conflict copy), told in band like any conflict: never "staged" for that.
+TRIES = P.MERGE_TRIES + 2
 
 
 async def write_through(engine: SyncEngine, store_id: str, path: str) -> dict[str, Any]:
     """Push `path`'s store now and say what became of `path`. The first try plans on the store as
     the mount last read it and costs one write request; a 409 (the store moved) reads the store,
-    merges and pushes again, TRIES at most. Other staged changes of the store go with it, as they
+    merges and pushes again, TRIES rounds at most. Other staged changes of the store go with it, as they
     would at the next tick."""
     store = next((s for s in engine.stores if s.store_id == store_id), None)
     if store is None or store.access != "read_write":

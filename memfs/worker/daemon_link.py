@@ -43,7 +43,8 @@ PRE_CALL_TIMEOUT = 20.0
 # without the sync: a live daemon answers the ping in tens of microseconds.
 PRE_CALL_PING_TIMEOUT = 2.0
 STATUS_TIMEOUT = 10.0
-# A write-through is up to three pushes (and two reads) of one store: bounded like a pre-call sync.
+# A write-through is up to seven rounds (a read and a push each, sync/write_through.py TRIES) of one
+# store, a second or so each: bounded like a pre-call sync.
 WRITE_THROUGH_TIMEOUT = 20.0
 # How long an answer may take before a ping on a second connection checks the daemon is alive.
 ANSWER_PATIENCE = 0.1

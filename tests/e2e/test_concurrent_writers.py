@@ -8,6 +8,7 @@ from __future__ import annotations
 import re
 import subprocess
 
+import httpx
 import pytest
 
 from tests.e2e.test_live import landed, store_counter
@@ -111,3 +112,24 @@ def test_a_true_conflict_is_a_copy_on_the_store_that_every_sandbox_reads(world, 
     a.unmount(check=True)
     b.unmount(check=True)
     assert kept_files(a) == []
+
+
+def test_the_services_metrics_count_a_merge_for_its_store(world, api):
+    """Two mounts, a non-overlapping concurrent edit: `memfs serve`'s /metrics counts the merge
+    for that store (the mount marks the merged push, SEMANTICS.md#d-merge). Deterministic: `a`
+    holds the file open while `b`'s edit lands (close-to-open keeps a's content), so a's append
+    is made on the old version and must merge."""
+    a, b = live(world, "a", "b")
+    todo = "# TODO\n- buy milk\n- write tests\n"
+    with open(a.root / RW / "notes" / "todo.md", "a") as held:
+        (b.root / RW / "notes" / "todo.md").write_text(todo.replace("buy milk", "buy oat milk"))
+        assert wait_for(lambda: "oat" in api.contents(world.rw)["/notes/todo.md"], 60)
+        held.write("- from a\n")
+    merged = "# TODO\n- buy oat milk\n- write tests\n- from a\n"
+    assert wait_for(lambda: api.contents(world.rw)["/notes/todo.md"] == merged, 60)
+    rw = next(s for s in a.status()["stores"] if s["store_id"] == world.rw)
+    assert rw["merges"] >= 1 and rw["conflicts"] == 0, rw
+    text = httpx.get(world.service.base_url + "/metrics", timeout=10).text
+    assert f'memfs_merges_total{{store="{world.rw}"}} {float(rw["merges"])}' in text, text
+    a.unmount(check=True)
+    b.unmount(check=True)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 
+from memfs.sync.plan import MERGE_TRIES
 from tests.support.inprocess import MEMORY_BY_ID, single_requests
 from tests.support.stores import unreachable
 
@@ -81,6 +82,28 @@ async def test_a_true_conflict_puts_the_agents_version_on_the_store_as_a_named_c
     assert m.engine.not_on_store()[world.rw].count == 0  # nothing exists only in this sandbox
 
 
+async def test_the_service_counts_the_mounts_merges_and_copies_per_store(world):
+    """The mount marks a merged update and a conflict copy's create (the `memfs-write-reason`
+    header, sent on single requests: a batch's one header could not say which item) and the
+    service's /metrics counts them for the store (tests/service/test_write_reason_metrics.py)."""
+    m = await world.setup({"/log.md": NOTES, "/status.md": "state: working\n"})
+    await world.svc.update(world.rw, world.ids["/log.md"], content=NOTES + "- theirs\n")
+    await world.svc.update(world.rw, world.ids["/status.md"], content="state: blocked\n")
+    m.write_file("/notes/log.md", (NOTES + "- mine\n").encode())
+    m.write_file("/notes/status.md", b"state: done\n")
+    m.write_file("/notes/other.md", b"plain\n")  # no reason: it goes in the batch
+    m.transport.clear()
+    await m.sync()
+    assert m.transport.count("POST", MEMORY_BY_ID) == 1  # the merge, on its own
+    assert m.transport.count("POST", r"/memories$") == 1  # the copy's create
+    assert m.transport.count("POST", r"/memory_batch$") == 1
+    text = (await world.svc.admin.get("/metrics")).text
+    assert f'memfs_merges_total{{store="{world.rw}"}} 1.0' in text
+    assert f'memfs_conflict_copies_total{{store="{world.rw}"}} 1.0' in text
+    status = m.store_status("notes")
+    assert (status["merges"], status["conflicts"], status["conflict_copies"]) == (1, 1, 1)
+
+
 async def test_json_does_not_merge_it_conflicts(world):
     """A union of two JSON documents is not JSON: the default policy merges text memories only."""
     m = await world.setup({"/cfg.json": '{\n"a": 1\n}\n'})
@@ -136,6 +159,61 @@ async def test_a_merge_whose_push_meets_another_409_merges_again_on_the_base_it_
     assert m.store_status("notes")["merges"] == 2 and m.store_status("notes")["conflicts"] == 0
 
 
+def _a_writer_before_every_update(world, m, mid: str, times: int | None = None) -> list[str]:
+    """Another writer appends a line of its own just before each of our updates reaches the
+    store: every merged push meets a 409. Returns its lines, as they land."""
+    theirs: list[str] = []
+
+    async def other_writer(_request) -> None:
+        theirs.append(f"- theirs {len(theirs) + 1}\n")
+        await world.svc.update(world.rw, mid, content=NOTES + "- theirs 0\n" + "".join(theirs))
+
+    m.transport.add("POST", MEMORY_BY_ID, before=other_writer, times=times)
+    return theirs
+
+
+async def test_a_store_that_keeps_moving_after_merge_tries_merges_is_a_true_conflict(world):
+    """SEMANTICS.md#d-merge: each merged push superseded merges again, MERGE_TRIES times; then the
+    store's version stays and the agent's (the last merge: its lines included) goes onto the store
+    as a conflict copy, which lands. No line of either writer is lost."""
+    m = await world.setup({"/log.md": NOTES})
+    single_requests(m)
+    mid = world.ids["/log.md"]
+    await world.svc.update(world.rw, mid, content=NOTES + "- theirs 0\n")
+    m.write_file("/notes/log.md", (NOTES + "- mine\n").encode())
+    theirs = _a_writer_before_every_update(world, m, mid)
+    for tries in range(1, MERGE_TRIES + 1):
+        result = await m.sync()
+        assert result["superseded"] == 1 and m.engine.sync[world.rw].merge_tries == {mid: tries}
+    result = await m.sync()
+    assert result["ok"] and result["superseded"] == 0
+    store = await world.svc.contents(world.rw)
+    want = NOTES + "- theirs 0\n" + "".join(theirs)
+    assert len(theirs) == MERGE_TRIES and store["/log.md"] == want
+    assert m.read_file("/notes/log.md") == want.encode()  # the store's version stays in the file
+    [copy] = [p for p in store if p != "/log.md"]
+    assert store[copy] == NOTES + "- theirs 0\n" + "".join(theirs[:-1]) + "- mine\n"  # the last merge
+    assert copy in _notice(m, "conflict-copy", "/log.md")
+    status = m.store_status("notes")
+    assert (status["merges"], status["conflicts"], status["conflict_copies"]) == (MERGE_TRIES, 1, 1)
+    assert m.engine.sync[world.rw].merge_tries == {}
+    assert m.engine.not_on_store()[world.rw].count == 0
+
+
+async def test_a_merged_push_that_lands_ends_the_merges_in_a_row(world):
+    m = await world.setup({"/log.md": NOTES})
+    single_requests(m)
+    mid = world.ids["/log.md"]
+    await world.svc.update(world.rw, mid, content=NOTES + "- theirs 0\n")
+    m.write_file("/notes/log.md", (NOTES + "- mine\n").encode())
+    theirs = _a_writer_before_every_update(world, m, mid, times=MERGE_TRIES - 1)
+    for _ in range(MERGE_TRIES):
+        await m.sync()
+    want = NOTES + "- theirs 0\n" + "".join(theirs) + "- mine\n"
+    assert (await world.svc.contents(world.rw)) == {"/log.md": want}  # merged, no copy
+    assert m.engine.sync[world.rw].merge_tries == {}  # a later conflict merges MERGE_TRIES times anew
+
+
 # -- write-through: what the worker's write/edit is told (SEMANTICS.md#d-merge) ------------------
 
 
@@ -179,3 +257,17 @@ async def test_write_through_with_the_store_unreachable_stays_staged_and_says_wh
     answer = await m.engine.write_through(world.rw, "/log.md")
     assert answer["result"] == "staged" and "dropped" in answer["error"], answer
     assert m.engine.not_on_store()[world.rw].count == 1
+
+
+async def test_write_through_against_a_store_that_keeps_moving_is_told_a_conflict_in_band(world):
+    """The write-through's rounds include the tick's bound (plan.MERGE_TRIES): the store moving
+    under every push ends as a true conflict, named to the tool, never as "staged"."""
+    m = await world.setup({"/log.md": NOTES})
+    single_requests(m)
+    mid = world.ids["/log.md"]
+    m.write_file("/notes/log.md", (NOTES + "- mine\n").encode())
+    _a_writer_before_every_update(world, m, mid)
+    answer = await m.engine.write_through(world.rw, "/log.md")
+    assert answer["result"] == "conflict" and answer["copy"].startswith("/log.conflict-"), answer
+    store = await world.svc.contents(world.rw)
+    assert "- mine\n" in store[answer["copy"]] and m.read_file("/notes/log.md") == store["/log.md"].encode()

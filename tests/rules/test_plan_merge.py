@@ -12,6 +12,7 @@ import pytest
 from memfs.sync.merge import conflict_copy_path
 from memfs.sync.plan import (
     EMPTY_BASE,
+    MERGE_TRIES,
     KeepLocal,
     Materialise,
     MergeResult,
@@ -56,6 +57,40 @@ def test_merged_the_view_takes_the_merge_and_it_is_pushed_over_the_stores_versio
         Notice("merged", "/a"),
         PushUpdate(M, "/a", S2, None, SM),
     ]
+
+
+def test_a_merged_push_says_it_carries_a_merge_a_plain_one_does_not():
+    """The engine counts the 409s of merged pushes only (Inputs.merge_tries)."""
+    [merged] = both_edited(merges={(S0, S2, S1): MergeResult(SM, 20)}).push
+    assert merged.merge
+    [plain] = plan([B(M, "/a", S0)], [L("/a", M, S1)], [R(M, "/a", S0)], **MERGE).push
+    assert plain == PushUpdate(M, "/a", S0, None, S1) and not plain.merge
+
+
+@pytest.mark.parametrize("tries", range(MERGE_TRIES))
+def test_below_the_bound_a_conflict_is_merged_again(tries):
+    p = both_edited(merge_tries={M: tries})
+    assert p.merge_wanted == (MergeWanted(M, "/a", S0, S2, S1),)
+    p = both_edited(
+        merge_tries={M: tries, "mem_other": MERGE_TRIES}, merges={(S0, S2, S1): MergeResult(SM, 20)}
+    )
+    assert Materialise(M, "/a", SM, 20) in p.view and p.push[0].merge
+
+
+def test_after_merge_tries_superseded_merges_the_next_conflict_is_a_true_one():
+    """SEMANTICS.md#d-merge: a further move merges again a few times, then counts as a conflict:
+    the store's text stays, the agent's (the last merge, which holds its lines) goes into a copy."""
+    p = both_edited(merge_tries={M: MERGE_TRIES}, merges={(S0, S2, S1): MergeResult(SM, 20)})
+    assert p.merge_wanted == ()  # not asked for: the bound settles it without merging
+    assert actions(p) == [
+        mat(M, "/a", S2),
+        PlaceCopy(COPY, S1, Z[S1]),
+        base(M, "/a", S2),
+        Notice("conflict-copy", "/a"),
+        PushCreate(COPY, S1, Z[S1]),
+    ]
+    [n] = p.notices
+    assert COPY in n.details and "again after each merge" in n.details
 
 
 def test_a_true_conflict_keeps_the_stores_text_and_puts_the_agents_in_a_conflict_copy():

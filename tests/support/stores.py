@@ -23,6 +23,7 @@ from typing import Any
 from memfs.client.errors import ApiError, Unreachable
 from memfs.client.records import Changes, Listing
 from memfs.client.snapshot_stream import SnapshotSink
+from memfs.protocol import WriteReason
 from memfs.sync.ports import Budget, Store
 
 # The calls of the `Store` port a fault can be put on (its async methods).
@@ -167,9 +168,11 @@ class FailingStore:
         self._check("get_store", store_id)
         return await self.inner.get_store(store_id)
 
-    async def create_memory(self, store_id: str, path: str, content: str) -> dict[str, Any]:
+    async def create_memory(
+        self, store_id: str, path: str, content: str, *, reason: WriteReason | None = None
+    ) -> dict[str, Any]:
         self._check("create_memory", store_id)
-        return await self.inner.create_memory(store_id, path, content)
+        return await self.inner.create_memory(store_id, path, content, reason=reason)
 
     async def update_memory(
         self,
@@ -179,10 +182,11 @@ class FailingStore:
         expected_sha: str,
         content: str | None = None,
         path: str | None = None,
+        reason: WriteReason | None = None,
     ) -> dict[str, Any]:
         self._check("update_memory", store_id)
         return await self.inner.update_memory(
-            store_id, memory_id, expected_sha=expected_sha, content=content, path=path
+            store_id, memory_id, expected_sha=expected_sha, content=content, path=path, reason=reason
         )
 
     async def delete_memory(self, store_id: str, memory_id: str, *, expected_sha: str | None) -> None:

@@ -7,6 +7,7 @@ from starlette.responses import Response
 
 from memfs.protocol import (
     COUNTER_HEADER,
+    WRITE_REASON_HEADER,
 )
 from memfs.service import batch, params, wire
 from memfs.service.auth import (
@@ -45,6 +46,7 @@ class MemoryRoutes:
             max_memories=self.ctx.max_memories,
             backdate_s=self.ctx.hosted.backdate(request),
         )
+        self.ctx.metrics.write_reason(sid, request.headers.get(WRITE_REASON_HEADER))  # (landed)
         _saved(fault)
         return _json(wire.memory(mem, full))
 
@@ -133,6 +135,7 @@ class MemoryRoutes:
             backdate_s=self.ctx.hosted.backdate(request),
             repeat_ok=not self.ctx.hosted.repeat_conflicts,
         )
+        self.ctx.metrics.write_reason(sid, request.headers.get(WRITE_REASON_HEADER))  # (landed)
         _saved(fault)
         return _json(wire.memory(mem, full))
 

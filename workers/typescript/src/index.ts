@@ -45,7 +45,8 @@ export const MAX_CONTENT_BYTES = 100 * 1024;
 export const FINAL_SYNC_TIMEOUT_MS = 30_000;
 /** A due tick pulls before it answers: bounded by the mount's own request timeouts. */
 export const PRE_CALL_TIMEOUT_MS = 20_000;
-/** A write-through is up to three pushes (and two reads) of one store: bounded like a pre-call sync. */
+/** A write-through is up to seven rounds (a read and a push each: memfs/sync/write_through.py, TRIES) of
+ *  one store: bounded like a pre-call sync. */
 export const WRITE_THROUGH_TIMEOUT_MS = 20_000;
 const CONNECT_TIMEOUT_MS = 2_000;
 const STATUS_TIMEOUT_MS = 10_000;
