@@ -77,7 +77,7 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
     "memfs.relay": ("memfs.mount", "memfs.session", "memfs.worker", "memfs.cli", "memfs.sync"),
 }
 # The exceptions to the rules above: what a layer may import of a package it must not import.
-# The engine takes the store client through its `Store` port (memfs/sync/ports.py), never the
+# The engine takes the store client through its `StoreApi` port (memfs/sync/ports.py), never the
 # client itself: only the client's plain records, errors and the snapshot's sink, which import
 # nothing of its transport.
 ALLOWED: dict[str, tuple[str, ...]] = {
@@ -158,7 +158,7 @@ def test_dependencies_point_one_way():
         ("sync/bad.py", "from memfs.client import StoreClient\n"),
         ("sync/bad.py", "from memfs.client.api import StoreClient\n"),
         ("sync/bad.py", "def f():\n    from memfs.client import ApiError\n"),
-        ("client/bad.py", "from memfs.sync.ports import Store\n"),
+        ("client/bad.py", "from memfs.sync.ports import StoreApi\n"),
         ("client/errors.py", "from memfs.limits import MAX_PATH\n"),
         ("mount/bad.py", "from memfs.sync.engine import SyncEngine\n"),
         ("service/bad.py", "import memfs.session.control\n"),
@@ -179,7 +179,7 @@ def test_the_check_catches_a_wrong_import(tmp_path, module, source):
 
 
 def test_the_engine_may_import_the_stores_records_and_errors(tmp_path):
-    """The exceptions are narrow: the engine names the `Store` port's records and errors, which
+    """The exceptions are narrow: the engine names the `StoreApi` port's records and errors, which
     import nothing of the client's transport (and a copy that does only that passes)."""
     fake = tmp_path / "memfs"
     (fake / "sync").mkdir(parents=True)

@@ -1,6 +1,6 @@
 """The store client: the API's calls, their transport, the listing, the snapshot stream, errors.
 
-The sync engine takes it through its `Store` port (memfs/sync/ports.py); the session layer builds
+The sync engine takes it through its `StoreApi` port (memfs/sync/ports.py); the session layer builds
 it. The modules, one job each:
 
 - `api`: `StoreClient`, the API's calls and how a request is sent (slots, the client-wide hold,

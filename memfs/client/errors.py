@@ -2,7 +2,7 @@
 answer came (`Unreachable`).
 
 Their own module, importing nothing, so that the snapshot parser (memfs/client/snapshot_stream.py,
-light) and the engine's port raise the same errors as the client without importing httpx or trio; memfs.client re-exports both. They are what the engine's `Store` port raises
+light) and the engine's port raise the same errors as the client without importing httpx or trio; memfs.client re-exports both. They are what the engine's `StoreApi` port raises
 (memfs/sync/ports.py), whatever store stands behind it (tests/support/stores.py raises them too)."""
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """What the store client's calls return that the sync engine reads: a listing (`Listing`) and a
 change feed's answer (`Changes`). Plain records, importing nothing: the engine's port
-(memfs/sync/ports.py `Store`) names them without importing the client's transport."""
+(memfs/sync/ports.py `StoreApi`) names them without importing the client's transport."""
 
 from __future__ import annotations
 

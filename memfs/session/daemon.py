@@ -168,7 +168,7 @@ class Daemon:
     async def _run_locked(self, state: State, on_ready) -> int:
         from memfs.mount.runner import run_mount
         from memfs.sync.engine import EngineOptions, SyncEngine, TickFailed
-        from memfs.sync.ports import Store
+        from memfs.sync.ports import StoreApi
 
         opts = self.opts
         early = self.early
@@ -197,7 +197,7 @@ class Daemon:
 
                 mount_store_at_root(fs, opts.state_dir)
             self.fs = fs
-            store: Store = client  # the engine's port (memfs/sync/ports.py): mypy checks the client has it
+            store: StoreApi = client  # the engine's port (memfs/sync/ports.py): mypy checks the client has it
             options = EngineOptions(
                 interval=opts.sync_interval,
                 deletions=opts.sync_deletions,

@@ -17,7 +17,7 @@ from memfs.mount.state import State
 from memfs.protocol import as_deletions, as_on_conflict
 from memfs.sync.engine import EngineOptions, SyncEngine
 from memfs.sync.not_on_store import not_on_store
-from memfs.sync.ports import Store
+from memfs.sync.ports import StoreApi
 
 
 def describe_not_on_store(answer: dict[str, Any], limit: int = 10) -> list[str]:
@@ -62,7 +62,7 @@ async def flush_state_dir(
         fs = Filesystem(state, stores)
         async with StoreClient(url, token, api_key=api_key) as client:
             recorded = _recorded_limits(state)
-            store: Store = client  # the engine's port (memfs/sync/ports.py)
+            store: StoreApi = client  # the engine's port (memfs/sync/ports.py)
             options = EngineOptions(
                 interval=5,
                 deletions=as_deletions(deletions or state.get_meta("sync_deletions")),

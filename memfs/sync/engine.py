@@ -33,7 +33,7 @@ from memfs.sync.bounded import gather
 from memfs.sync.live import QUIET_SECONDS, LiveWatch
 from memfs.sync.not_on_store import NotOnStore, not_on_store
 from memfs.sync.options import EngineOptions
-from memfs.sync.ports import Journal, Store, View
+from memfs.sync.ports import Journal, StoreApi, View
 from memfs.sync.push import Pusher
 from memfs.sync.remote import Prefetched, StoreReader
 from memfs.sync.report import StoreSync, TickFailed, TickReport
@@ -64,7 +64,7 @@ class SyncEngine:
     live.py) and `schedule` (when a timed tick is due, schedule.py)."""
 
     def __init__(
-        self, client: Store, state: Journal, fs: View, stores: Iterable[StoreInfo], options: EngineOptions
+        self, client: StoreApi, state: Journal, fs: View, stores: Iterable[StoreInfo], options: EngineOptions
     ):
         self.client = client
         self.state = state

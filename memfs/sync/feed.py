@@ -35,7 +35,7 @@ from typing import Any
 
 from memfs.client.errors import ApiError
 from memfs.records import FeedPosition
-from memfs.sync.ports import Store
+from memfs.sync.ports import StoreApi
 
 log = logging.getLogger("memfs.sync")
 
@@ -115,7 +115,7 @@ class VersionFeed:
     """Reads the stores' version feeds through the client. `refused_until`: store id ->
     time.monotonic() before which its feed is not asked again (it answered 403/404)."""
 
-    client: Store
+    client: StoreApi
     overlap: float = OVERLAP_SECONDS
     wide: float = WIDE_SECONDS
     refused_until: dict[str, float] = field(default_factory=dict)

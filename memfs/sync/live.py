@@ -24,7 +24,7 @@ import trio
 
 from memfs.client.errors import ApiError, Unreachable
 from memfs.records import StoreInfo
-from memfs.sync.ports import Journal, Store, View
+from memfs.sync.ports import Journal, StoreApi, View
 from memfs.sync.schedule import PollSchedule
 
 log = logging.getLogger("memfs.sync")
@@ -45,7 +45,7 @@ class Pulls(Protocol):
 class LiveWatch:
     def __init__(
         self,
-        client: Store,
+        client: StoreApi,
         state: Journal,
         fs: View,
         stores: list[StoreInfo],

@@ -2,12 +2,12 @@
 
 The engine never imports the filesystem, the state dir or the store client: the session layer
 hands it objects that have these shapes (`memfs.mount.filesystem.Filesystem` is a `View`,
-`memfs.mount.state.State` a `Journal`, `memfs.client.StoreClient` a `Store`). That keeps the
+`memfs.mount.state.State` a `Journal`, `memfs.client.StoreClient` a `StoreApi`). That keeps the
 dependency one way (session -> mount, session -> sync, session -> client; never sync -> mount,
 never sync -> the client's transport) and lets a test drive the engine with any object that has
 these methods (tests/support/stores.py: the in-process store, a failure wrapper). The records that
 cross the ports are the shared ones of `memfs.records` (both sides import them); those of the
-`Store` port are the client's plain records and errors (memfs/client/records.py, errors.py,
+`StoreApi` port are the client's plain records and errors (memfs/client/records.py, errors.py,
 snapshot_stream.py), which import nothing of its transport.
 """
 
@@ -89,7 +89,7 @@ class Budget(Protocol):
     def snapshot(self) -> dict[str, object]: ...  # `memfs status --json`'s `requests`
 
 
-class Store(Protocol):
+class StoreApi(Protocol):
     """The store API as the engine calls it: exactly what memfs/sync/*.py use of the client.
 
     A call that got no whole answer raises `memfs.client.errors.Unreachable`; one the service

@@ -22,7 +22,7 @@ from memfs.protocol import WriteReason
 from memfs.records import StoreInfo
 from memfs.sync import plan as P
 from memfs.sync.bounded import gather
-from memfs.sync.ports import Journal, Store, View
+from memfs.sync.ports import Journal, StoreApi, View
 from memfs.sync.report import StoreSync, TickReport
 
 log = logging.getLogger("memfs.sync")
@@ -67,7 +67,7 @@ def batch_op(st: Journal, a: Sent) -> dict[str, Any]:
 class Pusher:
     """Sends a store's push stages and books each answer in the journal and the view."""
 
-    def __init__(self, client: Store, state: Journal, fs: View):
+    def __init__(self, client: StoreApi, state: Journal, fs: View):
         self.client = client
         self.state = state
         self.fs = fs

@@ -24,7 +24,7 @@ from memfs.records import BaseEntry, FeedPosition, StoreInfo
 from memfs.sync import plan as P
 from memfs.sync.bounded import gather
 from memfs.sync.feed import VersionFeed
-from memfs.sync.ports import Journal, Store
+from memfs.sync.ports import Journal, StoreApi
 
 # A pull that lacks the content of at least this many memories, worth at least 1/SNAPSHOT_SHARE
 # of the store's bytes, takes one snapshot instead of a GET each (`worth_a_snapshot`).
@@ -178,7 +178,7 @@ class StoreReader:
     """Reads what a pull needs from the store, through the client, into the state dir's blobs
     (a snapshot's content) and a `Pulled`."""
 
-    def __init__(self, client: Store, state: Journal):
+    def __init__(self, client: StoreApi, state: Journal):
         self.client = client
         self.state = state
         self._baselines: dict[str, Baseline] = {}

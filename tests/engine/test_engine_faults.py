@@ -1,5 +1,5 @@
 """What the engine does with a failure its store raises, in process, with the fault put at the
-`Store` port (tests/support/stores.py `FailingStore`): the real client over the real service app,
+`StoreApi` port (tests/support/stores.py `FailingStore`): the real client over the real service app,
 and the call a test names answered with what the client raises once it has given up on a request
 (its own retries of a short retry-after are tested in test_engine_rules.py, through HTTP).
 """
@@ -81,7 +81,7 @@ async def test_the_failure_wrapper_fails_only_what_it_was_told(svc):
     client = StoreClient(BASE_URL, ADMIN_KEY, transport=svc.transport)
     try:
         store = FailingStore(client)
-        with pytest.raises(ValueError, match="not a call of the Store port"):
+        with pytest.raises(ValueError, match="not a call of the StoreApi port"):
             store.fail("list_memoirs", unreachable())
         fault = store.fail("list_memories", rate_limited(30), store_id=store_a, times=2)
         for _ in range(2):

@@ -4,7 +4,7 @@ The real service app on an in-memory transport, the kernel-free filesystem core 
 SyncEngine, under trio in the test: no FUSE, no subprocess, each test well under a second. A
 FaultTransport in front of the service injects what the rules react to through the client (5xx,
 429 with retry-after, dropped connections, a second writer acting between two of the engine's
-requests); a FailingStore at the engine's Store port (tests/support/stores.py) injects what the
+requests); a FailingStore at the engine's StoreApi port (tests/support/stores.py) injects what the
 client raises, where a rule is about the engine alone (a refusal, an unreachable store).
 The list of rules is in docs/DESIGN.md ("Testing").
 """
@@ -329,9 +329,10 @@ async def test_a_dropped_connection_fails_the_tick_and_changes_nothing(world):
     counter = m.store_status("notes")["counter"]
     await world.svc.update(world.rw, world.ids["/a.md"], content="alpha 2")
     await world.svc.update(world.rw, world.ids["/b.md"], content="beta 2")
-    m.transport.add("GET", MEMORY_BY_ID, drop=True)
+    # twice: a GET met by a dropped connection is sent again once (client/api.py `_request`)
+    dropped = m.transport.add("GET", MEMORY_BY_ID, drop=True, times=2)
     result = await m.sync()
-    assert not result["ok"] and "RemoteProtocolError" in result["error"]
+    assert not result["ok"] and "RemoteProtocolError" in result["error"] and dropped.hits == 2
     assert m.read_file("/notes/a.md") == b"alpha" and m.read_file("/notes/b.md") == b"beta"  # all or nothing
     assert m.store_status("notes")["counter"] == counter
     assert (await m.sync())["pulled"] == 2

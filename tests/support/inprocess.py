@@ -8,7 +8,7 @@ requests). `EngineMount` is what `memfs mount` wires together (session/daemon.py
 kernel-free `Filesystem` and the real `SyncEngine` over a `StoreClient` on that transport, plus
 the path-level helpers (tests/support/fs_shell.py); `EngineWorld` is a test world
 (tests/support/world.py) made on the in-process service with the engine mounts of its session. The engine takes the client at its
-`Store` port (memfs/sync/ports.py), as in production, through a `FailingStore`
+`StoreApi` port (memfs/sync/ports.py), as in production, through a `FailingStore`
 (tests/support/stores.py) that passes every call on until a test puts a fault on one. The engine is driven only through
 its public surface (constructor, initial(), sync_now(), status(), not_on_store()).
 
@@ -36,7 +36,7 @@ from memfs.service.app import create_app
 from memfs.service.database import open_storage
 from memfs.service.hosted import HostedOptions
 from memfs.sync.engine import EngineOptions, SyncEngine
-from memfs.sync.ports import Store
+from memfs.sync.ports import StoreApi
 from tests.support.fs_shell import FsShell
 from tests.support.stores import FailingStore
 from tests.support.world import World, notes_and_handbook
@@ -218,7 +218,7 @@ class EngineMount(FsShell):
         self.transport = FaultTransport(service.transport)  # faults in HTTP, before the client
         self.client = StoreClient(BASE_URL, token, transport=self.transport)
         self.store = FailingStore(self.client)  # faults at the port, after it
-        store: Store = self.store
+        store: StoreApi = self.store
         self.state = State(self.state_dir)
         for s in stores:
             self.state.set_store(s.store_id, s.name, s.slug, s.access)

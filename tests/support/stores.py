@@ -1,10 +1,10 @@
-"""Test stores at the engine's `Store` port (memfs/sync/ports.py), as Mountpoint for S3 has a real,
+"""Test stores at the engine's `StoreApi` port (memfs/sync/ports.py), as Mountpoint for S3 has a real,
 a mock and a failure client behind one trait.
 
 - The real one: `StoreClient`, over the network or over the service app in process
   (tests/support/inprocess.py builds it over httpx's ASGI transport: every byte of the client's
   requests and the service's answers is real, only the socket is not).
-- `FailingStore`: a `Store` that wraps another and answers the calls a test names with a failure
+- `FailingStore`: a `StoreApi` that wraps another and answers the calls a test names with a failure
   instead of passing them on: `Unreachable` (no whole answer), an `ApiError` 429 with a
   retry-after, a 5xx, a refusal. It stands where a fault reaches the engine: after the client's own
   retries (a short retry-after is retried inside the client and never gets here), so a test says
@@ -24,9 +24,9 @@ from memfs.client.errors import ApiError, Unreachable
 from memfs.client.records import Changes, Listing
 from memfs.client.snapshot_stream import SnapshotSink
 from memfs.protocol import WriteReason
-from memfs.sync.ports import Budget, Store
+from memfs.sync.ports import Budget, StoreApi
 
-# The calls of the `Store` port a fault can be put on (its async methods).
+# The calls of the `StoreApi` port a fault can be put on (its async methods).
 CALLS = frozenset(
     {
         "counters",
@@ -84,9 +84,9 @@ class StoreFault:
 
 @dataclass
 class FailingStore:
-    """A `Store` over `inner`: the faults first, then `inner` (Mountpoint's failure client)."""
+    """A `StoreApi` over `inner`: the faults first, then `inner` (Mountpoint's failure client)."""
 
-    inner: Store
+    inner: StoreApi
     faults: list[StoreFault] = field(default_factory=list)
     calls: list[tuple[str, str | None]] = field(default_factory=list)  # (call, store id), in order
 
@@ -94,7 +94,7 @@ class FailingStore:
         self, call: str, error: Exception, *, store_id: str | None = None, times: int | None = 1
     ) -> StoreFault:
         if call not in CALLS:
-            raise ValueError(f"{call!r} is not a call of the Store port ({', '.join(sorted(CALLS))})")
+            raise ValueError(f"{call!r} is not a call of the StoreApi port ({', '.join(sorted(CALLS))})")
         fault = StoreFault(call, error, store_id, times)
         self.faults.append(fault)
         return fault
@@ -198,5 +198,5 @@ class FailingStore:
         return await self.inner.write_batch(store_id, ops)
 
 
-def _is_a_store(s: FailingStore) -> Store:
+def _is_a_store(s: FailingStore) -> StoreApi:
     return s  # mypy: the wrapper has every call of the port, with the port's signatures
