@@ -104,6 +104,13 @@ class EarlyFetch:
     def counters(self) -> dict[str, int] | None:
         return self._wait("counters")
 
+    def has_counter(self) -> bool | None:
+        """After `counters()`: False when the helper's read was answered "no counters" (404/405:
+        the hosted API), so the daemon does not ask again; None when not known (the read failed,
+        or was not made): the daemon asks itself, as it always did."""
+        with self._cond:
+            return self._results.get(("has_counter",))
+
     def limits(self) -> dict[str, str]:
         """The `anthropic-ratelimit-requests-*` headers of the helper's last answer (the counters',
         else the session's), for the client's pacer (memfs/client/budget.py `Pacer.heard`): its
@@ -330,6 +337,7 @@ class _Helper:
             return None
         self.send(("limits",), client.limits_heard)
         if counters is None:  # no counter (the hosted API): no snapshot either
+            self.send(("has_counter",), False)  # before the counters: the daemon reads it once they came
             self.send(("counters",), None, "the service has no counters")
             return None
         self.send(("counters",), counters)

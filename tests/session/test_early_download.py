@@ -200,6 +200,8 @@ def test_a_hosted_service_without_snapshots_still_mounts(tmp_path):
                 assert _texts(box.root / "hosted-notes") == seed
                 assert proxy.count("GET", r"/snapshot$") == 0  # the helper stopped at the counters
                 assert proxy.count("GET", r"^/v1/sessions/") == 1
+                # The helper's 404 told the daemon: it does not ask the counters again.
+                assert proxy.count("GET", r"^/v1/memory_store_counters") == 1
                 assert "counters: the service has no counters" in _log(box)
             finally:
                 box.close()
