@@ -33,7 +33,7 @@ from pathlib import Path
 
 from memfs.service import schema
 from memfs.service.backend import DatabaseError, WouldBlock
-from memfs.service.sql_tx import SqlTx
+from memfs.service.sql_tx import HeldRead, SqlTx
 
 SCHEMA_VERSION = schema.latest(schema.SQLITE)
 
@@ -73,7 +73,7 @@ class SqliteTx(SqlTx):
         return cur.execute(sql, args).fetchall()
 
 
-class _HeldRead(SqliteTx):
+class _HeldRead(SqliteTx, HeldRead):
     """A read transaction on its own connection, held open until close() (a streamed snapshot)."""
 
     def __init__(self, conn: sqlite3.Connection):
