@@ -153,8 +153,8 @@ def _wait_dead(pid: int, timeout: float = 10) -> None:
 class SandboxWorld(World):
     """A world (default: notes_and_handbook()) made on `service` through its admin `api`, and the
     sandboxes that mount its session. `close()` closes every sandbox, then runs `on_close` (what the
-    world's maker owns: its service, its Api), last added first. `premade`: the stores of the specs
-    `in_database`, already in the service's database (name -> store id)."""
+    world's maker owns: its service, its Api), last added first. `premade`: the specs' stores that
+    are on the service already (name -> store id; world.py's `_steps`)."""
 
     def __init__(
         self,
@@ -177,13 +177,16 @@ class SandboxWorld(World):
         specs: Sequence[StoreSpec] = (),
         *,
         service: ServiceProcess | None = None,
+        premade: Mapping[str, str] | None = None,
         **service_kw,
     ) -> SandboxWorld:
         """A world on `service`, or on a `memfs serve` of its own (ServiceProcess(tmp / "service",
         **service_kw)) that is stopped with it, through an Api of its own, closed with it. The specs
-        `in_database` are written into its own service's database before it starts."""
-        premade = _seed_database(tmp / "service", specs, service_kw) if service is None else {}
+        `in_database` are written into its own service's database before it starts; those in
+        `premade` (name -> store id) are on `service` already."""
+        seeded = _seed_database(tmp / "service", specs, service_kw) if service is None else {}
         assert service is None or not any(s.in_database for s in specs), "a running service's database"
+        premade = {**(premade or {}), **seeded}
         own = ServiceProcess(tmp / "service", **service_kw) if service is None else None
         svc = service or own
         assert svc is not None

@@ -67,12 +67,13 @@ _Call = tuple[str, tuple[Any, ...]]  # (the admin client method, its arguments)
 def _steps(
     specs: Sequence[StoreSpec], premade: Mapping[str, str]
 ) -> Generator[_Call, Any, tuple[list[str], dict[str, str], dict]]:
-    """The admin calls that make a world, each sent to the driver, which sends back the answer; a
-    spec `in_database` is already made (`premade`: its name -> its store id)."""
+    """The admin calls that make a world, each sent to the driver, which sends back the answer. A
+    spec named in `premade` (name -> store id) is on the service already, memories and all (one
+    `in_database`, or a big store a module's tests share): the session is all that is asked for it."""
     store_ids: list[str] = []
     ids: dict[str, str] = {}
     for spec in specs:
-        if spec.in_database:
+        if spec.in_database or spec.name in premade:
             store_ids.append(premade[spec.name])
             continue
         store = yield "create_store", (spec.name,)
@@ -85,7 +86,7 @@ def _steps(
 
 class World:
     """A world made on a service: its stores' ids (in the specs' order), its seeded memories' ids by
-    path (a path seeded in two stores: the later one's; none of a store `in_database`), and its
+    path (a path seeded in two stores: the later one's; none of a store `premade`), and its
     session (the service's record)."""
 
     specs: tuple[StoreSpec, ...]
