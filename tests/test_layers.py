@@ -170,12 +170,19 @@ def test_dependencies_point_one_way():
 )
 def test_the_check_catches_a_wrong_import(tmp_path, module, source):
     """The rules above are not vacuous: a copy of the package with one bad import fails them."""
-    fake = tmp_path / "memfs"
-    target = fake / module
-    target.parent.mkdir(parents=True, exist_ok=True)
-    (fake / "__init__.py").write_text("")
-    target.write_text(source)
+    fake = _fake_package(tmp_path, {module: source})
     assert violations(fake), f"{module}: {source!r} was not caught"
+
+
+def _fake_package(tmp_path: Path, files: dict[str, str]) -> Path:
+    """A copy of the package that holds only `files` (path under memfs/: source)."""
+    fake = tmp_path / "memfs"
+    for module, source in files.items():
+        target = fake / module
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(source)
+    (fake / "__init__.py").write_text("")
+    return fake
 
 
 def test_the_engine_may_import_the_stores_records_and_errors(tmp_path):
@@ -253,13 +260,10 @@ def test_http_is_spoken_only_by_the_store_client():
     ],
 )
 def test_the_http_check_catches_a_client_of_its_own(tmp_path, module, source):
-    fake = tmp_path / "memfs"
-    target = fake / module
-    target.parent.mkdir(parents=True, exist_ok=True)
-    (fake / "__init__.py").write_text("")
-    (fake / "client").mkdir(exist_ok=True)
-    (fake / "client" / "plain_get.py").write_text("import socket\nimport http.client\n")  # its home: fine
-    target.write_text(source)
+    # plain_get.py in its home (memfs/client): fine
+    fake = _fake_package(
+        tmp_path, {"client/plain_get.py": "import socket\nimport http.client\n", module: source}
+    )
     assert {v.split(":")[0] for v in http_violations(fake)} == {f"memfs/{module}"}
 
 

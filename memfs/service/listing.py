@@ -12,7 +12,7 @@ from operator import attrgetter, itemgetter
 from typing import Any, TypeVar
 
 from memfs.service import wire
-from memfs.service.backend import Tx
+from memfs.service.sql_tx import SqlTx
 from memfs.service.storage import MemoryRecord, Page, PrefixRecord
 
 _WALK_ROWS = 16  # rows per query of a depth=1 walk (index entries: cheap to read past)
@@ -71,7 +71,7 @@ def _walk_children(
 
 
 def list_page(
-    tx: Tx, store_id: str, path_prefix: str, depth: int, limit: int, after: str | None, with_content: bool
+    tx: SqlTx, store_id: str, path_prefix: str, depth: int, limit: int, after: str | None, with_content: bool
 ) -> Page:
     """One page of a listing, read in `tx` (StoreService.list_memories, list_memories_as; the
     caller has checked that the store exists)."""
@@ -111,7 +111,7 @@ def list_page(
 
 
 def list_page_wire(
-    tx: Tx,
+    tx: SqlTx,
     *,
     store_id: str,
     path_prefix: str,

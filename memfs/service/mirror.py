@@ -27,9 +27,10 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from dataclasses import replace as with_fields
 
-from memfs.service.backend import Backend, Tx
+from memfs.service.backend import Backend
 from memfs.service.listing import upper_bound
 from memfs.service.rules import new_id, now, sha256_hex
+from memfs.service.sql_tx import SqlTx
 from memfs.service.storage import MemoryRecord, StoreRecord, VersionRecord
 
 POLLED_AT_KEY = "relay_polled_at_ms"  # store_kv: when some relay replica last claimed this store's poll
@@ -192,7 +193,7 @@ class Mirror:
             return True
 
 
-def _record_feed(tx: Tx, store_id: str, feed_at_ms: int | None) -> None:
+def _record_feed(tx: SqlTx, store_id: str, feed_at_ms: int | None) -> None:
     """Only forward: replicas sharing the cache each record what their poll applied, and a later
     position stays true whoever's older one comes after it (the cache only gains versions)."""
     if feed_at_ms and feed_at_ms > tx.kv(store_id, FEED_AT_KEY):
@@ -213,7 +214,7 @@ def _newest_per_memory(states: Iterable[State]) -> list[State]:
     return list(out.values())
 
 
-def _apply_one(tx: Tx, store_id: str, state: State) -> int:
+def _apply_one(tx: SqlTx, store_id: str, state: State) -> int:
     if isinstance(state, Gone):
         cur = tx.memory_states(store_id, [state.memory_id]).get(state.memory_id)
         if cur is None or cur[2]:
@@ -280,7 +281,7 @@ def _apply_one(tx: Tx, store_id: str, state: State) -> int:
     return 1
 
 
-def _clear_path(tx: Tx, store_id: str, path: str, keep_id: str) -> None:
+def _clear_path(tx: SqlTx, store_id: str, path: str, keep_id: str) -> None:
     """Tombstone every other live memory at `path`, above it or below it (see the module's docstring)."""
     segs = path[1:].split("/")
     above = ["/" + "/".join(segs[:i]) for i in range(1, len(segs) + 1)]
@@ -291,7 +292,7 @@ def _clear_path(tx: Tx, store_id: str, path: str, keep_id: str) -> None:
         _tombstone(tx, store_id, below[0])
 
 
-def _tombstone(tx: Tx, store_id: str, memory_id: str) -> None:
+def _tombstone(tx: SqlTx, store_id: str, memory_id: str) -> None:
     mem = tx.live_memory(store_id, memory_id, content=False)
     if mem is None:
         return

@@ -31,7 +31,7 @@ from psycopg.rows import dict_row, tuple_row
 
 from memfs.service import schema
 from memfs.service.backend import DatabaseError
-from memfs.service.sql_tx import _MEM_COLS, COUNTER_KEY, SqlTx
+from memfs.service.sql_tx import _MEM_COLS, COUNTER_KEY, HeldRead, SqlTx
 
 WATCH_CHANNEL = "memfs_counters"  # watch.CHANNEL (not imported: watch.py imports anyio)
 
@@ -110,7 +110,7 @@ class PostgresTx(SqlTx):
         return None if value is None else bytes(value).decode("utf-8")
 
 
-class _HeldRead(PostgresTx):
+class _HeldRead(PostgresTx, HeldRead):
     """A REPEATABLE READ transaction on a pooled connection, held until close() (a snapshot)."""
 
     def __init__(self, pool: psycopg_pool.ConnectionPool):

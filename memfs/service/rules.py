@@ -18,8 +18,9 @@ from datetime import UTC, datetime, timedelta
 from typing import TypeVar
 
 from memfs.limits import slugify
-from memfs.service.backend import Backend, PathTaken, ReadTx, Tx
+from memfs.service.backend import Backend
 from memfs.service.listing import list_page, upper_bound
+from memfs.service.sql_tx import HeldRead, PathTaken, SqlTx
 from memfs.service.storage import (
     Actor,
     BatchCreate,
@@ -81,28 +82,28 @@ def sha256_hex(text: str) -> str:
 # Ids are generated here and never hold NUL; PostgreSQL's text cannot even be asked about one
 # (psycopg refuses the parameter), so such an id is answered "not found" before any query, the
 # same answer on every backend.
-def _require_store(tx: Tx, store_id: str) -> StoreRecord:
+def _require_store(tx: SqlTx, store_id: str) -> StoreRecord:
     store = None if "\x00" in store_id else tx.store(store_id)
     if store is None:
         raise NotFound(f"memory store {store_id} not found")
     return store
 
 
-def _require_writable(tx: Tx, store_id: str) -> StoreRecord:
+def _require_writable(tx: SqlTx, store_id: str) -> StoreRecord:
     store = _require_store(tx, store_id)
     if store.archived_at is not None:
         raise StoreArchived(f"memory store {store_id} is archived: its memories cannot be created or changed")
     return store
 
 
-def _live_memory(tx: Tx, store_id: str, memory_id: str, *, content: bool = True) -> MemoryRecord:
+def _live_memory(tx: SqlTx, store_id: str, memory_id: str, *, content: bool = True) -> MemoryRecord:
     mem = None if "\x00" in memory_id else tx.live_memory(store_id, memory_id, content=content)
     if mem is None:
         raise NotFound(f"memory {memory_id} not found in memory store {store_id}")
     return mem
 
 
-def check_path_free(tx: Tx, store_id: str, path: str, exclude_id: str | None) -> None:
+def check_path_free(tx: SqlTx, store_id: str, path: str, exclude_id: str | None) -> None:
     """A path must not be taken, below another memory, or above other memories (docs/SEMANTICS.md#d-api).
 
     The memory named: the one at the exact path, else the one at the shortest ancestor path,
@@ -168,8 +169,8 @@ def _paged(rows: list, limit: int) -> Page:
 class Snapshot:
     """All live memories of one store, read in one read transaction held open while it streams."""
 
-    def __init__(self, tx: ReadTx, store_id: str):
-        self._tx: ReadTx | None = tx
+    def __init__(self, tx: HeldRead, store_id: str):
+        self._tx: HeldRead | None = tx
         try:
             _require_store(tx, store_id)
             self.counter = tx.counter(store_id)
@@ -294,7 +295,7 @@ class StoreService:
 
     @staticmethod
     def _create(
-        tx: Tx,
+        tx: SqlTx,
         store_id: str,
         path: str,
         content: str,
@@ -362,7 +363,7 @@ class StoreService:
             return session, list_page(tx, store_id, path_prefix, depth, limit, after, with_content)
 
     def read_checked(
-        self, token_hash: str | None, store_id: str, read_page: Callable[[Tx], R], *, read=None
+        self, token_hash: str | None, store_id: str, read_page: Callable[[SqlTx], R], *, read=None
     ) -> tuple[R, int] | None:
         """`read_page(tx)` and the store's counter, for the admin (`token_hash` None) or the live
         session holding `token_hash`, checked and read in one read transaction (the list fast
@@ -402,7 +403,7 @@ class StoreService:
 
     @staticmethod
     def _update(
-        tx: Tx,
+        tx: SqlTx,
         store_id: str,
         memory_id: str,
         content: str | None,
@@ -459,7 +460,7 @@ class StoreService:
 
     @staticmethod
     def _delete(
-        tx: Tx,
+        tx: SqlTx,
         store_id: str,
         memory_id: str,
         expected_sha256: str | None,
@@ -507,7 +508,7 @@ class StoreService:
             return BatchResult(outcomes, tx.counter(store_id))
 
     def _apply_item(
-        self, tx: Tx, store_id: str, item: BatchItem, actor: Actor, max_memories: int
+        self, tx: SqlTx, store_id: str, item: BatchItem, actor: Actor, max_memories: int
     ) -> MemoryRecord | None:
         if isinstance(item, BatchCreate):
             return self._create(tx, store_id, item.path, item.content, actor, max_memories)
@@ -533,7 +534,7 @@ class StoreService:
         return _paged(rows, limit)
 
     @staticmethod
-    def _version(tx: Tx, store_id: str, version_id: str) -> VersionRecord:
+    def _version(tx: SqlTx, store_id: str, version_id: str) -> VersionRecord:
         _require_store(tx, store_id)
         v = None if "\x00" in version_id else tx.version(store_id, version_id)
         if v is None:
@@ -645,7 +646,7 @@ class StoreService:
             return self._session(tx, sid)
 
     @staticmethod
-    def _session(tx: Tx, session_id: str) -> SessionRecord:
+    def _session(tx: SqlTx, session_id: str) -> SessionRecord:
         s = tx.session(session_id)
         if s is None:
             raise NotFound(f"session {session_id} not found")

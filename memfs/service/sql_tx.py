@@ -1,17 +1,19 @@
 """The SQL both backends run, written once (see `SqlTx`), so SQLite and PostgreSQL answer alike.
 
 Only statements that both dialects accept as they are (after placeholder rewriting) belong here;
-the schema is schema.py's, the connections and the transactions are each backend's own.
+the schema is schema.py's, the connections and the transactions are each backend's own. `SqlTx`
+is also the only statement of what a transaction offers the rules (rules.py, listing.py, mirror.py
+take it as their type): no protocol restates its signatures (backend.py says why).
 """
 
 from __future__ import annotations
 
 import json
+from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from memfs.service.backend import PathTaken
 from memfs.service.storage import (
     Actor,
     MemoryRecord,
@@ -34,6 +36,10 @@ _VER_COLS = (
     "id, store_id, memory_id, operation, path, sha, size, created_at, actor_type, actor_id, "
     "redacted_at, redactor_type, redactor_id"
 )
+
+
+class PathTaken(Exception):
+    """A live memory already holds the path (raised by the unique index, should the checks miss)."""
 
 
 def _actor(typ: str | None, ident: str | None) -> Actor | None:
@@ -143,7 +149,7 @@ def counters_batch_from_rows(rows) -> tuple[dict[str, int], dict[str, set[str]]]
 
 
 class SqlTx:
-    """The queries of `backend.Tx` on one DB-API connection inside one transaction.
+    """The queries on one DB-API connection inside one transaction (`Backend.read`/`write`).
 
     Written once for both backends: `?` placeholders (a backend with another paramstyle
     rewrites them in `_sql`), rows addressed by column name, and the few dialect differences
@@ -184,6 +190,7 @@ class SqlTx:
         return _version(row, self._content_out(row["content"]) if content else None)
 
     def ping(self) -> None:
+        """A trivial query: the database answers."""
         self._x("SELECT 1").fetchone()
 
     @contextmanager
@@ -223,6 +230,7 @@ class SqlTx:
         self._x("UPDATE stores SET archived_at = ?, updated_at = ? WHERE id = ?", (at, at, store_id))
 
     def delete_store(self, store_id: str) -> None:
+        """The store, its memories, versions and counters."""
         for table, col in (
             ("versions", "store_id"),
             ("memories", "store_id"),
@@ -246,6 +254,8 @@ class SqlTx:
         created_lte: str | None,
         only_ids: Sequence[str] | None,
     ) -> list[tuple[int, StoreRecord]]:
+        """Newest first, at most `limit` rows, each with its position (a sequence number that
+        decreases along the listing); `after`: only rows past that position."""
         where: list[str] = ["1 = 1"]
         args: list[object] = []
         if after is not None:
@@ -280,16 +290,21 @@ class SqlTx:
         return self._kv(store_id, HISTORY_FLOOR_KEY)
 
     def counters_for(self, token_hash: str | None, store_ids: Sequence[str]) -> dict[str, int] | None:
+        """Counters of `store_ids` in one statement (`counters_query`); None when a store is
+        missing or, with a token hash, not attached to that token's live session."""
         sql, args = counters_query(token_hash, store_ids)
         return counters_from_rows(self._x(sql, args).fetchall(), store_ids)
 
     def counters_batch(
         self, token_hashes: Sequence[str], store_ids: Sequence[str]
     ) -> tuple[dict[str, int], dict[str, set[str]]]:
+        """Many `counters_for` in one statement (`counters_batch_query`): the counters of the
+        stores that exist, and which of them each token's live session attaches."""
         sql, args = counters_batch_query(token_hashes, store_ids)
         return counters_batch_from_rows(self._x(sql, args).fetchall())
 
     def raise_history_floor(self, store_id: str, floor: int) -> None:
+        """history_floor = max(history_floor, floor)."""
         self._x(
             "INSERT INTO store_kv (store_id, key, value) VALUES (?, ?, ?) "
             "ON CONFLICT (store_id, key) DO UPDATE SET value = CASE WHEN store_kv.value < excluded.value "
@@ -298,6 +313,7 @@ class SqlTx:
         )
 
     def kv(self, store_id: str, key: str) -> int:
+        """A store's integer under `key` in its key-value area (0 when it never had it)."""
         return self._kv(store_id, key)
 
     def set_kv(self, store_id: str, key: str, value: int) -> None:
@@ -313,6 +329,7 @@ class SqlTx:
         self.raise_history_floor(store_id, base)
 
     def bump(self, store_id: str) -> int:
+        """The store's counter + 1, stored in this transaction (a store never written reads 0)."""
         row = self._x(
             "INSERT INTO store_kv (store_id, key, value) VALUES (?, ?, 1) "
             "ON CONFLICT (store_id, key) DO UPDATE SET value = store_kv.value + 1 RETURNING value",
@@ -331,6 +348,7 @@ class SqlTx:
         return self._memory(row, content) if row else None
 
     def live_at(self, store_id: str, paths: Sequence[str]) -> list[tuple[str, str]]:
+        """(id, path) of the live memories at any of `paths`, shortest path first."""
         marks = ",".join("?" * len(paths))
         rows = self._x(
             f"SELECT id, path FROM memories WHERE store_id = ? AND deleted_at IS NULL AND path IN ({marks}) "
@@ -342,6 +360,7 @@ class SqlTx:
     def first_live_in(
         self, store_id: str, lo: str, hi: str, exclude_id: str | None
     ) -> tuple[str, str] | None:
+        """(id, path) of the first live memory (byte order) with lo <= path < hi, not `exclude_id`."""
         row = self._x(
             "SELECT id, path FROM memories WHERE store_id = ? AND deleted_at IS NULL AND path >= ? AND path < ? "
             f"AND {self.not_id} ORDER BY path LIMIT 1",
@@ -364,12 +383,15 @@ class SqlTx:
         )
 
     def live_totals(self, store_id: str) -> tuple[int, int]:
+        """(number, total content bytes) of the store's live memories, read from the covering index
+        `memories_live_size`: no memory row is read, so a store overview stays cheap at any size."""
         row = self._x(self.live_totals_sql(), (store_id,)).fetchone()
         return int(row["n"]), int(row["bytes"])
 
     def list_live(
         self, store_id: str, *, lo: str, lo_inclusive: bool, hi: str, limit: int, content: bool
     ) -> list[MemoryRecord]:
+        """Live memories with lo <(=) path < hi, in byte order of path, at most `limit`."""
         cols = _MEM_COLS + (", content" if content else "")
         op = ">=" if lo_inclusive else ">"
         rows = self._x(
@@ -402,6 +424,7 @@ class SqlTx:
         return rows
 
     def contents(self, store_id: str, memory_ids: Sequence[str]) -> dict[str, str | None]:
+        """memory id -> content of those of `memory_ids` that are live in the store."""
         marks = ",".join("?" * len(memory_ids))
         rows = self._x(
             f"SELECT id, content FROM memories WHERE store_id = ? AND deleted_at IS NULL AND id IN ({marks})",
@@ -410,6 +433,7 @@ class SqlTx:
         return {r["id"]: self._content_out(r["content"]) for r in rows}
 
     def insert_memory(self, m: MemoryRecord, counter: int) -> None:
+        """Raises PathTaken when a live memory holds m.path."""
         try:
             self._x(
                 "INSERT INTO memories (id, store_id, path, content, sha, size, version_id, counter, created_at, "
@@ -432,6 +456,7 @@ class SqlTx:
         counter: int,
         at: str,
     ) -> None:
+        """Raises PathTaken when another live memory holds `path`."""
         try:
             self._x(
                 "UPDATE memories SET path = ?, content = ?, sha = ?, size = ?, version_id = ?, counter = ?, "
@@ -442,6 +467,7 @@ class SqlTx:
             raise PathTaken(path) from None
 
     def tombstone_memory(self, memory_id: str, *, version_id: str, counter: int, at: str) -> None:
+        """Mark deleted (path kept, content dropped) so the changes feed can still report it."""
         self._x(
             "UPDATE memories SET deleted_at = ?, content = NULL, version_id = ?, counter = ?, updated_at = ? "
             "WHERE id = ?",
@@ -449,6 +475,8 @@ class SqlTx:
         )
 
     def changed_since(self, store_id: str, since: int) -> list[tuple[MemoryRecord, bool]]:
+        """(memory without content, deleted?) for every memory, live or not, last written after
+        counter `since`; ordered by path, a tombstone before a live memory at its path, then id."""
         rows = self._x(
             f"SELECT {_MEM_COLS}, deleted_at FROM memories WHERE store_id = ? AND counter > ? "
             "ORDER BY path, deleted_at IS NULL, id",  # a tombstone before a live memory at its path
@@ -457,6 +485,7 @@ class SqlTx:
         return [(_memory(r, None), r["deleted_at"] is not None) for r in rows]
 
     def path_at(self, store_id: str, memory_id: str, counter: int) -> tuple[str, str | None] | None:
+        """(operation, path) of the memory's last version at or before `counter`, if any."""
         row = self._x(
             "SELECT operation, path FROM versions WHERE store_id = ? AND memory_id = ? AND counter <= ? "
             "ORDER BY counter DESC LIMIT 1",
@@ -484,14 +513,6 @@ class SqlTx:
             ).fetchall()
         return {r["id"]: (r["version_id"], r["updated_at"], r["deleted_at"] is not None) for r in rows}
 
-    def live_batches(self, store_id: str, n: int) -> Iterator[list[MemoryRecord]]:
-        cur = self._x(
-            f"SELECT {_MEM_COLS}, content FROM memories WHERE store_id = ? AND deleted_at IS NULL ORDER BY path",
-            (store_id,),
-        )
-        while rows := cur.fetchmany(n):
-            yield [self._memory(r, True) for r in rows]
-
     # --- versions --------------------------------------------------------------------------------
 
     def insert_version(self, v: VersionRecord, counter: int) -> None:
@@ -512,7 +533,8 @@ class SqlTx:
     def list_versions(
         self, store_id: str, *, filters: VersionFilter, after: str | None, limit: int, content: bool
     ) -> list[tuple[str, VersionRecord]]:
-        """The hosted order: `created_at` descending, `id` descending among equal times. Not commit
+        """With positions "CREATED_AT ID", in the hosted order: `created_at` descending, `id`
+        descending among equal times. Not commit
         order (seq): a version written late may carry an earlier time (a late commit, or the
         emulator's --test-late-versions) and is listed where its time puts it, as the hosted API does."""
         where: list[str] = ["store_id = ?"]
@@ -649,13 +671,15 @@ class SqlTx:
         )
 
     def session_id_for_token(self, token_hash: str) -> str | None:
+        """The id of the live (not archived) session holding this token hash."""
         row = self._x(
             "SELECT id FROM sessions WHERE token_hash = ? AND archived_at IS NULL", (token_hash,)
         ).fetchone()
         return row["id"] if row else None
 
     def archive_session(self, session_id: str, at: str) -> None:
-        # Dropping the hash revokes the token for good.
+        """Set archived_at (the first one is kept) and drop the token hash: the token is revoked
+        for good."""
         self._x(
             "UPDATE sessions SET archived_at = coalesce(archived_at, ?), updated_at = ?, token_hash = NULL "
             "WHERE id = ?",
@@ -663,9 +687,28 @@ class SqlTx:
         )
 
     def session_ids_for_store(self, store_id: str) -> list[str]:
+        """Ids of every session (archived ones too) that attaches the store, newest first."""
         rows = self._x(
             "SELECT id FROM sessions WHERE id IN "
             "(SELECT session_id FROM session_resources WHERE memory_store_id = ?) ORDER BY seq DESC",
             (store_id,),
         ).fetchall()
         return [r["id"] for r in rows]
+
+
+class HeldRead(SqlTx, ABC):
+    """A read transaction on its own connection, held open by its caller until `close()` (a
+    snapshot streamed over many calls): what `Backend.open_read` returns, each backend its own."""
+
+    def live_batches(self, store_id: str, n: int) -> Iterator[list[MemoryRecord]]:
+        """Every live memory of the store with content, in path order, `n` at a time."""
+        cur = self._x(
+            f"SELECT {_MEM_COLS}, content FROM memories WHERE store_id = ? AND deleted_at IS NULL ORDER BY path",
+            (store_id,),
+        )
+        while rows := cur.fetchmany(n):
+            yield [self._memory(r, True) for r in rows]
+
+    @abstractmethod
+    def close(self) -> None:
+        """End the transaction and give the connection back."""

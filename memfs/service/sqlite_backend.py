@@ -33,7 +33,7 @@ from pathlib import Path
 
 from memfs.service import schema
 from memfs.service.backend import DatabaseError, WouldBlock
-from memfs.service.sql_tx import SqlTx
+from memfs.service.sql_tx import HeldRead, SqlTx
 
 SCHEMA_VERSION = schema.latest(schema.SQLITE)
 
@@ -73,7 +73,7 @@ class SqliteTx(SqlTx):
         return cur.execute(sql, args).fetchall()
 
 
-class _HeldRead(SqliteTx):
+class _HeldRead(SqliteTx, HeldRead):
     """A read transaction on its own connection, held open until close() (a streamed snapshot)."""
 
     def __init__(self, conn: sqlite3.Connection):
@@ -279,13 +279,8 @@ class SqliteBackend:
     @contextmanager
     def read(self) -> Iterator[SqliteTx]:
         # One read transaction: every query inside sees the same snapshot of the database.
-        with self._conn() as conn:
-            conn.execute("BEGIN")
-            try:
-                yield SqliteTx(conn)
-            finally:
-                if conn.in_transaction:
-                    conn.execute("ROLLBACK")
+        with self._conn() as conn, _read_tx(conn) as tx:
+            yield tx
 
     @contextmanager
     def read_nowait(self) -> Iterator[SqliteTx]:
@@ -302,12 +297,8 @@ class SqliteBackend:
             conn.row_factory = sqlite3.Row
             self._loop_conn = conn
         try:
-            conn.execute("BEGIN")
-            try:
-                yield SqliteTx(conn)
-            finally:
-                if conn.in_transaction:
-                    conn.execute("ROLLBACK")
+            with _read_tx(conn) as tx:
+                yield tx
         except sqlite3.OperationalError as e:
             raise WouldBlock(str(e)) from None
 
@@ -343,3 +334,14 @@ class SqliteBackend:
             writer, self._writer = self._writer, None
         if writer is not None:
             writer.close()
+
+
+@contextmanager
+def _read_tx(conn: sqlite3.Connection) -> Iterator[SqliteTx]:
+    """One read transaction on `conn`: every query inside sees the same snapshot of the database."""
+    conn.execute("BEGIN")
+    try:
+        yield SqliteTx(conn)
+    finally:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from tests.support.mounts import state_db, store_files
-from tests.support.proxy import Proxy
-from tests.support.sandbox import Sandbox, is_mounted
+from tests.support.sandbox import Sandbox, SandboxWorld, is_mounted
+from tests.support.world import StoreSpec
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -44,33 +44,30 @@ def _rows(state_dir: Path, table: str, store_id: str) -> int:
 
 
 @pytest.fixture
-def stores(service, api):
+def fd_world(service, api, tmp_path):
+    """A big read_write store and a small read_only one, a session over both."""
     rng = random.Random(18)
-    big = api.create_store("Big Notes")
-    small = api.create_store("Small Notes")
     big_seed = {f"/d{i % 7}/sub{i % 3}/note-{i:03d}.md": _text(rng, BIG_SIZE) for i in range(BIG_FILES)}
     small_seed = {"/readme.md": "small store\n", "/x/y.md": "why\n"}
-    for path, content in big_seed.items():
-        api.create(big, path, content)
-    for path, content in small_seed.items():
-        api.create(small, path, content)
-    session = api.create_session([(big, "read_write"), (small, "read_only")])
-    return big, small, big_seed, small_seed, session
+    specs = [StoreSpec("Big Notes", seed=big_seed), StoreSpec("Small Notes", "read_only", small_seed)]
+    world = SandboxWorld(service, api, tmp_path, specs)
+    try:
+        yield world
+    finally:
+        world.close()
 
 
 @pytest.fixture
-def through_proxy(service, stores, tmp_path):
-    big, small, big_seed, small_seed, session = stores
-    proxy = Proxy(service.base_url)
-    box = Sandbox(
-        tmp_path, "fd", base_url=proxy.url, session_id=session["id"], work_secret=session["work_secret"]
-    )
-    try:
-        yield box, proxy
-    finally:
-        proxy.clear()
-        box.close()
-        proxy.close()
+def stores(fd_world):
+    (big, big_spec), (small, small_spec) = fd_world.made()
+    return big, small, dict(big_spec.seed), dict(small_spec.seed), fd_world.session
+
+
+@pytest.fixture
+def through_proxy(fd_world):
+    """A sandbox that mounts through the fault proxy (its faults cleared before the box closes)."""
+    proxy = fd_world.proxy()
+    return fd_world.sandbox("fd", base_url=proxy.url), proxy
 
 
 def _slugs(box: Sandbox) -> dict[str, str]:

@@ -23,7 +23,6 @@ import pytest
 from tests.support.api import Api
 from tests.support.proxy import Proxy
 from tests.support.sandbox import Sandbox, SandboxWorld
-from tests.support.seed import seed_database
 from tests.support.service import ServiceProcess
 from tests.support.world import StoreSpec
 
@@ -334,27 +333,17 @@ def test_a_429_storm_under_the_organisations_limits_loses_nothing(tmp_path):
     in bursts of 2): 4 stores' feeds and 16 creates meet 429s; every create lands exactly once, nothing
     stays staged, and the mount's requests waited for the holds the refusals put (or for their paced
     turns, which keep them past those holds)."""
-    db = tmp_path / "service" / "data" / "store.db"
-    db.parent.mkdir(parents=True)
-    ids = list(seed_database(db, {f"Storm {i}": SEED for i in range(4)}).values())
-    svc = ServiceProcess(
-        tmp_path / "service",
-        db_path=db,
+    specs = [StoreSpec(f"Storm {i}", seed=SEED, in_database=True) for i in range(4)]
+    world = SandboxWorld.serving(
+        tmp_path,
+        specs,
         hosted_api=True,
         org_limits=None,
         extra_args=("--org-limits", "120,30", "--org-burst", "3"),
     )
-    api = Api(svc.base_url, svc.admin_key)
-    box = None
     try:
-        session = api.create_session([(sid, "read_write") for sid in ids])
-        box = Sandbox(
-            tmp_path,
-            "box",
-            base_url=svc.base_url,
-            session_id=session["id"],
-            work_secret=session["work_secret"],
-        )
+        svc, api, ids = world.service, world.api, world.store_ids
+        box = world.sandbox("box")
         box.mount("--live", "off")
         files = {(i, f"/storm/f{k}.md"): f"store {i} file {k}\n" for i in range(4) for k in range(4)}
         for (i, path), text in files.items():
@@ -382,7 +371,4 @@ def test_a_429_storm_under_the_organisations_limits_loses_nothing(tmp_path):
                 p: t for (j, p), t in files.items() if j == i
             }
     finally:
-        if box is not None:
-            box.close()
-        api.close()
-        svc.stop()
+        world.close()

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.api import Api
-from tests.support.sandbox import Sandbox
+from tests.support.sandbox import SandboxWorld
+from tests.support.world import StoreSpec
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -86,45 +86,18 @@ def test_a_command_whose_extra_is_missing_says_which_to_install(lean_venv, tmp_p
     assert subprocess.run([*memfs, "--help"], capture_output=True, timeout=60).returncode == 0
 
 
-class LeanSandbox(Sandbox):
-    """A Sandbox whose `memfs` commands run from the lean venv."""
-
-    python = sys.executable
-
-    def memfs(self, *args: str, timeout: float = 60, check: bool = False) -> subprocess.CompletedProcess:
-        proc = subprocess.run(
-            [self.python, "-m", "memfs", *args], env=self.env, capture_output=True, text=True, timeout=timeout
-        )
-        if check and proc.returncode != 0:
-            raise AssertionError(
-                f"memfs {' '.join(args)} exited {proc.returncode}:\n{proc.stdout}\n{proc.stderr}"
-            )
-        return proc
-
-
 def test_memfs_mount_from_the_lean_install_works_against_a_real_service(lean_venv, service, tmp_path):
-    api = Api(service.base_url, service.admin_key)
+    notes = StoreSpec("Notes", seed={"/hello.md": "from the store\n"})
+    world = SandboxWorld.serving(tmp_path, [notes], service=service)
     try:
-        store = api.create_store("Notes")
-        api.create(store, "/hello.md", "from the store\n")
-        session = api.create_session([(store, "read_write")])
-        box = LeanSandbox(
-            tmp_path,
-            "sandbox",
-            base_url=service.base_url,
-            session_id=session["id"],
-            work_secret=session["work_secret"],
-        )
-        box.python = str(lean_venv / "bin" / "python")
-        try:
-            box.mount()
-            slug = box.status()["stores"][0]["slug"]
-            assert (box.root / slug / "hello.md").read_text() == "from the store\n"
-            (box.root / slug / "written.md").write_text("from the lean sandbox\n")
-            assert box.sync()["ok"]
-            assert api.contents(store)["/written.md"] == "from the lean sandbox\n"
-            box.unmount(check=True)
-        finally:
-            box.close()
+        store = world.store_ids[0]
+        box = world.sandbox("sandbox", python=str(lean_venv / "bin" / "python"))  # memfs from the lean venv
+        box.mount()
+        slug = box.status()["stores"][0]["slug"]
+        assert (box.root / slug / "hello.md").read_text() == "from the store\n"
+        (box.root / slug / "written.md").write_text("from the lean sandbox\n")
+        assert box.sync()["ok"]
+        assert world.api.contents(store)["/written.md"] == "from the lean sandbox\n"
+        box.unmount(check=True)
     finally:
-        api.close()
+        world.close()

@@ -18,9 +18,9 @@ import pytest
 
 from tests.support.api import MEMORY_BETA
 from tests.support.proxy import Proxy
-from tests.support.sandbox import Sandbox
-from tests.support.service import ServiceProcess
+from tests.support.sandbox import Sandbox, SandboxWorld
 from tests.support.waits import wait_for
+from tests.support.world import StoreSpec
 
 pytestmark = pytest.mark.timeout(150)
 
@@ -47,13 +47,6 @@ def landed(box: Sandbox, counter: int) -> bool:
 def mode(box: Sandbox) -> tuple[str, str]:
     st = box.status()
     return st["mode"], st["mode_reason"]
-
-
-def sandbox_via(world, name: str, base_url: str) -> Sandbox:
-    s = world.session
-    box = Sandbox(world.tmp, name, base_url=base_url, session_id=s["id"], work_secret=s["work_secret"])
-    world.sandboxes.append(box)
-    return box
 
 
 def test_a_write_in_a_is_readable_in_b_without_a_sync_in_b(world, api):
@@ -123,7 +116,7 @@ def test_a_file_held_open_by_a_busy_command_is_pulled_at_the_next_sync(world, ap
 
 def test_a_burst_of_closes_is_one_push_wave_after_the_last_close(world, api, service):
     with Proxy(service.base_url) as proxy:
-        box = sandbox_via(world, "burst", proxy.url)
+        box = world.sandbox("burst", base_url=proxy.url)
         box.mount("--sync-interval", LONG)
         assert wait_for(lambda: mode(box)[0] == "live")
         offset = time.time() - time.monotonic()  # the proxy logs monotonic times, `date` gives wall time
@@ -156,7 +149,7 @@ def test_a_burst_of_closes_is_one_push_wave_after_the_last_close(world, api, ser
 
 def test_an_idle_live_mount_holds_one_request(world, service):
     with Proxy(service.base_url) as proxy:
-        box = sandbox_via(world, "idle", proxy.url)
+        box = world.sandbox("idle", base_url=proxy.url)
         box.mount("--sync-interval", "5")  # would poll 12 times a minute: live mode must not
         assert wait_for(lambda: mode(box)[0] == "live")
         time.sleep(1.5)  # settle: the mount's start is not the idle cost
@@ -174,7 +167,7 @@ def test_an_idle_live_mount_holds_one_request(world, service):
 def test_a_failed_watch_falls_back_to_polling_and_counts_as_an_attempt(world, api, service):
     with Proxy(service.base_url) as proxy:
         proxy.add("GET", WATCH, "reset", times=1)  # the first watch is killed
-        box = sandbox_via(world, "fallback", proxy.url)
+        box = world.sandbox("fallback", base_url=proxy.url)
         box.mount("--sync-interval", LONG)
         assert wait_for(lambda: proxy.count("GET", WATCH) >= 1)
         kind, reason = wait_for(
@@ -210,27 +203,13 @@ def _requests(proxy: Proxy) -> collections.Counter:
 
 
 def test_against_the_hosted_api_the_requests_are_exactly_those_of_polling(tmp_path):
-    from tests.support.api import Api
-
-    svc = ServiceProcess(tmp_path / "hosted", hosted_api=True)
-    api = Api(svc.base_url, svc.admin_key)
-    boxes: list[Sandbox] = []
+    seed = {f"/d{i % 2}/m{i}.md": f"memory {i}\n" for i in range(5)}
+    world = SandboxWorld.serving(tmp_path, [StoreSpec("Work Notes", seed=seed)], hosted_api=True)
     try:
-        rw = api.create_store("Work Notes")
-        for i in range(5):
-            api.create(rw, f"/d{i % 2}/m{i}.md", f"memory {i}\n")
-        session = api.create_session([(rw, "read_write")])
         logs = {}
         for live in ("auto", "off"):
-            with Proxy(svc.base_url) as proxy:
-                box = Sandbox(
-                    tmp_path,
-                    f"hosted-{live}",
-                    base_url=proxy.url,
-                    session_id=session["id"],
-                    work_secret=session["work_secret"],
-                )
-                boxes.append(box)
+            with Proxy(world.service.base_url) as proxy:
+                box = world.sandbox(f"hosted-{live}", base_url=proxy.url)
                 box.mount("--sync-interval", LONG, "--live", live)
                 st = box.status()
                 assert st["mode"] == "polling", st
@@ -246,7 +225,4 @@ def test_against_the_hosted_api_the_requests_are_exactly_those_of_polling(tmp_pa
         strip = lambda c: collections.Counter({k: n for k, n in c.items() if "/memories/mem_" not in k[1]})  # noqa: E731
         assert strip(logs["auto"]) == strip(logs["off"]), (logs["auto"], logs["off"])
     finally:
-        for box in boxes:
-            box.close()
-        api.close()
-        svc.stop()
+        world.close()

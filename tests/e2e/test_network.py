@@ -22,9 +22,10 @@ import pytest
 from memfs.client import CONCURRENCY
 from tests.support.api import MEMORY_BETA, Api
 from tests.support.proxy import Proxy
-from tests.support.sandbox import Sandbox
+from tests.support.sandbox import Sandbox, SandboxWorld
 from tests.support.seed import seed_database
 from tests.support.service import ServiceProcess
+from tests.support.world import StoreSpec
 
 SLUG = "wan-notes"
 TOPS = [f"t{i}" for i in range(8)]
@@ -90,17 +91,14 @@ def walk(top: Path) -> dict[str, str]:
 def mounted_through(
     tmp: Path, svc: ServiceProcess, store: str, name: str
 ) -> Iterator[tuple[Sandbox, Proxy, Api]]:
-    api = Api(svc.base_url, svc.admin_key)
-    session = api.create_session([(store, "read_write")])
-    proxy = Proxy(svc.base_url)
-    box = Sandbox(tmp, name, base_url=proxy.url, session_id=session["id"], work_secret=session["work_secret"])
+    """A session of its own on the module's store `store` (named "WAN Notes"), one sandbox through
+    a proxy, and an admin Api."""
+    world = SandboxWorld.serving(tmp, [StoreSpec("WAN Notes")], service=svc, premade={"WAN Notes": store})
     try:
-        yield box, proxy, api
+        proxy = world.proxy()
+        yield world.sandbox(name, base_url=proxy.url), proxy, world.api
     finally:
-        proxy.clear()
-        box.close()
-        proxy.close()
-        api.close()
+        world.close()
 
 
 @pytest.mark.timeout(300)

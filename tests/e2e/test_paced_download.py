@@ -16,12 +16,10 @@ import time
 import httpx
 import pytest
 
-from tests.support.api import Api
 from tests.support.mounts import store_files
-from tests.support.proxy import Proxy
-from tests.support.sandbox import Sandbox
-from tests.support.seed import seed_database
+from tests.support.sandbox import SandboxWorld
 from tests.support.service import ServiceProcess
+from tests.support.world import StoreSpec
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -58,24 +56,17 @@ def test_a_paced_first_download_stays_within_the_limit_and_is_still_concurrent(t
         "Narrow C": store(1, 240, "c"),
         "Narrow D": store(1, 120, "d"),
     }
-    db = tmp_path / "service" / "data" / "store.db"
-    db.parent.mkdir(parents=True)
-    ids = seed_database(db, seeds)
-    svc = ServiceProcess(
-        tmp_path / "service",
-        db_path=db,
+    specs = [StoreSpec(name, "read_only", seed, in_database=True) for name, seed in seeds.items()]
+    world = SandboxWorld.serving(
+        tmp_path,
+        specs,
         hosted_api=True,
         org_limits=None,
         extra_args=("--org-limits", f"{READS_PER_MIN},{READS_PER_MIN}", "--org-burst", f"{BURST_S:g}"),
     )
-    api = Api(svc.base_url, svc.admin_key)
-    proxy = Proxy(svc.base_url, rtt=RTT)
-    box = None
     try:
-        session = api.create_session([(sid, "read_only") for sid in ids.values()])
-        box = Sandbox(
-            tmp_path, "box", base_url=proxy.url, session_id=session["id"], work_secret=session["work_secret"]
-        )
+        svc, proxy = world.service, world.proxy(rtt=RTT)
+        box = world.sandbox("box", base_url=proxy.url)
         time.sleep(BURST_S + 0.5)  # the org's bucket full again after the set-up's requests
         limited_before = org_count(svc, "limited")
         started = time.monotonic()
@@ -98,8 +89,4 @@ def test_a_paced_first_download_stays_within_the_limit_and_is_still_concurrent(t
         # the rest: 7.9 s here against a floor of 5.4 s and 12.8 s one at a time (load 5)
         assert elapsed < min(floor + 6, one_at_a_time), (elapsed, floor, one_at_a_time)
     finally:
-        if box is not None:
-            box.close()
-        proxy.close()
-        api.close()
-        svc.stop()
+        world.close()

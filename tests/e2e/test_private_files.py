@@ -11,9 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.api import Api
-from tests.support.sandbox import Sandbox
-from tests.support.service import ServiceProcess
+from tests.support.sandbox import SandboxWorld
+from tests.support.world import StoreSpec
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -32,22 +31,15 @@ def mode(path: Path) -> str:
 
 
 def test_file_modes_after_memfs_serve_and_memfs_mount_under_umask_022(umask_022, tmp_path):
-    svc = ServiceProcess(tmp_path / "service", db_path=tmp_path / "service" / "data" / "store.db")
-    box = None
+    db = tmp_path / "service" / "data" / "store.db"
+    spec = StoreSpec("Private", seed={"/secret.md": "memory content\n"})
+    world = SandboxWorld.serving(tmp_path, [spec], db_path=db)
     try:
-        api = Api(svc.base_url, svc.admin_key)
-        store = api.create_store("Private")
-        api.create(store, "/secret.md", "memory content\n")
-        session = api.create_session([(store, "read_write")])
-        api.close()
-        db = tmp_path / "service" / "data" / "store.db"
         served = {p: mode(p) for p in (db.parent, db, Path(f"{db}-wal"), Path(f"{db}-shm")) if p.exists()}
         assert served == {db.parent: "0o700", **{p: "0o600" for p in served if p != db.parent}}, served
         assert Path(f"{db}-wal").exists()
 
-        box = Sandbox(
-            tmp_path, "a", base_url=svc.base_url, session_id=session["id"], work_secret=session["work_secret"]
-        )
+        box = world.sandbox("a")
         box.mount()
         assert (box.root / "private" / "secret.md").read_text() == "memory content\n"
         sd = box.state_dir
@@ -60,9 +52,7 @@ def test_file_modes_after_memfs_serve_and_memfs_mount_under_umask_022(umask_022,
         }, written
         assert {"state.db-wal", "state.db-shm"} <= set(written), written
     finally:
-        if box is not None:
-            box.close()
-        svc.stop()
+        world.close()
 
 
 def test_an_existing_state_dir_left_wide_is_tightened(umask_022, tmp_path):

@@ -20,9 +20,9 @@ import pytest
 
 from tests.support.api import Api
 from tests.support.forward_proxy import Tinyproxy
-from tests.support.sandbox import Sandbox, is_mounted
-from tests.support.service import ServiceProcess
+from tests.support.sandbox import Sandbox, SandboxWorld, is_mounted
 from tests.support.tls import make_cert
+from tests.support.world import StoreSpec
 
 SLUG = "work-notes"
 SEED = {"/notes/todo.md": "# TODO\n- buy milk\n", "/profile.md": "name: agent\n"}
@@ -38,26 +38,19 @@ def tinyproxy():
 
 
 @contextmanager
-def _store(
-    tmp_path: Path, *extra: str, hosted: bool = False
-) -> Iterator[tuple[ServiceProcess, Api, str, dict]]:
-    """A service with one seeded store and a session on it: (service, admin api, store, session)."""
-    svc = ServiceProcess(tmp_path / "service", hosted_api=hosted, extra_args=extra)
-    api = Api(svc.base_url, svc.admin_key)
+def _world(tmp_path: Path, *extra: str, hosted: bool = False) -> Iterator[SandboxWorld]:
+    """A service with one seeded store and a session on it, closed with its sandboxes."""
+    world = SandboxWorld.serving(tmp_path, [StoreSpec("Work Notes", seed=SEED)], hosted_api=hosted,
+                                 extra_args=extra)  # fmt: skip
     try:
-        store = api.create_store("Work Notes")
-        for path, content in SEED.items():
-            api.create(store, path, content)
-        yield svc, api, store, api.create_session([(store, "read_write")])
+        yield world
     finally:
-        api.close()
-        svc.stop()
+        world.close()
 
 
-def _sandbox(tmp_path: Path, name: str, svc: ServiceProcess, session: dict, **env: str) -> Sandbox:
+def _sandbox(world: SandboxWorld, name: str, **env: str) -> Sandbox:
     """A sandbox whose environment has only these proxy settings (none of the machine's own)."""
-    box = Sandbox(tmp_path, name, base_url=svc.base_url, session_id=session["id"],
-                  work_secret=session["work_secret"])  # fmt: skip
+    box = world.sandbox(name)
     for key in list(box.env):
         if key.lower().endswith("_proxy"):
             del box.env[key]
@@ -94,8 +87,9 @@ def _round_trip(box: Sandbox, api: Api, store: str) -> None:
 @pytest.mark.timeout(180)
 @pytest.mark.parametrize("hosted", [False, True], ids=["memfs-serve", "hosted-api"])
 def test_a_mount_through_a_forward_proxy(tmp_path, tinyproxy, hosted):
-    with _store(tmp_path, hosted=hosted) as (svc, api, store, session):
-        box = _sandbox(tmp_path, "proxied", svc, session, HTTP_PROXY=tinyproxy.url)
+    with _world(tmp_path, hosted=hosted) as world:
+        svc, api, store = world.service, world.api, world.rw
+        box = _sandbox(world, "proxied", HTTP_PROXY=tinyproxy.url)
         try:
             box.mount()
             _round_trip(box, api, store)
@@ -122,9 +116,10 @@ def test_a_mount_through_a_forward_proxy(tmp_path, tinyproxy, hosted):
 @pytest.mark.timeout(150)
 @pytest.mark.expected_log(r"is unreachable")
 def test_a_proxy_that_refuses_fails_the_mount_and_no_proxy_goes_direct(tmp_path, tinyproxy):
-    with _store(tmp_path) as (svc, _api, _store_id, session):
+    with _world(tmp_path) as world:
+        svc = world.service
         dead = f"http://127.0.0.1:{_dead_port()}"
-        refused = _sandbox(tmp_path, "refused", svc, session, http_proxy=dead)
+        refused = _sandbox(world, "refused", http_proxy=dead)
         try:
             proc = refused.mount(check=False)
             assert proc.returncode != 0
@@ -135,7 +130,7 @@ def test_a_proxy_that_refuses_fails_the_mount_and_no_proxy_goes_direct(tmp_path,
 
         host = svc.base_url.split("//", 1)[1]  # 127.0.0.1:PORT
         for name, no_proxy in (("direct-host", "localhost,127.0.0.1"), ("direct-port", host)):
-            box = _sandbox(tmp_path, name, svc, session, http_proxy=tinyproxy.url, NO_PROXY=no_proxy)
+            box = _sandbox(world, name, http_proxy=tinyproxy.url, NO_PROXY=no_proxy)
             try:
                 box.mount()
                 assert (box.root / SLUG / "profile.md").read_text() == SEED["/profile.md"]
@@ -151,9 +146,10 @@ def test_a_proxy_that_refuses_fails_the_mount_and_no_proxy_goes_direct(tmp_path,
 def test_https_through_a_proxy_with_a_private_ca(tmp_path, tinyproxy, monkeypatch):
     ca, cert, key = make_cert(tmp_path / "tls")
     monkeypatch.setenv("SSL_CERT_FILE", str(ca))  # the admin helper's; the sandbox's is set below
-    with _store(tmp_path, "--certfile", str(cert), "--keyfile", str(key)) as (svc, api, store, session):
+    with _world(tmp_path, "--certfile", str(cert), "--keyfile", str(key)) as world:
+        svc, api, store = world.service, world.api, world.rw
         assert svc.base_url.startswith("https://")
-        box = _sandbox(tmp_path, "tls", svc, session, HTTPS_PROXY=tinyproxy.url)
+        box = _sandbox(world, "tls", HTTPS_PROXY=tinyproxy.url)
         box.env.pop("SSL_CERT_DIR", None)
         box.env["SSL_CERT_FILE"] = str(ca)
         try:

@@ -11,10 +11,9 @@ import os
 
 import pytest
 
-from tests.support.api import Api
-from tests.support.sandbox import Sandbox, is_mounted
-from tests.support.service import ServiceProcess
+from tests.support.sandbox import Sandbox, SandboxWorld, is_mounted
 from tests.support.tls import make_cert
+from tests.support.world import StoreSpec
 
 SLUG = "tls-notes"
 
@@ -23,23 +22,16 @@ SLUG = "tls-notes"
 @pytest.mark.expected_log(r"is unreachable: .*CERTIFICATE_VERIFY_FAILED|is unreachable: GET /v1/sessions")
 def test_a_mount_over_https_with_a_private_ca(tmp_path, monkeypatch):
     ca, cert, key = make_cert(tmp_path / "tls")
-    svc = ServiceProcess(tmp_path / "service",
-                         extra_args=("--certfile", str(cert), "--keyfile", str(key)))  # fmt: skip
-    monkeypatch.setenv("SSL_CERT_FILE", str(ca))  # for the admin helper below and the sandboxes
-    api = Api(svc.base_url, svc.admin_key)
-    boxes: list[Sandbox] = []
+    monkeypatch.setenv("SSL_CERT_FILE", str(ca))  # for the world's admin helper and the sandboxes
+    world = SandboxWorld.serving(tmp_path, [StoreSpec("TLS Notes", seed={"/hello.md": "over tls\n"})],
+                                 extra_args=("--certfile", str(cert), "--keyfile", str(key)))  # fmt: skip
     try:
-        assert svc.base_url.startswith("https://")
-        store = api.create_store("TLS Notes")
-        api.create(store, "/hello.md", "over tls\n")
-        session = api.create_session([(store, "read_write")])
+        assert world.service.base_url.startswith("https://")
 
         def sandbox(name: str, env_ca: str | None) -> Sandbox:
-            box = Sandbox(tmp_path, name, base_url=svc.base_url, session_id=session["id"],
-                          work_secret=session["work_secret"])  # fmt: skip
+            box = world.sandbox(name)
             if env_ca is None:
                 box.env.pop("SSL_CERT_FILE", None)
-            boxes.append(box)
             return box
 
         untrusting = sandbox("untrusting", None)
@@ -54,10 +46,7 @@ def test_a_mount_over_https_with_a_private_ca(tmp_path, monkeypatch):
         assert (top / "hello.md").read_text() == "over tls\n"
         (top / "new.md").write_text("pushed over tls\n")
         assert box.sync()["ok"]
-        assert api.contents(store)["/new.md"] == "pushed over tls\n"
+        assert world.api.contents(world.rw)["/new.md"] == "pushed over tls\n"
         box.unmount()
     finally:
-        for b in boxes:
-            b.close()
-        api.close()
-        svc.stop()
+        world.close()

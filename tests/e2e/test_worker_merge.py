@@ -17,21 +17,27 @@ pytestmark = pytest.mark.timeout(180)
 STALE = ("--sync-interval", "300", "--live", "off")
 
 
-def test_an_edit_beside_another_writers_change_is_merged_and_says_so(wworld, worker):
+def _edit_after_theirs(wworld, worker, theirs: str, mine: str) -> tuple[list[dict], list[str]]:
+    """Another writer makes the store's profile.md `theirs` behind the stale mount; the worker then
+    edits its `likes: grep` line into `mine` and reads the file again: the two calls' results and
+    texts."""
     wworld.mount(*STALE)
-    m = wworld.memory
+    profile = wworld.memory(RW, "profile.md")
     memory_id = wworld.api.memories(wworld.rw)["/profile.md"]["id"]
-    wworld.api.update(wworld.rw, memory_id, content="name: agent, renamed elsewhere\nlikes: grep\n")
+    wworld.api.update(wworld.rw, memory_id, content=theirs)
     run = worker.run(
         [
-            Step(
-                "edit",
-                {"file_path": m(RW, "profile.md"), "old_string": "likes: grep", "new_string": "likes: memfs"},
-            ),
-            Step("read", {"file_path": m(RW, "profile.md")}),
+            Step("edit", {"file_path": profile, "old_string": "likes: grep", "new_string": mine}),
+            Step("read", {"file_path": profile}),
         ]
     )
-    results, texts = run.results(), run.texts()
+    return run.results(), run.texts()
+
+
+def test_an_edit_beside_another_writers_change_is_merged_and_says_so(wworld, worker):
+    results, texts = _edit_after_theirs(
+        wworld, worker, "name: agent, renamed elsewhere\nlikes: grep\n", "likes: memfs"
+    )
     assert [r["is_error"] for r in results] == [False, False], texts
     assert "merged" in texts[0] and "profile.md" in texts[0], texts[0]
     merged = "name: agent, renamed elsewhere\nlikes: memfs\n"
@@ -42,20 +48,7 @@ def test_an_edit_beside_another_writers_change_is_merged_and_says_so(wworld, wor
 def test_an_edit_of_the_lines_another_writer_changed_fails_in_band_with_the_stores_version_in_the_file(
     wworld, worker
 ):
-    wworld.mount(*STALE)
-    m = wworld.memory
-    memory_id = wworld.api.memories(wworld.rw)["/profile.md"]["id"]
-    wworld.api.update(wworld.rw, memory_id, content="name: agent\nlikes: sed\n")
-    run = worker.run(
-        [
-            Step(
-                "edit",
-                {"file_path": m(RW, "profile.md"), "old_string": "likes: grep", "new_string": "likes: awk"},
-            ),
-            Step("read", {"file_path": m(RW, "profile.md")}),
-        ]
-    )
-    results, texts = run.results(), run.texts()
+    results, texts = _edit_after_theirs(wworld, worker, "name: agent\nlikes: sed\n", "likes: awk")
     assert [r["is_error"] for r in results] == [True, False], texts
     assert "profile.md" in texts[0] and "Read the file again before you retry" in texts[0], texts[0]
     assert texts[1] == "name: agent\nlikes: sed\n"  # the agent reads again and sees the store's version

@@ -19,9 +19,8 @@ import pytest
 
 from tests.support.api import Api
 from tests.support.mounts import state_db, store_files
-from tests.support.proxy import Proxy
-from tests.support.sandbox import Sandbox, is_mounted
-from tests.support.service import ServiceProcess
+from tests.support.sandbox import Sandbox, SandboxWorld, is_mounted
+from tests.support.world import StoreSpec
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -53,35 +52,26 @@ def _texts(top: Path) -> dict[str, str]:
     return {p: c.decode() for p, c in store_files(top).items()}
 
 
-class Rig:
+class Rig(SandboxWorld):
+    """A big read_write store (several stream chunks) and a small read_only one, and the fault proxy
+    (`front`) every sandbox mounts through."""
+
     def __init__(self, service, api: Api, tmp_path: Path):
         self.big_seed = _seed(random.Random(18))
         self.small_seed = {"/readme.md": "small store\n", "/x/y.md": "why\n"}
-        self.big = api.create_store("Big Notes")
-        self.small = api.create_store("Small Notes")
-        for path, content in self.big_seed.items():
-            api.create(self.big, path, content)
-        for path, content in self.small_seed.items():
-            api.create(self.small, path, content)
-        self.session = api.create_session([(self.big, "read_write"), (self.small, "read_only")])
-        self.proxy = Proxy(service.base_url)
-        self.tmp = tmp_path
-        self.boxes: list[Sandbox] = []
+        specs = [
+            StoreSpec("Big Notes", "read_write", self.big_seed),
+            StoreSpec("Small Notes", "read_only", self.small_seed),
+        ]
+        super().__init__(service, api, tmp_path, specs)
+        self.big, self.small = self.store_ids
+        self.front = self.proxy()
 
     def box(self, name: str = "a", **env: str) -> Sandbox:
-        box = Sandbox(
-            self.tmp,
-            name,
-            base_url=self.proxy.url,
-            session_id=self.session["id"],
-            work_secret=self.session["work_secret"],
-        )
-        box.env.update(env)
-        self.boxes.append(box)
-        return box
+        return self.sandbox(name, base_url=self.front.url, **env)
 
     def requests(self, path_re: str) -> int:
-        return self.proxy.count("GET", path_re)
+        return self.front.count("GET", path_re)
 
     def assert_whole(self, box: Sandbox) -> None:
         slugs = _slugs(box)
@@ -92,12 +82,6 @@ class Rig:
             counters = dict(db.execute("SELECT store_id, counter FROM stores"))
         assert base == {p: hashlib.sha256(c.encode()).hexdigest() for p, c in self.big_seed.items()}
         assert all(c is not None and c > 0 for c in counters.values()), counters
-
-    def close(self) -> None:
-        self.proxy.clear()
-        for box in self.boxes:
-            box.close()
-        self.proxy.close()
 
 
 @pytest.fixture
@@ -126,7 +110,7 @@ def test_the_first_download_takes_the_early_snapshots_and_asks_nothing_twice(rig
 
 
 def test_a_cut_early_stream_is_asked_again_and_the_store_comes_up_whole(rig):
-    cut = rig.proxy.add("GET", rf"/memory_stores/{rig.big}/snapshot$", "reset_mid_body", times=1)
+    cut = rig.front.add("GET", rf"/memory_stores/{rig.big}/snapshot$", "reset_mid_body", times=1)
     box = rig.box()
     box.mount()
     assert cut.hits == 1
@@ -139,7 +123,7 @@ def test_a_cut_early_stream_is_asked_again_and_the_store_comes_up_whole(rig):
 
 
 def test_an_early_session_read_that_fails_is_asked_again(rig):
-    rig.proxy.add("GET", r"^/v1/sessions/", "status", code=503, times=1)
+    rig.front.add("GET", r"^/v1/sessions/", "status", code=503, times=1)
     box = rig.box()
     box.mount()  # the old path would fail here: a bare 503 is not retried
     rig.assert_whole(box)
@@ -153,7 +137,7 @@ def test_a_session_read_that_keeps_failing_fails_the_mount_as_before(rig, code):
     """The same message with and without the early download (`MEMFS_EARLY_DOWNLOAD=off`)."""
     messages = {}
     for early, times in (("on", 2), ("off", 1)):
-        rule = rig.proxy.add("GET", r"^/v1/sessions/", "status", code=code, times=times)
+        rule = rig.front.add("GET", r"^/v1/sessions/", "status", code=code, times=times)
         box = rig.box(f"s{early}{code}", MEMFS_EARLY_DOWNLOAD=early)
         proc = box.mount(check=False)
         assert proc.returncode == 1 and rule.hits == times, (proc.stdout, proc.stderr)
@@ -167,7 +151,7 @@ def test_a_second_mount_of_a_state_dir_streams_no_snapshot(rig):
     box = rig.box()
     box.mount()
     box.unmount()
-    rig.proxy.reset_counts()
+    rig.front.reset_counts()
     box.mount()
     rig.assert_whole(box)
     assert rig.requests(r"/snapshot$") == 0  # the changes feed since the recorded counters
@@ -178,48 +162,33 @@ def test_a_second_mount_of_a_state_dir_streams_no_snapshot(rig):
 
 @pytest.mark.timeout(120)
 def test_a_hosted_service_without_snapshots_still_mounts(tmp_path):
-    svc = ServiceProcess(tmp_path / "hosted", hosted_api=True)
+    seed = {"/a.md": "a\n", "/d/b.md": "b\n"}
+    world = SandboxWorld.serving(tmp_path, [StoreSpec("Hosted Notes", seed=seed)], hosted_api=True)
     try:
-        api = Api(svc.base_url, svc.admin_key)
-        store = api.create_store("Hosted Notes")
-        seed = {"/a.md": "a\n", "/d/b.md": "b\n"}
-        for path, content in seed.items():
-            api.create(store, path, content)
-        session = api.create_session([(store, "read_write")])
-        api.close()
-        with Proxy(svc.base_url) as proxy:
-            box = Sandbox(
-                tmp_path,
-                "h",
-                base_url=proxy.url,
-                session_id=session["id"],
-                work_secret=session["work_secret"],
-            )
-            try:
-                box.mount()
-                assert _texts(box.root / "hosted-notes") == seed
-                assert proxy.count("GET", r"/snapshot$") == 0  # the helper stopped at the counters
-                assert proxy.count("GET", r"^/v1/sessions/") == 1
-                # The helper's 404 told the daemon: it does not ask the counters again.
-                assert proxy.count("GET", r"^/v1/memory_store_counters") == 1
-                assert "counters: the service has no counters" in _log(box)
-                # The helper probed the version feed (once), before the first listing page.
-                assert "1 version feed(s) probed while the mount started" in _log(box)
-                asked = [e.path for e in proxy.log if e.method == "GET"]
-                probes = [i for i, p in enumerate(asked) if "/memory_versions" in p]
-                listed = [i for i, p in enumerate(asked) if "/memories" in p]
-                assert len(probes) == 1 and listed and probes[0] < listed[0], asked
-            finally:
-                box.close()
+        proxy = world.proxy()
+        box = world.sandbox("h", base_url=proxy.url)
+        box.mount()
+        assert _texts(box.root / "hosted-notes") == seed
+        assert proxy.count("GET", r"/snapshot$") == 0  # the helper stopped at the counters
+        assert proxy.count("GET", r"^/v1/sessions/") == 1
+        # The helper's 404 told the daemon: it does not ask the counters again.
+        assert proxy.count("GET", r"^/v1/memory_store_counters") == 1
+        assert "counters: the service has no counters" in _log(box)
+        # The helper probed the version feed (once), before the first listing page.
+        assert "1 version feed(s) probed while the mount started" in _log(box)
+        asked = [e.path for e in proxy.log if e.method == "GET"]
+        probes = [i for i, p in enumerate(asked) if "/memory_versions" in p]
+        listed = [i for i, p in enumerate(asked) if "/memories" in p]
+        assert len(probes) == 1 and listed and probes[0] < listed[0], asked
     finally:
-        svc.stop()
+        world.close()
 
 
 @pytest.mark.timeout(120)
 def test_an_early_stream_that_never_answers_times_out_and_is_asked_again(rig):
     # The helper's request gets no answer: after the mount's request timeout (10 s) it gives up,
     # and the daemon downloads that store itself.
-    held = rig.proxy.add("GET", rf"/memory_stores/{rig.big}/snapshot$", "blackhole", times=1)
+    held = rig.front.add("GET", rf"/memory_stores/{rig.big}/snapshot$", "blackhole", times=1)
     box = rig.box()
     box.mount()
     assert held.hits == 1
@@ -258,7 +227,7 @@ def test_the_helper_dies_with_a_killed_daemon(rig):
     import sys
     import time
 
-    held = rig.proxy.add("GET", rf"/memory_stores/{rig.big}/snapshot$", "blackhole", times=1)
+    held = rig.front.add("GET", rf"/memory_stores/{rig.big}/snapshot$", "blackhole", times=1)
     box = rig.box()
     cli = subprocess.Popen(
         [sys.executable, "-m", "memfs", "mount", "--root", str(box.root), "--state-dir", str(box.state_dir)],
@@ -287,4 +256,4 @@ def test_the_helper_dies_with_a_killed_daemon(rig):
         if cli.poll() is None:
             cli.kill()
             cli.wait()
-        rig.proxy.release()
+        rig.front.release()

@@ -14,7 +14,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 
 import pytest
@@ -24,6 +24,7 @@ from tests.support.api import Api
 from tests.support.mounts import force_unmount
 from tests.support.mounts import mounted_at as is_mounted
 from tests.support.proxy import Proxy
+from tests.support.seed import seed_database
 from tests.support.service import ServiceProcess
 from tests.support.world import StoreSpec, World, notes_and_handbook
 
@@ -31,7 +32,19 @@ __all__ = ["Sandbox", "SandboxWorld", "is_mounted"]
 
 
 class Sandbox:
-    def __init__(self, base: Path, name: str, *, base_url: str, session_id: str, work_secret: str):
+    """`python`: the interpreter its `memfs` commands run from (another venv's, to test an install)."""
+
+    def __init__(
+        self,
+        base: Path,
+        name: str,
+        *,
+        base_url: str,
+        session_id: str,
+        work_secret: str,
+        python: str = sys.executable,
+    ):
+        self.python = python
         self.dir = base / name
         self.root = self.dir / "root"
         self.state_dir = self.dir / "state"
@@ -49,7 +62,7 @@ class Sandbox:
     # -- commands ---------------------------------------------------------------------------
     def memfs(self, *args: str, timeout: float = 60, check: bool = False) -> subprocess.CompletedProcess:
         proc = subprocess.run(
-            [sys.executable, "-m", "memfs", *args],
+            [self.python, "-m", "memfs", *args],
             env=self.env,
             capture_output=True,
             text=True,
@@ -140,14 +153,22 @@ def _wait_dead(pid: int, timeout: float = 10) -> None:
 class SandboxWorld(World):
     """A world (default: notes_and_handbook()) made on `service` through its admin `api`, and the
     sandboxes that mount its session. `close()` closes every sandbox, then runs `on_close` (what the
-    world's maker owns: its service, its Api), last added first."""
+    world's maker owns: its service, its Api), last added first. `premade`: the specs' stores that
+    are on the service already (name -> store id; world.py's `_steps`)."""
 
-    def __init__(self, service, api: Api, tmp: Path, specs: Sequence[StoreSpec] = ()):
+    def __init__(
+        self,
+        service,
+        api: Api,
+        tmp: Path,
+        specs: Sequence[StoreSpec] = (),
+        premade: Mapping[str, str] | None = None,
+    ):
         self.service, self.api, self.tmp = service, api, tmp
         self.sandboxes: list[Sandbox] = []
         self.proxies: list[Proxy] = []
         self.on_close: list[Callable[[], object]] = []
-        self.build(api, specs or notes_and_handbook())
+        self.build(api, specs or notes_and_handbook(), premade)
 
     @classmethod
     def serving(
@@ -156,16 +177,22 @@ class SandboxWorld(World):
         specs: Sequence[StoreSpec] = (),
         *,
         service: ServiceProcess | None = None,
+        premade: Mapping[str, str] | None = None,
         **service_kw,
     ) -> SandboxWorld:
         """A world on `service`, or on a `memfs serve` of its own (ServiceProcess(tmp / "service",
-        **service_kw)) that is stopped with it, through an Api of its own, closed with it."""
+        **service_kw)) that is stopped with it, through an Api of its own, closed with it. The specs
+        `in_database` are written into its own service's database before it starts; those in
+        `premade` (name -> store id) are on `service` already."""
+        seeded = _seed_database(tmp / "service", specs, service_kw) if service is None else {}
+        assert service is None or not any(s.in_database for s in specs), "a running service's database"
+        premade = {**(premade or {}), **seeded}
         own = ServiceProcess(tmp / "service", **service_kw) if service is None else None
         svc = service or own
         assert svc is not None
         api = Api(svc.base_url, svc.admin_key)
         try:
-            world = cls(svc, api, tmp, specs)
+            world = cls(svc, api, tmp, specs, premade)
         except BaseException:
             api.close()
             if own is not None:
@@ -176,9 +203,16 @@ class SandboxWorld(World):
         return world
 
     def sandbox(
-        self, name: str = "a", session: dict | None = None, *, base_url: str | None = None
+        self,
+        name: str = "a",
+        session: dict | None = None,
+        *,
+        base_url: str | None = None,
+        python: str = sys.executable,
+        **env: str,
     ) -> Sandbox:
-        """A sandbox of this world's session (or of `session`), against the service (or `base_url`)."""
+        """A sandbox of this world's session (or of `session`), against the service (or `base_url`),
+        its commands run by `python`, with `env` added to its environment."""
         s = session or self.session
         box = Sandbox(
             self.tmp,
@@ -186,7 +220,9 @@ class SandboxWorld(World):
             base_url=base_url or self.service.base_url,
             session_id=s["id"],
             work_secret=s["work_secret"],
+            python=python,
         )
+        box.env.update(env)
         self.sandboxes.append(box)
         return box
 
@@ -209,6 +245,17 @@ class SandboxWorld(World):
                 p.close()
             for close in reversed(self.on_close):
                 close()
+
+
+def _seed_database(workdir: Path, specs: Sequence[StoreSpec], service_kw: dict) -> dict[str, str]:
+    """The specs `in_database` written into the database the service at `workdir` will open (its
+    `db_path` set in `service_kw`): their name -> store id."""
+    big = {s.name: dict(s.seed) for s in specs if s.in_database}
+    if not big:
+        return {}
+    db = service_kw.setdefault("db_path", workdir / "data" / "store.db")
+    Path(db).parent.mkdir(parents=True, exist_ok=True)
+    return seed_database(Path(db), big)
 
 
 @pytest.fixture

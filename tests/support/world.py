@@ -37,11 +37,15 @@ RO_SEED = {
 @dataclass(frozen=True)
 class StoreSpec:
     """One store of a world: its name (its mount slug follows from it), the session's access to it,
-    and the memories it is created with (path -> content)."""
+    and the memories it is created with (path -> content). `in_database`: the store and its memories
+    are written into the service's database before the service starts (tests/support/seed.py), for
+    thousands of memories that would be thousands of requests; the world's maker does that (it
+    starts the service: sandbox.SandboxWorld.serving) and hands the builder the stores it made."""
 
     name: str
     access: Access = "read_write"
     seed: Mapping[str, str] = field(default_factory=dict)
+    in_database: bool = False
 
     @property
     def slug(self) -> str:
@@ -60,11 +64,18 @@ def notes_and_handbook(
 _Call = tuple[str, tuple[Any, ...]]  # (the admin client method, its arguments)
 
 
-def _steps(specs: Sequence[StoreSpec]) -> Generator[_Call, Any, tuple[list[str], dict[str, str], dict]]:
-    """The admin calls that make a world, each sent to the driver, which sends back the answer."""
+def _steps(
+    specs: Sequence[StoreSpec], premade: Mapping[str, str]
+) -> Generator[_Call, Any, tuple[list[str], dict[str, str], dict]]:
+    """The admin calls that make a world, each sent to the driver, which sends back the answer. A
+    spec named in `premade` (name -> store id) is on the service already, memories and all (one
+    `in_database`, or a big store a module's tests share): the session is all that is asked for it."""
     store_ids: list[str] = []
     ids: dict[str, str] = {}
     for spec in specs:
+        if spec.in_database or spec.name in premade:
+            store_ids.append(premade[spec.name])
+            continue
         store = yield "create_store", (spec.name,)
         store_ids.append(store)
         for path, content in spec.seed.items():
@@ -75,16 +86,17 @@ def _steps(specs: Sequence[StoreSpec]) -> Generator[_Call, Any, tuple[list[str],
 
 class World:
     """A world made on a service: its stores' ids (in the specs' order), its seeded memories' ids by
-    path (a path seeded in two stores: the later one's), and its session (the service's record)."""
+    path (a path seeded in two stores: the later one's; none of a store `premade`), and its
+    session (the service's record)."""
 
     specs: tuple[StoreSpec, ...]
     store_ids: list[str]
     ids: dict[str, str]
     session: dict
 
-    def build(self, admin: Any, specs: Sequence[StoreSpec]) -> None:
+    def build(self, admin: Any, specs: Sequence[StoreSpec], premade: Mapping[str, str] | None = None) -> None:
         """Make the world through a synchronous admin client."""
-        steps, answer = _steps(specs), None
+        steps, answer = _steps(specs, premade or {}), None
         try:
             while True:
                 call, args = steps.send(answer)
@@ -92,9 +104,11 @@ class World:
         except StopIteration as done:
             self._built(specs, *done.value)
 
-    async def abuild(self, admin: Any, specs: Sequence[StoreSpec]) -> None:
+    async def abuild(
+        self, admin: Any, specs: Sequence[StoreSpec], premade: Mapping[str, str] | None = None
+    ) -> None:
         """Make the world through an async admin client."""
-        steps, answer = _steps(specs), None
+        steps, answer = _steps(specs, premade or {}), None
         try:
             while True:
                 call, args = steps.send(answer)
