@@ -218,6 +218,10 @@ class Daemon:
                 counters, prefetched = None, None
                 if early is not None:
                     counters = await trio.to_thread.run_sync(early.counters, abandon_on_cancel=True)
+                    if early.has_counter() is False:  # the helper's read was answered 404/405
+                        engine.has_counter = False  # not asked again (SEMANTICS.md#d-no-counter)
+                        if early.fresh:  # its feed probes: the limits heard after them
+                            await trio.to_thread.run_sync(early.probed, abandon_on_cancel=True)
                     now = trio.current_time()  # the service's limit, as its answers to the helper said
                     client.pacer.heard("read", early.limits().get, now, now)
                     if early.fresh:

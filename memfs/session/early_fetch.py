@@ -7,6 +7,9 @@ right after the daemon is forked (before pyfuse3 and the engine are imported), i
 session and the counters, and once the daemon holds the state dir's lock and has found it fresh
 (no counter, no file, no baseline: a new sandbox), streams every store's snapshot into state.db's
 blobs as it arrives, and sends the daemon what the plan needs: (counter, entries, shas) per store.
+A service without counters (the hosted API) has no snapshot: the helper says so (the daemon then
+does not ask the counters again) and probes each store's version feed instead, which the first
+download's listing would otherwise wait for (memfs/sync/feed.py `VersionFeed.probe`).
 The engine's first pull takes that instead of asking (memfs/sync/remote.py `StoreReader.prefetched`).
 
 The helper is a use of the store client, nothing of its own: its requests are `StoreClient`'s
@@ -65,6 +68,7 @@ class EarlyFetch:
         self.state: Any = None  # the state dir, opened and locked (memfs.mount.state.State)
         self.fresh = False  # the state dir had nothing: the snapshots are streamed
         self.taken: set[str] = set()  # stores whose early snapshot the first pull took
+        self.probes_taken: set[str] = set()  # stores whose early version-feed probe it took
         self._done = False
         self._cond = threading.Condition()
         self._reader = threading.Thread(target=self._read, name="memfs-early", daemon=True)
@@ -104,6 +108,18 @@ class EarlyFetch:
     def counters(self) -> dict[str, int] | None:
         return self._wait("counters")
 
+    def has_counter(self) -> bool | None:
+        """After `counters()`: False when the helper's read was answered "no counters" (404/405:
+        the hosted API), so the daemon does not ask again; None when not known (the read failed,
+        or was not made): the daemon asks itself, as it always did."""
+        with self._cond:
+            return self._results.get(("has_counter",))
+
+    def probed(self) -> bool:
+        """Without counters, in a fresh state dir: waits for the helper's version-feed probes
+        (then `limits()` counts them too); False when it made none."""
+        return bool(self._wait("probed"))
+
     def limits(self) -> dict[str, str]:
         """The `anthropic-ratelimit-requests-*` headers of the helper's last answer (the counters',
         else the session's), for the client's pacer (memfs/client/budget.py `Pacer.heard`): its
@@ -116,8 +132,10 @@ class EarlyFetch:
     def describe(self, stores: int) -> str:
         """One log line: what the first download took from the early download, and what not."""
         why = "; ".join(f"{k}: {v}" for k, v in sorted(self.reasons.items()))
-        return f"early download: {len(self.taken)} of {stores} store(s) streamed while the mount started" + (
-            f" (not early: {why})" if why else ""
+        probes = f", {len(self.probes_taken)} version feed(s) probed" if self.probes_taken else ""
+        return (
+            f"early download: {len(self.taken)} of {stores} store(s) streamed{probes} while the mount started"
+            + (f" (not early: {why})" if why else "")
         )
 
     # -- control ------------------------------------------------------------------------------
@@ -162,6 +180,15 @@ class _Take:
         got = self.fetch._wait("snapshot", self.store_id, pop=True)  # held once: 2,000 entries a store
         if got is not None:
             self.fetch.taken.add(self.store_id)
+        return got
+
+    def probed(self) -> Any:
+        """The helper's probe of the store's version feed (a FeedPosition), or None: not made, or
+        refused (the daemon then probes, and learns the refusal itself). Read once `probed()` came."""
+        with self.fetch._cond:
+            got = self.fetch._results.get(("probe", self.store_id))
+        if got is not None:
+            self.fetch.probes_taken.add(self.store_id)
         return got
 
 
@@ -288,18 +315,22 @@ class _Helper:
 
         async def main() -> None:
             async with StoreClient(base_url, token, timeout=timeout) as client:
-                ids = await self._ask(client, session_id)
-                if ids is None:
+                asked = await self._ask(client, session_id)
+                if asked is None:
                     return
+                ids, counted = asked
                 go = await trio.to_thread.run_sync(os.read, self.go_fd, 1)
-                if go == b"1":
+                if go == b"1" and counted:
                     await self._stream_all(client, ids, state_dir)
+                elif go == b"1":
+                    await self._probe_all(client, ids)
 
         trio.run(main)
         return 0
 
-    async def _ask(self, client: StoreClient, session_id: str) -> list[str] | None:
-        """The session and the counters, sent as they come; the stores to stream, or None."""
+    async def _ask(self, client: StoreClient, session_id: str) -> tuple[list[str], bool] | None:
+        """The session and the counters, sent as they come; the stores, and whether the service
+        has counters (snapshots to stream; else version feeds to probe), or None."""
         from memfs.client.errors import ApiError, Unreachable
 
         session: Any = None
@@ -330,10 +361,39 @@ class _Helper:
             return None
         self.send(("limits",), client.limits_heard)
         if counters is None:  # no counter (the hosted API): no snapshot either
+            self.send(("has_counter",), False)  # before the counters: the daemon reads it once they came
             self.send(("counters",), None, "the service has no counters")
-            return None
+            return ids, False
         self.send(("counters",), counters)
-        return ids
+        return ids, True
+
+    async def _probe_all(self, client: StoreClient, ids: list[str]) -> None:
+        """Without counters, a first download lists every store after probing its version feed
+        (memfs/sync/feed.py `VersionFeed.probe`): the same request, made here while the daemon
+        still imports, so that its listing starts as soon as it can. Still before the listing:
+        what the probe saw is then in the listing (a probe beside it could take a write the
+        listing missed for seen)."""
+        import trio
+
+        from memfs.sync.feed import VersionFeed
+
+        feed = VersionFeed(client)
+
+        async def one(store_id: str) -> None:
+            try:
+                at = (await feed.probe(store_id)).position
+            except Exception as exc:  # an error answer, a timeout: the daemon probes itself
+                self.send(("probe", store_id), None, f"the feed probe failed: {type(exc).__name__}: {exc}")
+                return
+            self.send(("probe", store_id), at, None if at is not None else "the version feed is refused")
+
+        try:
+            async with trio.open_nursery() as nursery:
+                for store_id in ids:
+                    nursery.start_soon(one, store_id)
+        finally:
+            self.send(("limits",), client.limits_heard)  # the daemon's pacer counts the probes
+            self.send(("probed",), True)
 
     async def _stream_all(self, client: StoreClient, ids: list[str], state_dir: Path) -> None:
         import trio

@@ -173,6 +173,10 @@ class Prefetched(Protocol):
         """Blocks until the stream ended: (its counter, its memories, the shas it stored), or
         None when it failed (nothing of it is in the view; the caller reads the store anew)."""
 
+    def probed(self) -> FeedPosition | None:
+        """Without a counter: where the store's version feed stood before its listing began (the
+        early download's probe, `VersionFeed.probe`), or None: the caller probes it itself."""
+
 
 class StoreReader:
     """Reads what a pull needs from the store, through the client, into the state dir's blobs
@@ -354,7 +358,9 @@ class StoreReader:
         sid = store.store_id
         at = self.state.feed_position(sid)
         if not base and at is None:  # a first download (a store that stays empty reads the feed)
-            pulled.feed = (await self.feed.probe(sid)).position
+            early = self.prefetched.get(sid)
+            probed = early.probed() if early is not None else None
+            pulled.feed = probed if probed is not None else (await self.feed.probe(sid)).position
             return None
         fed = await self.feed.read(sid, at, most=max(len(base), 100), wide=wide)
         pulled.feed = fed.position

@@ -171,7 +171,15 @@ def test_a_hosted_service_without_snapshots_still_mounts(tmp_path):
         assert _texts(box.root / "hosted-notes") == seed
         assert proxy.count("GET", r"/snapshot$") == 0  # the helper stopped at the counters
         assert proxy.count("GET", r"^/v1/sessions/") == 1
+        # The helper's 404 told the daemon: it does not ask the counters again.
+        assert proxy.count("GET", r"^/v1/memory_store_counters") == 1
         assert "counters: the service has no counters" in _log(box)
+        # The helper probed the version feed (once), before the first listing page.
+        assert "1 version feed(s) probed while the mount started" in _log(box)
+        asked = [e.path for e in proxy.log if e.method == "GET"]
+        probes = [i for i, p in enumerate(asked) if "/memory_versions" in p]
+        listed = [i for i, p in enumerate(asked) if "/memories" in p]
+        assert len(probes) == 1 and listed and probes[0] < listed[0], asked
     finally:
         world.close()
 
