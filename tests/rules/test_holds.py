@@ -32,8 +32,10 @@ def _touched(plan) -> set[str]:
     }
 
 
-def _plan(base, remote):
-    local = {b.path: LocalFile(b.path, b.memory_id, b.sha, b.size) for b in base.values()}
+def _plan(base, remote, local=None):
+    """The plan of a store whose view is `local` (default: the baseline's, nothing staged)."""
+    if local is None:
+        local = {b.path: LocalFile(b.path, b.memory_id, b.sha, b.size) for b in base.values()}
     return plan_store(
         Inputs(
             base=base,
@@ -129,16 +131,7 @@ def test_a_busy_pull_of_a_store_with_staged_changes_leaves_them_and_holds_what_i
     staged = staged_paths(local, base)
     busy = frozenset(staged | open_)
     held_remote, held = hold_open(remote, base_remote, busy, lambda p: local.get(p))
-    plan = plan_store(
-        Inputs(
-            base=base,
-            local=local,
-            remote=held_remote,
-            remote_order=tuple(sorted(held_remote, key=lambda m: held_remote[m].path)),
-            max_files=100,
-            max_bytes=100_000,
-        )
-    )
+    plan = _plan(base, held_remote, local)
     assert not _touched(plan) & busy  # no view action on a staged or open path
     assert not plan.merge_wanted  # no conflict is settled mid-command
     base_ids = {b.memory_id: b for b in base.values()}

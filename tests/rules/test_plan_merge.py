@@ -77,31 +77,31 @@ def test_below_the_bound_a_conflict_is_merged_again(tries):
     assert Materialise(M, "/a", SM, 20) in p.view and p.push[0].merge
 
 
+def store_kept_agents_copied(memory: str) -> list:
+    """A true conflict at /a: the store's S2 (memory `memory`) in the file, the agent's S1 in the
+    conflict copy, placed, named by a notice and created on the store."""
+    return [
+        mat(memory, "/a", S2),
+        PlaceCopy(COPY, S1, Z[S1]),
+        base(memory, "/a", S2),
+        Notice("conflict-copy", "/a"),
+        PushCreate(COPY, S1, Z[S1]),
+    ]
+
+
 def test_after_merge_tries_superseded_merges_the_next_conflict_is_a_true_one():
     """SEMANTICS.md#d-merge: a further move merges again a few times, then counts as a conflict:
     the store's text stays, the agent's (the last merge, which holds its lines) goes into a copy."""
     p = both_edited(merge_tries={M: MERGE_TRIES}, merges={(S0, S2, S1): MergeResult(SM, 20)})
     assert p.merge_wanted == ()  # not asked for: the bound settles it without merging
-    assert actions(p) == [
-        mat(M, "/a", S2),
-        PlaceCopy(COPY, S1, Z[S1]),
-        base(M, "/a", S2),
-        Notice("conflict-copy", "/a"),
-        PushCreate(COPY, S1, Z[S1]),
-    ]
+    assert actions(p) == store_kept_agents_copied(M)
     [n] = p.notices
     assert COPY in n.details and "again after each merge" in n.details
 
 
 def test_a_true_conflict_keeps_the_stores_text_and_puts_the_agents_in_a_conflict_copy():
     p = both_edited(merges={(S0, S2, S1): MergeResult(None)})
-    assert actions(p) == [
-        mat(M, "/a", S2),
-        PlaceCopy(COPY, S1, Z[S1]),
-        base(M, "/a", S2),
-        Notice("conflict-copy", "/a"),
-        PushCreate(COPY, S1, Z[S1]),
-    ]
+    assert actions(p) == store_kept_agents_copied(M)
     [n] = p.notices
     assert COPY in n.details  # the notice names the copy
 
@@ -164,14 +164,7 @@ def test_both_created_one_path_in_conflict_the_agents_file_becomes_a_conflict_co
     p = plan(
         [], [L("/a", None, S1)], [R(N, "/a", S2)], **MERGE, merges={(EMPTY_BASE, S2, S1): MergeResult(None)}
     )
-    assert actions(p) == [
-        RemoveLocal("/a"),
-        mat(N, "/a", S2),
-        PlaceCopy(COPY, S1, Z[S1]),
-        base(N, "/a", S2),
-        Notice("conflict-copy", "/a"),
-        PushCreate(COPY, S1, Z[S1]),
-    ]
+    assert actions(p) == [RemoveLocal("/a"), *store_kept_agents_copied(N)]
 
 
 @pytest.mark.parametrize("case", ["read_only", "bad_utf8", "store_wins"])
