@@ -21,6 +21,12 @@ VERSION_HEADER = "anthropic-version"  # what an API key's requests carry, API_VE
 API_VERSION = "2023-06-01"
 COUNTER_HEADER = "memfs-store-counter"  # the store counter a memory listing, feed or snapshot was read at
 REQUEST_ID_HEADER = "request-id"
+# On every answer of a service that serves memfs's extensions (counters, changes, snapshot, watch):
+# `memfs serve` and its relay. A mount whose session read came without it asks no counters: the
+# hosted API has none, and its 404 was a request of the organisation's allowance and a round trip
+# before the first download's first page (SEMANTICS.md#d-no-counter).
+EXTENSIONS_HEADER = "memfs-extensions"
+EXTENSIONS = "counters"
 # Why a mount made a write (SEMANTICS.md#d-merge): a merged text's update, or a conflict copy's
 # create. `memfs serve` counts the ones it took per store at /metrics; every other service, the
 # hosted API included, ignores a header it does not know. Sent on single requests only.

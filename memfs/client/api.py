@@ -47,6 +47,7 @@ from memfs.protocol import (
     BETA_HEADER,
     COUNTER_HEADER,
     COUNTERS_PATH,
+    EXTENSIONS_HEADER,
     MEMORY_BETA,
     SESSIONS_BETA,
     STORES_PATH,
@@ -145,6 +146,9 @@ class StoreClient:
         # The last answer's `anthropic-ratelimit-requests-*` headers: the mount's early download
         # hands them to the daemon's client, whose first request is then paced like the rest.
         self.limits_heard: dict[str, str] = {}
+        # Whether the session's answer said the service serves memfs's extensions: None until it
+        # was read; False: no counters to ask (the hosted API; SEMANTICS.md#d-no-counter).
+        self.offers_counters: bool | None = None
         # `_get`'s request headers: the client's own (as httpx sends them), gzip the only encoding
         # asked for (the one decoded there), and the host.
         host = self._http.base_url.netloc
@@ -320,11 +324,7 @@ class StoreClient:
         return wait
 
     async def _json(self, method: str, url: str, **kw: Any) -> Any:
-        resp = await self._request(method, url, **kw)
-        try:
-            return resp.json()
-        except ValueError as exc:
-            raise Unreachable(f"{method} {url}: answer is not JSON") from exc
+        return _body(await self._request(method, url, **kw), method, url)
 
     async def call(
         self, method: str, path: str, *, beta: str | None = None, json: Any = None, params: Any = None
@@ -337,7 +337,12 @@ class StoreClient:
 
     # -- sessions ---------------------------------------------------------------------------
     async def get_session(self, session_id: str) -> dict[str, Any]:
-        return await self._json("GET", session_path(session_id), headers={BETA_HEADER: SESSIONS_BETA})
+        """The session; and, from its answer's headers, whether the service has counters
+        (`offers_counters`)."""
+        url = session_path(session_id)
+        resp = await self._request("GET", url, headers={BETA_HEADER: SESSIONS_BETA})
+        self.offers_counters = EXTENSIONS_HEADER in resp.headers
+        return _body(resp, "GET", url)
 
     # -- counter extension ------------------------------------------------------------------
     async def counters(self, store_ids: Iterable[str]) -> dict[str, int] | None:
@@ -491,10 +496,7 @@ class StoreClient:
         and the answer's `Date` header (the service's clock, for where the feed was read to)."""
         url = versions_path(store_id)
         resp = await self._request("GET", url, params=params)
-        try:
-            return resp.json(), resp.headers.get("date")
-        except ValueError as exc:
-            raise Unreachable(f"GET {url}: answer is not JSON") from exc
+        return _body(resp, "GET", url), resp.headers.get("date")
 
     async def get_memory(self, store_id: str, memory_id: str) -> dict[str, Any]:
         return await self._json("GET", memory_path(store_id, memory_id), params={"view": "full"})
@@ -620,6 +622,13 @@ class StoreClient:
 def _reason(reason: WriteReason | None) -> dict[str, str] | None:
     """A write's WRITE_REASON_HEADER, if the mount gives it one."""
     return {WRITE_REASON_HEADER: reason} if reason else None
+
+
+def _body(resp: httpx.Response, method: str, url: str) -> Any:
+    try:
+        return resp.json()
+    except ValueError as exc:
+        raise Unreachable(f"{method} {url}: answer is not JSON") from exc
 
 
 def _describe(exc: BaseException) -> str:

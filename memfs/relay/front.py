@@ -43,6 +43,8 @@ from memfs.protocol import (
     API_KEY_HEADER,
     API_PREFIX,
     BETA_HEADER,
+    EXTENSIONS,
+    EXTENSIONS_HEADER,
     MEMORY_BETA,
     SESSIONS_BETA,
     STORES_PATH,
@@ -65,6 +67,9 @@ access_line = RequestLine("memfs.service.access")
 
 _AUTH = (b"authorization", API_KEY_HEADER.encode())
 _BETA = BETA_HEADER.encode()
+# The relay serves the extensions from its cache whatever its upstream is (the hosted API has
+# none): every answer says so, the upstream's passed on included (protocol.py EXTENSIONS_HEADER).
+_OFFERED = (EXTENSIONS_HEADER.encode(), EXTENSIONS.encode())
 
 
 class Refused(Exception):
@@ -121,6 +126,9 @@ class RelayFront:
         async def sending(message) -> None:
             if message["type"] == "http.response.start":
                 status.append(message["status"])
+                headers = message.get("headers", [])
+                if not any(k.lower() == _OFFERED[0] for k, _ in headers):  # an upstream's answer passed on
+                    message = {**message, "headers": [*headers, _OFFERED]}
             await send(message)
 
         try:

@@ -199,4 +199,4 @@ def create_app(
     )
     # what the frame spends on a request (its body, the organisation's allowance) waits for this
     credentials = CredentialCheck(admin_key, storage.session_for_token)
-    return RequestFrame(app, metrics, hub, fast, list_path, org_limits, credentials)
+    return RequestFrame(app, metrics, hub, fast, list_path, org_limits, credentials, extensions)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import logging
 import time
 
-from memfs.protocol import API_PREFIX, REQUEST_ID_HEADER
+from memfs.protocol import API_PREFIX, EXTENSIONS, EXTENSIONS_HEADER, REQUEST_ID_HEADER
 from memfs.service import body
 from memfs.service.access_log import RequestLine
 from memfs.service.counter_path import CounterPath
@@ -50,8 +50,11 @@ class RequestFrame:
         list_path: ListPath | None = None,
         org_limits: OrgLimits | None = None,
         credentials: CredentialCheck | None = None,
+        extensions: bool = False,
     ):
         self.app = app
+        # said on every answer when the extensions are served (protocol.py EXTENSIONS_HEADER)
+        self.offered = [(EXTENSIONS_HEADER.encode(), EXTENSIONS.encode())] if extensions else []
         self.credentials = credentials  # None: every credential taken as valid (a test's frame)
         self.org_limits = org_limits  # the per-organisation limits, before any path (orglimit.py)
         self.metrics = metrics
@@ -77,6 +80,7 @@ class RequestFrame:
                 headers = [
                     *message.get("headers", []),
                     (REQUEST_ID_HEADER.encode(), request_id.encode()),
+                    *self.offered,
                     *limit_headers,
                 ]
                 if unread or (tracked is not None and not tracked.ended):  # a body left unread

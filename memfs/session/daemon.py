@@ -216,9 +216,12 @@ class Daemon:
             try:
                 started = time.monotonic()
                 counters, prefetched = None, None
+                if client.offers_counters is False:  # the daemon read the session: no counters offered
+                    engine.has_counter = False  # not asked (SEMANTICS.md#d-no-counter)
                 if early is not None:
                     counters = await trio.to_thread.run_sync(early.counters, abandon_on_cancel=True)
-                    if early.has_counter() is False:  # the helper's read was answered 404/405
+                    # none offered (the session's answer), or the helper's read was answered 404/405
+                    if early.has_counter() is False:
                         engine.has_counter = False  # not asked again (SEMANTICS.md#d-no-counter)
                         if early.fresh:  # its feed probes: the limits heard after them
                             await trio.to_thread.run_sync(early.probed, abandon_on_cancel=True)

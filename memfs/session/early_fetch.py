@@ -4,7 +4,7 @@ A mount's start is two serial halves of about the same CPU: importing trio, http
 the engine (~0.4 s, all of it needed before the mount is ready), and reading the session and each
 store's snapshot, parsing, hashing and storing it. This module overlaps them on the second core:
 right after the daemon is forked (before pyfuse3 and the engine are imported), it forks a helper process that reads the
-session and the counters, and once the daemon holds the state dir's lock and has found it fresh
+session and the counters (unless the session's answer said the service has none), and once the daemon holds the state dir's lock and has found it fresh
 (no counter, no file, no baseline: a new sandbox), streams every store's snapshot into state.db's
 blobs as it arrives, and sends the daemon what the plan needs: (counter, entries, shas) per store.
 A service without counters (the hosted API) has no snapshot: the helper says so (the daemon then
@@ -109,8 +109,9 @@ class EarlyFetch:
         return self._wait("counters")
 
     def has_counter(self) -> bool | None:
-        """After `counters()`: False when the helper's read was answered "no counters" (404/405:
-        the hosted API), so the daemon does not ask again; None when not known (the read failed,
+        """After `counters()`: False when the service has no counters (the session's answer did
+        not offer them, or the helper's read was answered 404/405: the hosted API), so the daemon
+        does not ask; None when not known (the read failed,
         or was not made): the daemon asks itself, as it always did."""
         with self._cond:
             return self._results.get(("has_counter",))
@@ -354,6 +355,10 @@ class _Helper:
         ids = [i for i in found if isinstance(i, str)]
         if not ids or len(ids) != len(found) or len(ids) > limits.MAX_STORES_PER_SESSION:
             return None  # the daemon's own check of the session says what is wrong with it
+        if client.offers_counters is False:  # the hosted API: not asked (protocol.py EXTENSIONS_HEADER)
+            self.send(("has_counter",), False)
+            self.send(("counters",), None, "the service has no counters (its session answer says none)")
+            return ids, False
         try:
             counters = await client.counters(ids)
         except (ApiError, Unreachable) as exc:

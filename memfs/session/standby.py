@@ -109,6 +109,10 @@ WARM_UP = (
     "orjson",
     "trio",  # through _trio.import_trio_without_ldconfig
     "httpx",
+    # httpx imports these only when a client is made or sends its first request: the early
+    # download's helper, forked from here, waited ~45 ms for them before its first request
+    "httpcore",
+    "encodings.idna",
     "memfs.client.api",  # the early download's helper, forked from here, is a use of the client
     "memfs.mount.state",
     "pyfuse3",

@@ -111,15 +111,22 @@ BAD_QUERY = (
 )
 
 
-def walk(world: Walked, routes: list[tuple[str, set[str]]], what: str) -> int:
-    """Every route with bad input; returns how many requests were sent."""
+def walk(world: Walked, routes: list[tuple[str, set[str]]], what: str, *, offers: bool) -> int:
+    """Every route with bad input; returns how many requests were sent. `offers`: whether every
+    answer says the service serves memfs's extensions (its `memfs-extensions: counters` header, on
+    which a mount decides whether to ask counters at all), or none does (the hosted API)."""
     sent = 0
     with httpx.Client(base_url=world.svc.base_url, timeout=30) as c:
 
         def send(method: str, url: str, **kw) -> httpx.Response:
             nonlocal sent
             sent += 1
-            return c.request(method, url, **kw)
+            r = c.request(method, url, **kw)
+            said = r.headers.get("memfs-extensions")
+            assert said == ("counters" if offers else None), (
+                f"{what}: {method} {url} -> {r.status_code} {said!r}"
+            )
+            return r
 
         for template, methods in routes:
             good = world.url(template, world.good)
@@ -180,10 +187,11 @@ def test_every_route_answers_bad_input_with_a_json_error(servers, tmp_path):
     plain, hosted, relay = servers
     full, hosted_only = route_table(tmp_path, extensions=True), route_table(tmp_path, extensions=False)
     assert len(full) > len(hosted_only) >= 14  # the table was read, extensions and all
-    sent = walk(Walked(plain, plain), full, "memfs serve")
-    sent += walk(Walked(hosted, hosted), hosted_only, "--hosted-api")
-    # The relay speaks the whole API (the extensions from its cache) in front of the emulator.
-    sent += walk(Walked(relay, hosted), full, "relay")
+    sent = walk(Walked(plain, plain), full, "memfs serve", offers=True)
+    sent += walk(Walked(hosted, hosted), hosted_only, "--hosted-api", offers=False)
+    # The relay speaks the whole API (the extensions from its cache) in front of the emulator, and
+    # says so on the emulator's answers it passes on (a session's read, above all).
+    sent += walk(Walked(relay, hosted), full, "relay", offers=True)
     for headers in ({}, {"x-api-key": "not-the-relays-key"}):  # the relay's own route
         assert_json_error(httpx.get(f"{relay.base_url}/v1/relay_status", headers=headers), "relay_status")
     assert sent > 500

@@ -169,17 +169,38 @@ def test_a_hosted_service_without_snapshots_still_mounts(tmp_path):
         box = world.sandbox("h", base_url=proxy.url)
         box.mount()
         assert _texts(box.root / "hosted-notes") == seed
-        assert proxy.count("GET", r"/snapshot$") == 0  # the helper stopped at the counters
+        assert proxy.count("GET", r"/snapshot$") == 0  # the helper stopped at the session
         assert proxy.count("GET", r"^/v1/sessions/") == 1
-        # The helper's 404 told the daemon: it does not ask the counters again.
-        assert proxy.count("GET", r"^/v1/memory_store_counters") == 1
-        assert "counters: the service has no counters" in _log(box)
+        # The session's answer offered no extensions: neither the helper nor the daemon asks the
+        # counters (the hosted API's 404 would be a request and a round trip before the download).
+        assert proxy.count("GET", r"^/v1/memory_store_counters") == 0
+        assert "counters: the service has no counters (its session answer says none)" in _log(box)
         # The helper probed the version feed (once), before the first listing page.
         assert "1 version feed(s) probed while the mount started" in _log(box)
         asked = [e.path for e in proxy.log if e.method == "GET"]
         probes = [i for i, p in enumerate(asked) if "/memory_versions" in p]
         listed = [i for i, p in enumerate(asked) if "/memories" in p]
         assert len(probes) == 1 and listed and probes[0] < listed[0], asked
+    finally:
+        world.close()
+
+
+@pytest.mark.timeout(120)
+def test_a_daemon_that_reads_the_session_itself_asks_no_counters_of_the_hosted_api(tmp_path):
+    # The helper's session read is refused once: the daemon reads the session itself, and its
+    # answer (no `memfs-extensions`) tells the daemon too that there are no counters to ask.
+    seed = {"/a.md": "a\n", "/d/b.md": "b\n"}
+    world = SandboxWorld.serving(tmp_path, [StoreSpec("Hosted Notes", seed=seed)], hosted_api=True)
+    try:
+        proxy = world.proxy()
+        refused = proxy.add("GET", r"^/v1/sessions/", "status", code=400, times=1)
+        box = world.sandbox("h", base_url=proxy.url)
+        box.mount()
+        assert refused.hits == 1
+        assert _texts(box.root / "hosted-notes") == seed
+        assert proxy.count("GET", r"^/v1/sessions/") == 2
+        assert proxy.count("GET", r"^/v1/memory_store_counters") == 0
+        assert box.status()["has_counter"] is False, box.status()
     finally:
         world.close()
 
