@@ -6,10 +6,12 @@ without running any command (the parser imports no trio, pyfuse3 or anthropic)."
 from __future__ import annotations
 
 import argparse
+import subprocess
+import sys
 
 import pytest
 
-from memfs.cli import build_parser
+from memfs.cli import GROUPS, build_parser
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -74,3 +76,28 @@ def test_the_walk_reaches_the_nested_commands():
     """The walk above checks what it reaches: it must reach the subcommands of subcommands."""
     names = {command for command, _ in _commands(build_parser())}
     assert {"memfs serve", "memfs mount", "memfs store create", "memfs session create"} <= names
+
+
+def _choices(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    return next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
+
+
+def test_each_commands_own_parser_is_the_whole_command_lines():
+    # `memfs mount` builds its group's parser only (memfs.cli.GROUPS): the table must name every
+    # command, and each command's parser built alone must be the one the whole command line has.
+    whole = _choices(build_parser())
+    assert sorted(whole) == sorted(c for _, commands in GROUPS for c in commands)
+    for command, parser in whole.items():
+        alone = _choices(build_parser(command))
+        assert command in alone and len(alone) < len(whole), command
+        assert alone[command].format_help() == parser.format_help(), command
+
+
+def test_memfs_mount_imports_no_other_groups_modules():
+    code = (
+        "import sys, memfs.cli; memfs.cli.build_parser('mount'); "
+        "print(sorted(m for m in ('memfs.service.commands', 'memfs.session.admin_commands', "
+        "'memfs.worker.command', 'memfs.relay.commands') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=30, check=True)
+    assert out.stdout.strip() == "[]", out.stdout
