@@ -6,6 +6,7 @@ the SDK, and `memfs mount` from it works against a real `memfs serve` (run from 
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -37,11 +38,21 @@ FORBIDDEN = {
 
 @pytest.fixture(scope="module")
 def lean_venv(tmp_path_factory) -> Path:
-    """A fresh venv with `pip install <this checkout>`: the base dependencies only (pip's cache)."""
-    venv = tmp_path_factory.mktemp("lean") / "venv"
+    """A fresh venv with `pip install <this checkout>`: the base dependencies only (pip's cache).
+    Installed from a copy of what the wheel is built from: pip builds in the source tree, and two
+    builds in the checkout at once (another test run's) collide in its build/, whose leftovers (a
+    module since renamed) would also go into the wheel."""
+    work = tmp_path_factory.mktemp("lean")
+    source = work / "source"
+    source.mkdir()
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy2(REPO / name, source / name)
+    for name in ("memfs", "bin"):
+        shutil.copytree(REPO / name, source / name, ignore=shutil.ignore_patterns("__pycache__"))
+    venv = work / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
     proc = subprocess.run(
-        [str(venv / "bin" / "pip"), "install", "-q", "--disable-pip-version-check", str(REPO)],
+        [str(venv / "bin" / "pip"), "install", "-q", "--disable-pip-version-check", str(source)],
         capture_output=True,
         text=True,
         timeout=240,
