@@ -33,6 +33,7 @@ import json
 import logging
 import secrets
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
@@ -223,7 +224,7 @@ class RelayFront:
                 if known is not None:  # False: refused (401) or only not that store's (403/404)
                     known = not self.book.refused(auth.hash, time.monotonic())
             else:
-                known = await self._confirm(auth, "")
+                known = await self._authenticates(auth)
             if known is None:
                 raise UpstreamUnreachable("cannot confirm the credential before reading the body")
             if known:
@@ -284,9 +285,15 @@ class RelayFront:
         await self.local({**scope, "headers": headers, "state": state}, body.replaying(raw, receive), send)
 
     async def _confirm(self, auth: Caller, sid: str) -> bool | None:
-        """Whether the upstream lets this credential read the store (None: it did not say). One
-        question in flight per credential and store, whoever else asks meanwhile."""
-        key = (auth.hash, sid)
+        """Whether the upstream lets this credential read the store (None: it did not say)."""
+        return await self._once((auth.hash, sid), lambda: self._ask_store(auth, sid))
+
+    async def _authenticates(self, auth: Caller) -> bool | None:
+        """Whether the upstream takes this credential at all (None: it did not say)."""
+        return await self._once((auth.hash, ""), lambda: self._ask_authenticates(auth))
+
+    async def _once(self, key: tuple[str, str], ask: Callable[[], Awaitable[bool | None]]) -> bool | None:
+        """One question in flight per credential and store ("": none), whoever else asks meanwhile."""
         pending = self._confirming.get(key)
         if pending is not None:
             return await asyncio.shield(pending)
@@ -294,7 +301,7 @@ class RelayFront:
         self._confirming[key] = fut
         result: bool | None = None
         try:
-            result = await self._ask(auth, sid)
+            result = await ask()
         except UpstreamUnreachable:
             result = None
         finally:  # whoever waits on it hears "not said" if this one failed or was cancelled
@@ -302,25 +309,27 @@ class RelayFront:
             fut.set_result(result)
         return result
 
-    async def _ask(self, auth: Caller, sid: str) -> bool | None:
+    async def _ask_authenticates(self, auth: Caller) -> bool | None:
+        """Asked with the credential itself: the cheapest listing any credential may ask."""
+        answer = await self.upstream.send(
+            "confirm", "GET", STORES_PATH, b"limit=1", [*auth.headers, (_BETA, MEMORY_BETA.encode())]
+        )
+        if answer.status == 401:
+            self._refused(auth.hash)
+            return False
+        if answer.status == 429:
+            self.poller.hold(_retry_after(answer))
+        if 200 <= answer.status < 300 or answer.status in (403, 404):  # 403/404: it is known, not allowed
+            self.book.authenticate(auth.hash, time.monotonic())
+            return True
+        return None
+
+    async def _ask_store(self, auth: Caller, sid: str) -> bool | None:
         """Asked with the credential itself, whatever else the relay holds: its session (which
         names every store it may read) when known, else a one-memory listing of the store."""
         cred = auth.hash
         session = self.book.session_of(cred)
         now = time.monotonic()
-        if not sid:  # only whether it authenticates: the cheapest listing any credential may ask
-            answer = await self.upstream.send(
-                "confirm", "GET", STORES_PATH, b"limit=1", [*auth.headers, (_BETA, MEMORY_BETA.encode())]
-            )
-            if answer.status == 401:
-                self._refused(cred)
-                return False
-            if answer.status == 429:
-                self.poller.hold(_retry_after(answer))
-            if 200 <= answer.status < 300 or answer.status in (403, 404):
-                self.book.authenticate(cred, now)
-                return True
-            return None
         if session is not None:
             answer = await self.upstream.send(
                 "confirm",
