@@ -112,6 +112,13 @@ def mount_status(box: Sandbox, slug: str) -> dict:
     return next(s for s in box.status()["stores"] if s["slug"] == slug)
 
 
+def pushed(box: Sandbox, slug: str) -> bool:
+    """A forced sync of the mount answers ok, and its store `slug` has nothing left to push."""
+    answer = box.sync()
+    st = mount_status(box, slug)
+    return bool(answer.get("ok")) and st["staged"] == st["not_on_store"] == 0 and st["last_error"] is None
+
+
 def texts(top: Path) -> dict[str, str]:
     return {
         "/" + str(p.relative_to(top)): p.read_text()
@@ -318,16 +325,7 @@ def test_the_relay_killed_in_a_burst_of_writes_loses_nothing(tmp_path):
         assert seen == burst
         expected = {"/seed.md": "seed, edited while the relay was down\n", **burst}
 
-        def pushed() -> bool:
-            answer = box.sync()
-            st = mount_status(box, "burst")
-            return (
-                bool(answer.get("ok"))
-                and st["staged"] == st["not_on_store"] == 0
-                and st["last_error"] is None
-            )
-
-        assert wait_for(pushed, 60, 0.5), (box.status(), box.sync())
+        assert wait_for(lambda: pushed(box, "burst"), 60, 0.5), (box.status(), box.sync())
         assert on_kill < BURST, "the relay was killed after the burst had landed: not midway"
         assert w.api.contents(store) == expected  # none lost, none partial, nothing else
 
@@ -387,16 +385,7 @@ def test_upstream_down_reads_served_writes_staged_then_pushed(tmp_path):
         fleet.up.start()  # the same port, the same db
         want = {"/a.md": "alpha again\n", "/c.md": "gamma\n", "/d/b.md": "bravo\n"}
 
-        def pushed() -> bool:
-            answer = box.sync()
-            st = mount_status(box, "notes")
-            return (
-                bool(answer.get("ok"))
-                and st["staged"] == st["not_on_store"] == 0
-                and st["last_error"] is None
-            )
-
-        assert wait_for(pushed, 60, 0.5), box.status()
+        assert wait_for(lambda: pushed(box, "notes"), 60, 0.5), box.status()
         assert w.api.contents(store) == want
         assert texts(top) == want
         write = token.post(f"/v1/memory_stores/{store}/memories", json={"path": "/x.md", "content": "x\n"})
