@@ -20,6 +20,7 @@ import pytest
 from tests.e2e.test_relay import relayed
 from tests.support.sandbox import Sandbox
 from tests.support.waits import wait_for
+from tests.support.world import StoreSpec
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -80,11 +81,10 @@ def _reader_waits(a: Sandbox, b: Sandbox, top: str, *, busy_name: str, rounds: i
 
 
 def test_a_busy_reader_through_a_relay_sees_another_mounts_write_within_a_second(tmp_path):
-    with relayed(tmp_path, hosted=True) as w:
-        store = w.api.create_store("Shared")
-        w.api.create(store, "/shared.md", "first\n")
-        a = w.sandbox("a", w.api.create_session([(store, "read_write")]))
-        b = w.sandbox("b", w.api.create_session([(store, "read_write")]))
+    with relayed(tmp_path, hosted=True) as fleet:
+        w = fleet.world([StoreSpec("Shared", seed={"/shared.md": "first\n"})])
+        a = w.sandbox("a")
+        b = fleet.world([StoreSpec("Shared")], {"Shared": w.rw}).sandbox("b")  # a session of its own
         a.mount("--sync-interval", LONG)
         b.mount("--sync-interval", LONG)
         assert wait_for(lambda: live(a, b)), (a.status(), b.status())

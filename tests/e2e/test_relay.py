@@ -2,27 +2,29 @@
 upstream `memfs serve` (plain, or `--hosted-api` where the test says so).
 
 Each test starts its own upstream and relay (both start in well under a second) with
-`--poll-interval 1` and a short `--confirm-every`, creates its stores and sessions on the upstream,
-and mounts through the relay. Nothing here is timed: every wait polls with a generous deadline; a
-deadline far above the promise (seconds) still fails a relay that never does it.
+`--poll-interval 1` and a short `--confirm-every`, builds its worlds on the upstream (StoreSpecs:
+tests/support/world.py; a store two sessions share is `premade` for the second), and mounts them
+through the relay. Nothing here is timed: every wait polls with a generous deadline; a deadline far
+above the promise (seconds) still fails a relay that never does it.
 """
 
 from __future__ import annotations
 
 import subprocess
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 import httpx
 import pytest
 
-from tests.support.api import MEMORY_BETA, SESSION_BETA, Api, sessions_token
+from tests.support.api import MEMORY_BETA, SESSION_BETA
 from tests.support.mounts import sh
-from tests.support.sandbox import Sandbox
+from tests.support.sandbox import Sandbox, SandboxWorld
 from tests.support.service import ServiceProcess
 from tests.support.waits import wait_for
+from tests.support.world import StoreSpec, World
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -31,34 +33,29 @@ LONG = "300"  # --sync-interval: a mount's own tick explains nothing within thes
 
 
 class Relayed:
-    """An upstream `memfs serve`, a relay in front of it, the upstream's admin Api, and sandboxes
-    mounted through the relay (always unmounted at the end)."""
+    """An upstream `memfs serve`, a relay in front of it, and the worlds made on the upstream, whose
+    sandboxes mount through the relay. Everything it makes is closed by `relayed` (its `stack`)."""
 
-    def __init__(self, tmp: Path, up: ServiceProcess, relay: ServiceProcess, api: Api):
-        self.tmp, self.up, self.relay, self.api = tmp, up, relay, api
-        self.sandboxes: list[Sandbox] = []
-        self.clients: list[httpx.Client] = []
+    def __init__(self, tmp: Path, up: ServiceProcess, relay: ServiceProcess, stack: ExitStack):
+        self.tmp, self.up, self.relay, self.stack = tmp, up, relay, stack
 
-    def sandbox(self, name: str, session: dict) -> Sandbox:
-        box = Sandbox(
-            self.tmp,
-            name,
-            base_url=self.relay.base_url,
-            session_id=session["id"],
-            work_secret=session["work_secret"],
+    def world(self, specs: Sequence[StoreSpec], premade: Mapping[str, str] | None = None) -> SandboxWorld:
+        """A world made on the upstream, its sandboxes mounting through the relay. `premade`: its
+        stores another world made already (name -> store id): a session of its own on them."""
+        world = SandboxWorld.serving(
+            self.tmp, specs, service=self.up, premade=premade, base_url=self.relay.base_url
         )
-        self.sandboxes.append(box)
-        return box
+        self.stack.callback(world.close)
+        return world
 
-    def as_token(self, session: dict, base_url: str | None = None) -> httpx.Client:
-        """An HTTP client with the session's own token (what its mount sends), on the relay."""
-        token = sessions_token(session["work_secret"])
+    def as_token(self, world: World) -> httpx.Client:
+        """An HTTP client with the world's session token (what its mount sends), on the relay."""
         client = httpx.Client(
-            base_url=base_url or self.relay.base_url,
-            headers={"authorization": f"Bearer {token}", **MEMORY_BETA},
+            base_url=self.relay.base_url,
+            headers={"authorization": f"Bearer {world.token}", **MEMORY_BETA},
             timeout=30,
         )
-        self.clients.append(client)
+        self.stack.callback(client.close)
         return client
 
     def relay_status(self) -> dict:
@@ -71,20 +68,14 @@ class Relayed:
     def cached(self, store: str) -> bool:
         return any(s["memory_store_id"] == store and s["cached"] for s in self.relay_status()["stores"])
 
-    def close(self) -> None:
-        for box in self.sandboxes:
-            box.close()
-        for client in self.clients:
-            client.close()
-        self.api.close()
-
 
 @contextmanager
 def relayed(tmp: Path, *, hosted: bool = False, confirm_every: float = CONFIRM_EVERY) -> Iterator[Relayed]:
-    up = ServiceProcess(tmp / "up", hosted_api=hosted)
-    relay = None
-    world = None
-    try:
+    """Closed last made first, each step whatever the others did: the worlds (their sandboxes
+    unmounted through the relay), the relay, the upstream."""
+    with ExitStack() as stack:
+        up = ServiceProcess(tmp / "up", hosted_api=hosted)
+        stack.callback(up.stop)
         relay = ServiceProcess(
             tmp / "relay",
             extra_args=(
@@ -96,14 +87,8 @@ def relayed(tmp: Path, *, hosted: bool = False, confirm_every: float = CONFIRM_E
                 str(confirm_every),
             ),
         )
-        world = Relayed(tmp, up, relay, Api(up.base_url, up.admin_key))
-        yield world
-    finally:
-        if world is not None:
-            world.close()
-        if relay is not None:
-            relay.stop()
-        up.stop()
+        stack.callback(relay.stop)
+        yield Relayed(tmp, up, relay, stack)
 
 
 def store_reads(client: httpx.Client, store: str, memory_id: str) -> dict[str, int]:
@@ -125,6 +110,13 @@ def all_status(reads: dict[str, int], status: int) -> bool:
 
 def mount_status(box: Sandbox, slug: str) -> dict:
     return next(s for s in box.status()["stores"] if s["slug"] == slug)
+
+
+def pushed(box: Sandbox, slug: str) -> bool:
+    """A forced sync of the mount answers ok, and its store `slug` has nothing left to push."""
+    answer = box.sync()
+    st = mount_status(box, slug)
+    return bool(answer.get("ok")) and st["staged"] == st["not_on_store"] == 0 and st["last_error"] is None
 
 
 def texts(top: Path) -> dict[str, str]:
@@ -160,31 +152,29 @@ def diff(got: dict[str, str], want: dict[str, str]) -> str:
 
 
 def test_a_token_reads_nothing_of_a_store_its_session_does_not_attach(tmp_path):
-    with relayed(tmp_path) as w:
-        secret = w.api.create_store("Secret")
-        mine = w.api.create_store("Mine")
-        hidden = w.api.create(secret, "/plans.md", "the plans\n")["id"]
-        own = w.api.create(mine, "/own.md", "my own\n")["id"]
-        owner = w.api.create_session([(secret, "read_write")])
-        other = w.api.create_session([(mine, "read_write")])
-        foreign = w.as_token(other)
+    with relayed(tmp_path) as fleet:
+        owner = fleet.world([StoreSpec("Secret", seed={"/plans.md": "the plans\n"})])
+        other = fleet.world([StoreSpec("Mine", seed={"/own.md": "my own\n"})])
+        secret, hidden = owner.rw, owner.ids["/plans.md"]
+        mine, own = other.rw, other.ids["/own.md"]
+        foreign = fleet.as_token(other)
 
         # Before anyone warmed the store: refused, and the refusal downloads nothing.
         before = store_reads(foreign, secret, hidden)
         assert all_status(before, 404), before
-        assert not w.cached(secret), w.relay_status()
+        assert not fleet.cached(secret), fleet.relay_status()
 
         # Its owner's token warms it (the download), and reads it all.
-        owned = store_reads(w.as_token(owner), secret, hidden)
+        owned = store_reads(fleet.as_token(owner), secret, hidden)
         assert all_status(owned, 200), owned
-        assert w.cached(secret), w.relay_status()
+        assert fleet.cached(secret), fleet.relay_status()
 
         # The foreign token, not known to the relay by its session: still refused.
         after = store_reads(foreign, secret, hidden)
         assert all_status(after, 404), after
         # Once the relay has read its session (what its mount does at start), it reads its own
         # store and still nothing of the other, alone or asked alongside its own.
-        session = foreign.get(f"/v1/sessions/{other['id']}", headers=SESSION_BETA)
+        session = foreign.get(f"/v1/sessions/{other.session['id']}", headers=SESSION_BETA)
         assert session.status_code == 200, session.text
         assert all_status(store_reads(foreign, mine, own), 200)
         learned = store_reads(foreign, secret, hidden)
@@ -203,24 +193,23 @@ def test_a_token_reads_nothing_of_a_store_its_session_does_not_attach(tmp_path):
         assert all_status(tried, 404), tried
         after_writes = store_reads(foreign, secret, hidden)
         assert all_status(after_writes, 404), after_writes
-        assert w.api.contents(secret) == {"/plans.md": "the plans\n"}
+        assert owner.api.contents(secret) == {"/plans.md": "the plans\n"}
 
 
 # -- 2. an archived session's token stops reading within --confirm-every --------------------------
 
 
 def test_an_archived_sessions_token_stops_reading_within_confirm_every(tmp_path):
-    with relayed(tmp_path) as w:
-        store = w.api.create_store("Notes")
-        memory = w.api.create(store, "/a.md", "alpha\n")["id"]
-        session = w.api.create_session([(store, "read_write")])
-        box = w.sandbox("a", session)
+    with relayed(tmp_path) as fleet:
+        w = fleet.world([StoreSpec("Notes", seed={"/a.md": "alpha\n"})])
+        store, memory = w.rw, w.ids["/a.md"]
+        box = w.sandbox("a")
         box.mount()  # the session read at start teaches the relay the token's stores
         assert (box.root / "notes" / "a.md").read_text() == "alpha\n"
-        token = w.as_token(session)
+        token = fleet.as_token(w)
         assert all_status(store_reads(token, store, memory), 200)
 
-        r = w.api.http.post(f"/v1/sessions/{session['id']}/archive", headers=SESSION_BETA)
+        r = w.api.http.post(f"/v1/sessions/{w.session['id']}/archive", headers=SESSION_BETA)
         assert r.status_code == 200, r.text
 
         # Served from the cache until the confirmation is older than --confirm-every (2 s), then
@@ -238,11 +227,10 @@ def test_an_archived_sessions_token_stops_reading_within_confirm_every(tmp_path)
 
 
 def test_read_only_through_the_relay(tmp_path):
-    with relayed(tmp_path) as w:
-        handbook = w.api.create_store("Handbook")
-        w.api.create(handbook, "/style.md", "Write short sentences.\n")
-        session = w.api.create_session([(handbook, "read_only")])
-        box = w.sandbox("ro", session)
+    with relayed(tmp_path) as fleet:
+        w = fleet.world([StoreSpec("Handbook", "read_only", {"/style.md": "Write short sentences.\n"})])
+        handbook = w.ro
+        box = w.sandbox("ro")
         box.mount()
         top = box.root / "handbook"
         assert (top / "style.md").read_text() == "Write short sentences.\n"
@@ -253,18 +241,18 @@ def test_read_only_through_the_relay(tmp_path):
         assert texts(top) == {"/style.md": "Write short sentences.\n"}
 
         # A write with the token straight through the relay gets the upstream's 403.
-        token = w.as_token(session)
+        token = fleet.as_token(w)
         counter = token.get("/v1/memory_store_counters", params={"ids": handbook})
         assert counter.status_code == 200, counter.text
-        memory = w.api.memories(handbook)["/style.md"]
+        memory = w.ids["/style.md"]
         writes = {
             "create": token.post(
                 f"/v1/memory_stores/{handbook}/memories", json={"path": "/new.md", "content": "new\n"}
             ),
             "update": token.post(
-                f"/v1/memory_stores/{handbook}/memories/{memory['id']}", json={"content": "changed\n"}
+                f"/v1/memory_stores/{handbook}/memories/{memory}", json={"content": "changed\n"}
             ),
-            "delete": token.delete(f"/v1/memory_stores/{handbook}/memories/{memory['id']}"),
+            "delete": token.delete(f"/v1/memory_stores/{handbook}/memories/{memory}"),
         }
         for what, r in writes.items():
             assert r.status_code == 403, (what, r.status_code, r.text)
@@ -290,11 +278,10 @@ def burst_text(i: int) -> str:
 
 @pytest.mark.expected_log(r"is unreachable|cannot reach")
 def test_the_relay_killed_in_a_burst_of_writes_loses_nothing(tmp_path):
-    with relayed(tmp_path) as w:
-        store = w.api.create_store("Burst")
-        seed = w.api.create(store, "/seed.md", "seed\n")["id"]
-        session = w.api.create_session([(store, "read_write")])
-        box = w.sandbox("burst", session)
+    with relayed(tmp_path) as fleet:
+        w = fleet.world([StoreSpec("Burst", seed={"/seed.md": "seed\n"})])
+        store, seed = w.rw, w.ids["/seed.md"]
+        box = w.sandbox("burst")
         box.mount()
         top = box.root / "burst"
         # 50 files written by shell tools, five at a time, 0.6 s apart (about 6 s of writes): each
@@ -312,7 +299,7 @@ def test_the_relay_killed_in_a_burst_of_writes_loses_nothing(tmp_path):
             # Midway: some of the burst is on the upstream (the mount pushes as it goes), not all.
             landed = wait_for(lambda: sum(p.startswith("/f") for p in w.api.contents(store)) >= 10, 30, 0.05)
             assert landed, w.api.contents(store)
-            w.relay.kill()  # SIGKILL: no answer to what was in flight, nothing flushed
+            fleet.relay.kill()  # SIGKILL: no answer to what was in flight, nothing flushed
             on_kill = sum(p.startswith("/f") for p in w.api.contents(store))
             # Another writer edits the upstream while the relay is away: the restarted relay's
             # cache must find it (its first poll reads the feed from the position the cache recorded).
@@ -322,8 +309,8 @@ def test_the_relay_killed_in_a_burst_of_writes_loses_nothing(tmp_path):
             if writer.poll() is None:
                 writer.kill()
                 writer.wait()
-        w.relay.start()  # the same port, the same cache db
-        token = w.as_token(session)
+        fleet.relay.start()  # the same port, the same cache db
+        token = fleet.as_token(w)
         # The restarted relay reads the feed from the position its cache recorded (within a few polls;
         # long before the poll's wide safety net, one poll in 20, could find the edit).
         assert wait_for(
@@ -338,16 +325,7 @@ def test_the_relay_killed_in_a_burst_of_writes_loses_nothing(tmp_path):
         assert seen == burst
         expected = {"/seed.md": "seed, edited while the relay was down\n", **burst}
 
-        def pushed() -> bool:
-            answer = box.sync()
-            st = mount_status(box, "burst")
-            return (
-                bool(answer.get("ok"))
-                and st["staged"] == st["not_on_store"] == 0
-                and st["last_error"] is None
-            )
-
-        assert wait_for(pushed, 60, 0.5), (box.status(), box.sync())
+        assert wait_for(lambda: pushed(box, "burst"), 60, 0.5), (box.status(), box.sync())
         assert on_kill < BURST, "the relay was killed after the burst had landed: not midway"
         assert w.api.contents(store) == expected  # none lost, none partial, nothing else
 
@@ -370,21 +348,20 @@ OUTAGE = 60.0  # seconds the upstream is down
 @pytest.mark.expected_log(r"is unreachable|cannot reach|not on the store service")
 @pytest.mark.timeout(240)
 def test_upstream_down_reads_served_writes_staged_then_pushed(tmp_path):
-    with relayed(tmp_path) as w:
-        store = w.api.create_store("Notes")
+    with relayed(tmp_path) as fleet:
         seed = {"/a.md": "alpha\n", "/d/b.md": "bravo\n"}
-        ids = {p: w.api.create(store, p, t)["id"] for p, t in seed.items()}
-        session = w.api.create_session([(store, "read_write")])
-        box = w.sandbox("a", session)
+        w = fleet.world([StoreSpec("Notes", seed=seed)])
+        store, ids = w.rw, w.ids
+        box = w.sandbox("a")
         box.mount()
         top = box.root / "notes"
         assert texts(top) == seed
-        token = w.as_token(session)
+        token = fleet.as_token(w)
         assert all_status(store_reads(token, store, ids["/a.md"]), 200)
 
         # A minute of outage, as the issue says: it outlasts --confirm-every (2 s here) many
         # times, the mount's --sync-interval (5 s) and its held watch (55 s).
-        w.up.stop()
+        fleet.up.stop()
         down_at = time.monotonic()
         assert sh("cat a.md d/b.md", top, timeout=60).stdout == "alpha\nbravo\n"
         sh("echo gamma > c.md; echo 'alpha again' > a.md", top, timeout=60)
@@ -405,19 +382,10 @@ def test_upstream_down_reads_served_writes_staged_then_pushed(tmp_path):
         assert all_status(store_reads(token, store, ids["/a.md"]), 200)  # still, a minute on
         assert texts(top) == {"/a.md": "alpha again\n", "/c.md": "gamma\n", "/d/b.md": "bravo\n"}
 
-        w.up.start()  # the same port, the same db
+        fleet.up.start()  # the same port, the same db
         want = {"/a.md": "alpha again\n", "/c.md": "gamma\n", "/d/b.md": "bravo\n"}
 
-        def pushed() -> bool:
-            answer = box.sync()
-            st = mount_status(box, "notes")
-            return (
-                bool(answer.get("ok"))
-                and st["staged"] == st["not_on_store"] == 0
-                and st["last_error"] is None
-            )
-
-        assert wait_for(pushed, 60, 0.5), box.status()
+        assert wait_for(lambda: pushed(box, "notes"), 60, 0.5), box.status()
         assert w.api.contents(store) == want
         assert texts(top) == want
         write = token.post(f"/v1/memory_stores/{store}/memories", json={"path": "/x.md", "content": "x\n"})
@@ -428,11 +396,12 @@ def test_upstream_down_reads_served_writes_staged_then_pushed(tmp_path):
 
 
 def test_two_mounts_through_one_relay_read_each_others_writes_and_upstream_edits(tmp_path):
-    with relayed(tmp_path, hosted=True) as w:
-        store = w.api.create_store("Shared")
-        memory = w.api.create(store, "/shared.md", "first\n")["id"]
-        a = w.sandbox("a", w.api.create_session([(store, "read_write")]))
-        b = w.sandbox("b", w.api.create_session([(store, "read_write")]))
+    with relayed(tmp_path, hosted=True) as fleet:
+        w = fleet.world([StoreSpec("Shared", seed={"/shared.md": "first\n"})])
+        store, memory = w.rw, w.ids["/shared.md"]
+        shared = {"Shared": store}  # the one store, for the next sessions
+        a = w.sandbox("a")
+        b = fleet.world([StoreSpec("Shared")], shared).sandbox("b")
         # A long --sync-interval: only the relay's watch (live mode) can bring a change in time.
         a.mount("--sync-interval", LONG)
         b.mount("--sync-interval", LONG)
@@ -441,7 +410,7 @@ def test_two_mounts_through_one_relay_read_each_others_writes_and_upstream_edits
             b.status(),
         )
         ta, tb = a.root / "shared", b.root / "shared"
-        token = w.as_token(w.api.create_session([(store, "read_only")]))
+        token = fleet.as_token(fleet.world([StoreSpec("Shared", "read_only")], shared))
 
         def counter() -> int:
             r = token.get("/v1/memory_store_counters", params={"ids": store})
@@ -469,12 +438,12 @@ def test_two_mounts_through_one_relay_read_each_others_writes_and_upstream_edits
         # Each write was in the relay's cache before its mount heard of it: no poll fetched the
         # memory (at most one, where a poll read the feed between the upstream's answer and the
         # relay's own apply).
-        fetched = w.relay_status()["requests"]["last_hour"].get("get", 0)
-        assert fetched <= 1, w.relay_status()
+        fetched = fleet.relay_status()["requests"]["last_hour"].get("get", 0)
+        assert fetched <= 1, fleet.relay_status()
 
         # An edit made on the upstream directly: the relay's poll (every 1 s) finds it, its watch
         # wakes both mounts.
-        fetched = w.relay_status()["requests"]["last_hour"].get("get", 0)
+        fetched = fleet.relay_status()["requests"]["last_hour"].get("get", 0)
         before = counter()
         w.api.update(store, memory, content="edited upstream\n")
         assert wait_for(lambda: counter() > before, 20), "the relay's poll never found the upstream edit"
@@ -485,8 +454,8 @@ def test_two_mounts_through_one_relay_read_each_others_writes_and_upstream_edits
         )
         assert (ta / "shared.md").read_text() == (tb / "shared.md").read_text() == "edited upstream\n"
         # The poll's read of the version feed carried the new content (view=full): no GET of it.
-        assert w.relay_status()["requests"]["last_hour"].get("get", 0) == fetched
-        polls = {s["memory_store_id"]: s for s in w.relay_status()["stores"]}[store]
+        assert fleet.relay_status()["requests"]["last_hour"].get("get", 0) == fetched
+        polls = {s["memory_store_id"]: s for s in fleet.relay_status()["stores"]}[store]
         assert polls["downloads"] == 1, polls  # one download for both mounts
 
 
@@ -496,22 +465,21 @@ def test_two_mounts_through_one_relay_read_each_others_writes_and_upstream_edits
 def test_a_relay_that_lost_its_cache_leaves_no_mount_stale(tmp_path):
     """A fresh cache counted from scratch and could land on the counter a mount had applied; it now
     counts from the time in milliseconds (memfs/service/mirror.py `counter_base`)."""
-    with relayed(tmp_path) as w:
-        store = w.api.create_store("Notes")
-        memory = w.api.create(store, "/a.md", "alpha\n")["id"]
-        session = w.api.create_session([(store, "read_write")])
-        box = w.sandbox("a", session)
+    with relayed(tmp_path) as fleet:
+        w = fleet.world([StoreSpec("Notes", seed={"/a.md": "alpha\n"})])
+        store, memory = w.rw, w.ids["/a.md"]
+        box = w.sandbox("a")
         box.mount("--sync-interval", LONG)
         top = box.root / "notes"
         for i in range(4):  # the old cache's counter moves past what a fresh download numbers
             (top / f"m{i}.md").write_text(f"m{i}\n")
             assert box.sync().get("ok")
         # The relay moves to a fresh cache (a new volume, a new host behind the same URL).
-        w.relay.kill()
-        for f in w.relay.db_path.parent.glob(w.relay.db_path.name + "*"):
+        fleet.relay.kill()
+        for f in fleet.relay.db_path.parent.glob(fleet.relay.db_path.name + "*"):
             f.unlink()
         w.api.update(store, memory, content="edited while the relay had no cache\n")
-        w.relay.start()
+        fleet.relay.start()
         assert wait_for(
             lambda: (
                 box.sync().get("ok") and (top / "a.md").read_text() == "edited while the relay had no cache\n"

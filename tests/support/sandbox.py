@@ -154,7 +154,8 @@ class SandboxWorld(World):
     """A world (default: notes_and_handbook()) made on `service` through its admin `api`, and the
     sandboxes that mount its session. `close()` closes every sandbox, then runs `on_close` (what the
     world's maker owns: its service, its Api), last added first. `premade`: the specs' stores that
-    are on the service already (name -> store id; world.py's `_steps`)."""
+    are on the service already (name -> store id; world.py's `_steps`). `base_url`: what its
+    sandboxes mount through by default (a relay in front of the service; default: the service)."""
 
     def __init__(
         self,
@@ -163,8 +164,11 @@ class SandboxWorld(World):
         tmp: Path,
         specs: Sequence[StoreSpec] = (),
         premade: Mapping[str, str] | None = None,
+        *,
+        base_url: str | None = None,
     ):
         self.service, self.api, self.tmp = service, api, tmp
+        self.base_url = base_url  # None: the service's, as it is when a sandbox is made
         self.sandboxes: list[Sandbox] = []
         self.proxies: list[Proxy] = []
         self.on_close: list[Callable[[], object]] = []
@@ -178,12 +182,13 @@ class SandboxWorld(World):
         *,
         service: ServiceProcess | None = None,
         premade: Mapping[str, str] | None = None,
+        base_url: str | None = None,
         **service_kw,
     ) -> SandboxWorld:
         """A world on `service`, or on a `memfs serve` of its own (ServiceProcess(tmp / "service",
         **service_kw)) that is stopped with it, through an Api of its own, closed with it. The specs
         `in_database` are written into its own service's database before it starts; those in
-        `premade` (name -> store id) are on `service` already."""
+        `premade` (name -> store id) are on `service` already. `base_url`: as the constructor's."""
         seeded = _seed_database(tmp / "service", specs, service_kw) if service is None else {}
         assert service is None or not any(s.in_database for s in specs), "a running service's database"
         premade = {**(premade or {}), **seeded}
@@ -192,7 +197,7 @@ class SandboxWorld(World):
         assert svc is not None
         api = Api(svc.base_url, svc.admin_key)
         try:
-            world = cls(svc, api, tmp, specs, premade)
+            world = cls(svc, api, tmp, specs, premade, base_url=base_url)
         except BaseException:
             api.close()
             if own is not None:
@@ -211,13 +216,13 @@ class SandboxWorld(World):
         python: str = sys.executable,
         **env: str,
     ) -> Sandbox:
-        """A sandbox of this world's session (or of `session`), against the service (or `base_url`),
-        its commands run by `python`, with `env` added to its environment."""
+        """A sandbox of this world's session (or of `session`), against the world's `base_url` (or
+        this `base_url`), its commands run by `python`, with `env` added to its environment."""
         s = session or self.session
         box = Sandbox(
             self.tmp,
             name,
-            base_url=base_url or self.service.base_url,
+            base_url=base_url or self.base_url or self.service.base_url,
             session_id=s["id"],
             work_secret=s["work_secret"],
             python=python,
