@@ -160,49 +160,53 @@ def test_a_second_mount_of_a_state_dir_streams_no_snapshot(rig):
     assert "not a first download" in _log(box).rsplit("early download:", 1)[1]
 
 
-@pytest.mark.timeout(120)
-def test_a_hosted_service_without_snapshots_still_mounts(tmp_path):
-    seed = {"/a.md": "a\n", "/d/b.md": "b\n"}
-    world = SandboxWorld.serving(tmp_path, [StoreSpec("Hosted Notes", seed=seed)], hosted_api=True)
+HOSTED_SEED = {"/a.md": "a\n", "/d/b.md": "b\n"}
+
+
+@pytest.fixture
+def hosted(tmp_path):
+    """A store on `memfs serve --hosted-api` (no counters, no snapshots), and a proxy that counts
+    what the sandboxes mounted through it send."""
+    world = SandboxWorld.serving(tmp_path, [StoreSpec("Hosted Notes", seed=HOSTED_SEED)], hosted_api=True)
     try:
-        proxy = world.proxy()
-        box = world.sandbox("h", base_url=proxy.url)
-        box.mount()
-        assert _texts(box.root / "hosted-notes") == seed
-        assert proxy.count("GET", r"/snapshot$") == 0  # the helper stopped at the session
-        assert proxy.count("GET", r"^/v1/sessions/") == 1
-        # The session's answer offered no extensions: neither the helper nor the daemon asks the
-        # counters (the hosted API's 404 would be a request and a round trip before the download).
-        assert proxy.count("GET", r"^/v1/memory_store_counters") == 0
-        assert "counters: the service has no counters (its session answer says none)" in _log(box)
-        # The helper probed the version feed (once), before the first listing page.
-        assert "1 version feed(s) probed while the mount started" in _log(box)
-        asked = [e.path for e in proxy.log if e.method == "GET"]
-        probes = [i for i, p in enumerate(asked) if "/memory_versions" in p]
-        listed = [i for i, p in enumerate(asked) if "/memories" in p]
-        assert len(probes) == 1 and listed and probes[0] < listed[0], asked
+        yield world, world.proxy()
     finally:
         world.close()
 
 
 @pytest.mark.timeout(120)
-def test_a_daemon_that_reads_the_session_itself_asks_no_counters_of_the_hosted_api(tmp_path):
+def test_a_hosted_service_without_snapshots_still_mounts(hosted):
+    world, proxy = hosted
+    box = world.sandbox("h", base_url=proxy.url)
+    box.mount()
+    assert _texts(box.root / "hosted-notes") == HOSTED_SEED
+    assert proxy.count("GET", r"/snapshot$") == 0  # the helper stopped at the session
+    assert proxy.count("GET", r"^/v1/sessions/") == 1
+    # The session's answer offered no extensions: neither the helper nor the daemon asks the
+    # counters (the hosted API's 404 would be a request and a round trip before the download).
+    assert proxy.count("GET", r"^/v1/memory_store_counters") == 0
+    assert "counters: the service has no counters (its session answer says none)" in _log(box)
+    # The helper probed the version feed (once), before the first listing page.
+    assert "1 version feed(s) probed while the mount started" in _log(box)
+    asked = [e.path for e in proxy.log if e.method == "GET"]
+    probes = [i for i, p in enumerate(asked) if "/memory_versions" in p]
+    listed = [i for i, p in enumerate(asked) if "/memories" in p]
+    assert len(probes) == 1 and listed and probes[0] < listed[0], asked
+
+
+@pytest.mark.timeout(120)
+def test_a_daemon_that_reads_the_session_itself_asks_no_counters_of_the_hosted_api(hosted):
     # The helper's session read is refused once: the daemon reads the session itself, and its
     # answer (no `memfs-extensions`) tells the daemon too that there are no counters to ask.
-    seed = {"/a.md": "a\n", "/d/b.md": "b\n"}
-    world = SandboxWorld.serving(tmp_path, [StoreSpec("Hosted Notes", seed=seed)], hosted_api=True)
-    try:
-        proxy = world.proxy()
-        refused = proxy.add("GET", r"^/v1/sessions/", "status", code=400, times=1)
-        box = world.sandbox("h", base_url=proxy.url)
-        box.mount()
-        assert refused.hits == 1
-        assert _texts(box.root / "hosted-notes") == seed
-        assert proxy.count("GET", r"^/v1/sessions/") == 2
-        assert proxy.count("GET", r"^/v1/memory_store_counters") == 0
-        assert box.status()["has_counter"] is False, box.status()
-    finally:
-        world.close()
+    world, proxy = hosted
+    refused = proxy.add("GET", r"^/v1/sessions/", "status", code=400, times=1)
+    box = world.sandbox("h", base_url=proxy.url)
+    box.mount()
+    assert refused.hits == 1
+    assert _texts(box.root / "hosted-notes") == HOSTED_SEED
+    assert proxy.count("GET", r"^/v1/sessions/") == 2
+    assert proxy.count("GET", r"^/v1/memory_store_counters") == 0
+    assert box.status()["has_counter"] is False, box.status()
 
 
 @pytest.mark.timeout(120)
