@@ -12,6 +12,7 @@ a 409 is an answer, not a fault (SEMANTICS.md#d-three-way).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import zlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
@@ -85,6 +86,9 @@ COUNTER_HEADER_BYTES = COUNTER_HEADER.lower().encode("ascii")
 # One cursor chain per store keeps a paced client's rate when the stores listed at once send this
 # many times the pages the rate needs per round trip (the rest: the page's service and parse time).
 ONE_CHAIN_ROOM = 1.5
+# The listing's connections a mount opens ahead of its first download (`StoreClient.warm`): the
+# probe's page, then the first chains'; the others are opened as the chains start, paced.
+WARM_CONNECTIONS = 2
 
 
 class StoreClient:
@@ -478,6 +482,19 @@ class StoreClient:
         if basic:
             self._keep_listing(store_id, LastListing(walk.used, listing.items))
         return listing
+
+    async def warm(self, connections: int = WARM_CONNECTIONS) -> None:
+        """Open the listing pages' first connections now (transport.py `Pools.plain`), while the
+        caller waits for something else: a mount's daemon, while the early download's helper
+        reads the session and the version feed, so that the first download's first pages do not
+        each wait for a handshake (one round trip for TCP, one more for TLS). Nothing through a
+        proxy or a test's transport (httpx opens those). Never raises: a connection that cannot
+        be opened is the GET's to report."""
+        pools = self._pools
+        if pools is None or pools.proxied:
+            return
+        with contextlib.suppress(Exception):
+            await pools.plain(httpx.URL(self.base_url)).warm(connections, self._get_timeout)
 
     def _one_chain(self, round_trip: float) -> bool:
         """Whether a store nothing is known of is paged as one cursor chain (`ListingWalk.whole`):

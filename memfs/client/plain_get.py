@@ -73,6 +73,25 @@ class PlainGet:
         for conn in idle:
             await trio.aclose_forcefully(conn.stream)
 
+    async def warm(self, connections: int, timeout: dict[str, Any]) -> None:
+        """Open up to `connections` connections now, concurrently, and keep them idle for the
+        GETs to come (within `keep`): their handshakes (TCP, TLS) then happen while something
+        else is waited for. One that cannot be opened is left to the GET, which says why."""
+
+        async def one() -> None:
+            try:
+                conn = await self._connect(timeout)
+            except PlainHTTPError:
+                return
+            if len(self._idle) < self._keep:
+                self._idle.append(conn)
+            else:
+                await trio.aclose_forcefully(conn.stream)
+
+        async with trio.open_nursery() as nursery:
+            for _ in range(min(connections, self._keep) - len(self._idle)):
+                nursery.start_soon(one)
+
     async def get(
         self, target: bytes, headers: list[tuple[bytes, bytes]], timeout: dict[str, Any]
     ) -> tuple[int, list[tuple[bytes, bytes]], bytes]:

@@ -175,7 +175,11 @@ class Daemon:
         async with StoreClient(
             opts.base_url, opts.token or "", timeout=opts.request_timeout, api_key=opts.api_key
         ) as client:
-            stores = await self._stores(client, state)
+            # The first download's listing connections are opened while the session is read (by
+            # the early download's helper, or here): a store service without counters is then
+            # listed from its first page on connections already open (a round trip each for TCP
+            # and TLS, on the path to the mount being ready). With counters, two idle connections.
+            stores = await _alongside(client.warm, self._stores(client, state))
             for s in stores:
                 state.set_store(s.store_id, s.name, s.slug, s.access)
             state.set_meta("session_id", opts.session_id)
@@ -456,6 +460,22 @@ def _release_freed_memory() -> None:
         ctypes.CDLL("libc.so.6").malloc_trim(0)
     except (OSError, AttributeError):  # not glibc
         pass
+
+
+async def _alongside(background: Callable[[], Awaitable[None]], body: Awaitable[Any]) -> Any:
+    """`body`'s result, with `background()` (which never raises: `StoreClient.warm`) running
+    beside it until it ends; an exception of `body` comes out as itself, not in a group."""
+    try:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(background)
+            try:
+                return await body
+            finally:
+                nursery.cancel_scope.cancel()
+    except BaseExceptionGroup as group:
+        if len(group.exceptions) == 1 and not isinstance(group.exceptions[0], BaseExceptionGroup):
+            raise group.exceptions[0] from None
+        raise
 
 
 def _first_leaf(group: BaseExceptionGroup) -> BaseException:

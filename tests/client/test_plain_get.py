@@ -194,6 +194,34 @@ async def test_a_kept_connection_closed_after_the_readability_test_is_sent_anew(
         server.close()
 
 
+async def test_warmed_connections_carry_the_gets_that_follow_and_a_refused_one_is_the_gets_to_report():
+    # `PlainGet.warm` (a mount's daemon, while the session is read): the connections are open
+    # before the first GET, which then opens none; never more than `keep`.
+    body = _page(["/a.md"])
+    server = _scripted([(_ok(body), False), (_ok(body), False)])
+    get = PlainGet("http", "127.0.0.1", server.port, keep=2)
+    timeout = {"connect": 5.0, "read": 5.0, "write": 5.0}
+    try:
+        await get.warm(5, timeout)
+        assert get.connections_opened == 2 and len(get._idle) == 2
+        async with trio.open_nursery() as nursery:
+            for _ in range(2):
+                nursery.start_soon(get.get, b"/", [(b"host", b"x")], timeout)
+        assert get.connections_opened == 2 and server.connections == 2
+    finally:
+        await get.aclose()
+        server.close()
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+    listener.close()  # nothing listens: the warm opens nothing, and says nothing
+    refused = PlainGet("http", "127.0.0.1", port, keep=2)
+    await refused.warm(2, timeout)
+    assert refused.connections_opened == 0 and refused._idle == []
+    with pytest.raises(PlainHTTPError, match="connect"):
+        await refused.get(b"/", [(b"host", b"x")], timeout)
+
+
 async def test_a_new_connection_closed_without_an_answer_is_an_error_not_retried():
     server = _scripted([(b"", True), (_ok(_page(["/a.md"])), False)])
     get = PlainGet("http", "127.0.0.1", server.port, keep=2)

@@ -6,9 +6,10 @@ import argparse
 import math
 
 import pytest
+import trio
 
 from memfs.session.commands import parse_size
-from memfs.session.daemon import MountError, check_interval, preflight_root, stores_from_session
+from memfs.session.daemon import MountError, _alongside, check_interval, preflight_root, stores_from_session
 
 
 def resource(i: int, *, mount_path: str | None = None, access: str = "read_write") -> dict:
@@ -113,3 +114,31 @@ def test_an_unusable_state_dir_is_a_clear_error(tmp_path, foreground):
     assert proc.returncode == 1
     assert "cannot create the state dir /proc/memfs-cannot-be-here" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_what_runs_alongside_the_session_read_never_changes_its_outcome():
+    # daemon._alongside (the listing's connections opened while the session is read): the body's
+    # result, or its exception as itself (the daemon catches MountError by type), and the
+    # background work ended either way.
+    ended: list[str] = []
+
+    async def background() -> None:
+        try:
+            await trio.sleep_forever()
+        finally:
+            ended.append("background")
+
+    async def answer() -> str:
+        await trio.sleep(0.01)
+        return "stores"
+
+    async def refused() -> str:
+        raise MountError("cannot read session sesn_1")
+
+    async def main() -> None:
+        assert await _alongside(background, answer()) == "stores"
+        with pytest.raises(MountError, match="cannot read session"):
+            await _alongside(background, refused())
+
+    trio.run(main)
+    assert ended == ["background", "background"]
