@@ -100,7 +100,15 @@ class Sandbox:
             return {"ok": False, "stdout": proc.stdout, "stderr": proc.stderr}
 
     def status(self) -> dict:
-        return json.loads(self.memfs("status", "--root", str(self.root), "--json", check=True).stdout)
+        proc = self.memfs("status", "--root", str(self.root), "--json")
+        if proc.returncode != 0:  # with what the daemon was doing meanwhile (its log's end)
+            log = self.state_dir / "memfs.log"
+            tail = log.read_text(errors="replace").splitlines()[-40:] if log.exists() else []
+            raise AssertionError(
+                f"memfs status exited {proc.returncode}:\n{proc.stdout}\n{proc.stderr}\n"
+                "the daemon's log, its end:\n" + "\n".join(tail)
+            )
+        return json.loads(proc.stdout)
 
     def unmount(self, *, check: bool = True, timeout: float = 90) -> subprocess.CompletedProcess:
         return self.memfs("unmount", "--root", str(self.root), check=check, timeout=timeout)
