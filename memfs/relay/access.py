@@ -62,10 +62,7 @@ class AccessBook:
     def authenticate(self, cred: str, now: float) -> None:
         """The upstream answered the credential as one it knows (a 401 before it is forgotten)."""
         self._refused.pop(cred, None)
-        self._authenticated.pop(cred, None)  # re-inserted: the oldest come first when trimmed
-        self._authenticated[cred] = now
-        while len(self._authenticated) > AUTHENTICATED_KEPT:
-            del self._authenticated[next(iter(self._authenticated))]
+        _remember(self._authenticated, cred, now, AUTHENTICATED_KEPT)
 
     def authenticated(self, cred: str, now: float) -> bool:
         """The upstream knew the credential within the ttl: its requests' bodies may be read."""
@@ -84,10 +81,7 @@ class AccessBook:
         """The upstream answered 401 to it: nothing is served to it, and for a ttl it is refused
         without asking the upstream again."""
         self.revoke(cred)
-        self._refused.pop(cred, None)
-        self._refused[cred] = now
-        while len(self._refused) > REFUSED_KEPT:
-            del self._refused[next(iter(self._refused))]
+        _remember(self._refused, cred, now, REFUSED_KEPT)
 
     def refused(self, cred: str, now: float) -> bool:
         at = self._refused.get(cred)
@@ -105,3 +99,12 @@ class AccessBook:
 
     def __len__(self) -> int:
         return len(self._confirmed)
+
+
+def _remember(seen: dict[str, float], cred: str, now: float, kept: int) -> None:
+    """`cred` seen at `now`, re-inserted so that the oldest come first, and the oldest dropped
+    past `kept` (a flood of made-up credentials cannot grow the book)."""
+    seen.pop(cred, None)
+    seen[cred] = now
+    while len(seen) > kept:
+        del seen[next(iter(seen))]
