@@ -42,13 +42,7 @@ async def test_a_busy_mount_applies_a_remote_change_at_once_but_not_under_an_ope
         assert s["pull_pending"] and s["counter"] < await store_counter(world), s
         # no pull again while the held file stays open and the store does not move: nothing a
         # pull could apply (once the watch has told the last move and its pull has run)
-        final = await store_counter(world)
-        assert await until(lambda: m.store_status("notes")["counter_seen"] == final)
-        assert await until(lambda: not m.engine.busy)
-        await trio.sleep(0.3)
-        m.transport.clear()
-        await trio.sleep(0.5)
-        assert not [r for r in m.transport.requests if "/changes" in r[1]], m.transport.requests
+        await _no_pull_while_held(m, world, settle=0.3)
         m.fs.release(reader)  # closed: the next open sees the new content
         assert await until(lambda: m.read_file("/notes/a.md") == b"alpha 2"), m.store_status("notes")
         assert await until(lambda: not m.store_status("notes")["pull_pending"])
@@ -127,12 +121,7 @@ async def test_a_busy_mount_with_a_staged_change_applies_the_rest_of_its_store(w
         final = await store_counter(world)
         assert s["pull_pending"] and s["counter"] < final, s
         # no pull again while the held file stays staged and the store does not move
-        assert await until(lambda: m.store_status("notes")["counter_seen"] == final)
-        assert await until(lambda: not m.engine.busy)
-        await trio.sleep(0.5)
-        m.transport.clear()
-        await trio.sleep(0.5)
-        assert not [r for r in m.transport.requests if "/changes" in r[1]], m.transport.requests
+        await _no_pull_while_held(m, world, settle=0.5)
         assert sent.count(world.ids["/a.md"]) <= 1, sent  # the 409 is not met again and again
         result = await m.sync(force=False)  # between commands: the conflict is settled (merged)
         assert (
@@ -192,6 +181,18 @@ async def test_a_pull_that_holds_a_file_back_fetches_what_it_applies_and_takes_n
         assert await until(lambda: m.read_file("/notes/d/f00.md") == b"memory 0, again")
         world.svc.app.watch_hub.close()
         nursery.cancel_scope.cancel()
+
+
+async def _no_pull_while_held(m, world, *, settle: float) -> None:
+    """Once the watch has told the store's last move and the mount is idle (after `settle` s),
+    half a second goes by without a changes read: nothing a pull could apply is asked again."""
+    final = await store_counter(world)
+    assert await until(lambda: m.store_status("notes")["counter_seen"] == final)
+    assert await until(lambda: not m.engine.busy)
+    await trio.sleep(settle)
+    m.transport.clear()
+    await trio.sleep(0.5)
+    assert not [r for r in m.transport.requests if "/changes" in r[1]], m.transport.requests
 
 
 async def _on_store(world, path: str, tail: str) -> bool:
