@@ -472,10 +472,8 @@ async def _alongside(background: Callable[[], Awaitable[None]], body: Awaitable[
                 return await body
             finally:
                 nursery.cancel_scope.cancel()
-    except BaseExceptionGroup as group:
-        if len(group.exceptions) == 1 and not isinstance(group.exceptions[0], BaseExceptionGroup):
-            raise group.exceptions[0] from None
-        raise
+    except BaseExceptionGroup as group:  # the body's alone: `background` never raises
+        raise _first_leaf(group) from None
 
 
 def _first_leaf(group: BaseExceptionGroup) -> BaseException:
