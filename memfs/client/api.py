@@ -34,7 +34,7 @@ from memfs.client.budget import (
     store_of,
 )
 from memfs.client.egress import redact
-from memfs.client.errors import RESEND_CODES, ApiError, Unreachable, error_code
+from memfs.client.errors import RESEND_CODES, ApiError, Unreachable, error_code, first_failure
 from memfs.client.listing import LastListing, ListingWalk, keep_listing
 from memfs.client.plain_get import PlainHTTPError
 from memfs.client.records import Change, Changes, Listing
@@ -470,7 +470,7 @@ class StoreClient:
             async with trio.open_nursery() as nursery:
                 walk.start("/", nursery)
         except BaseExceptionGroup as group:  # the first failure, as itself: callers catch it by type
-            raise _first(group) from None
+            raise first_failure(group) from None
         finally:
             self._walks -= 1
             self.pages_parsed += walk.fresh  # pages parsed anew, not taken as the last listing had them
@@ -661,21 +661,6 @@ def _describe(exc: BaseException) -> str:
             return f"{type(exc).__name__}: {type(cause).__name__}: {cause}"
         cause = cause.__cause__ or cause.__context__
     return f"{type(exc).__name__}: (no details)"
-
-
-def _first(group: BaseExceptionGroup) -> BaseException:
-    """The first leaf of an exception group (ApiError/Unreachable over anything else)."""
-    leaves: list[BaseException] = []
-
-    def walk(g: BaseExceptionGroup) -> None:
-        for e in g.exceptions:
-            walk(e) if isinstance(e, BaseExceptionGroup) else leaves.append(e)
-
-    walk(group)
-    for e in leaves:
-        if isinstance(e, (ApiError, Unreachable)):
-            return e
-    return leaves[0]
 
 
 def _api_error(resp: httpx.Response) -> ApiError:

@@ -57,3 +57,19 @@ class ApiError(Exception):
 
 class Unreachable(Exception):
     """No answer: connection refused or reset, timeout, truncated body."""
+
+
+def first_failure(group: BaseExceptionGroup) -> BaseException:
+    """What a failed nursery (an exception group, nested or not) failed with, as itself, for a
+    caller that catches it by type: its first ApiError or Unreachable, else its first leaf."""
+    leaves: list[BaseException] = []
+
+    def walk(g: BaseExceptionGroup) -> None:
+        for e in g.exceptions:
+            walk(e) if isinstance(e, BaseExceptionGroup) else leaves.append(e)
+
+    walk(group)
+    for e in leaves:
+        if isinstance(e, (ApiError, Unreachable)):
+            return e
+    return leaves[0]

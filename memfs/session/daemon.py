@@ -17,12 +17,13 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import trio
 
 from memfs import limits
 from memfs.client import ApiError, StoreClient, Unreachable
+from memfs.client.errors import first_failure
 from memfs.mount.filesystem import Filesystem
 from memfs.mount.mount_table import fuse_mount_at
 from memfs.mount.state import State, StateLocked
@@ -39,6 +40,9 @@ from memfs.session.preflight import REQUEST_TIMEOUT, MountError, preflight_root,
 from memfs.session.preflight import check_interval as check_interval
 from memfs.session.preflight import clear_stale_mount as clear_stale_mount
 from memfs.session.sync_only import SYNC_ONLY_SOCKET_ENV, serve_sync_only
+
+if TYPE_CHECKING:
+    from memfs.sync.engine import SyncEngine
 
 log = logging.getLogger("memfs.mount")
 
@@ -158,7 +162,7 @@ class Daemon:
             # A MountError raised inside the nursery arrives wrapped: give the caller the message.
             mount_errors, rest = group.split(MountError)
             if mount_errors is not None and rest is None:
-                raise _first_leaf(mount_errors) from group
+                raise first_failure(mount_errors) from group
             raise
         finally:
             if self.early is not None:
@@ -219,20 +223,9 @@ class Daemon:
             self.engine = engine
             try:
                 started = time.monotonic()
-                counters, prefetched = None, None
                 if client.offers_counters is False:  # the daemon read the session: no counters offered
                     engine.has_counter = False  # not asked (SEMANTICS.md#d-no-counter)
-                if early is not None:
-                    counters = await trio.to_thread.run_sync(early.counters, abandon_on_cancel=True)
-                    # none offered (the session's answer), or the helper's read was answered 404/405
-                    if early.has_counter() is False:
-                        engine.has_counter = False  # not asked again (SEMANTICS.md#d-no-counter)
-                        if early.fresh:  # its feed probes: the limits heard after them
-                            await trio.to_thread.run_sync(early.probed, abandon_on_cancel=True)
-                    now = trio.current_time()  # the service's limit, as its answers to the helper said
-                    client.pacer.heard("read", early.limits().get, now, now)
-                    if early.fresh:
-                        prefetched = {s.store_id: early.snapshot(s.store_id) for s in stores}
+                counters, prefetched = await self._early_reads(client, engine, stores)
                 await engine.initial(counters, prefetched)
                 if early is not None:
                     early.close()
@@ -307,6 +300,31 @@ class Daemon:
             return 3
         log.info("every change is on the store service")
         return 0
+
+    async def _early_reads(
+        self, client: StoreClient, engine: SyncEngine, stores: list[StoreInfo]
+    ) -> tuple[dict[str, int] | None, dict[str, Any] | None]:
+        """What the early download read for the first download (early_fetch.py): the stores'
+        counters, and in a fresh state dir each store's snapshot or feed probe; (None, None)
+        without it. The client's pacer hears the service's limit as the helper's answers said."""
+        early = self.early
+        if early is None:
+            return None, None
+        counters = await trio.to_thread.run_sync(early.counters, abandon_on_cancel=True)
+        # none offered (the session's answer), or the helper's read was answered 404/405
+        no_counter = early.has_counter() is False
+        if no_counter:
+            engine.has_counter = False  # not asked again (SEMANTICS.md#d-no-counter)
+        now = trio.current_time()
+        client.pacer.heard("read", early.limits().get, now, now)
+        if not early.fresh:
+            return counters, None
+        if no_counter:
+            # Its feed probes, one a store, go out beside the listing's first pages
+            # (sync/remote.py `_probe_beside`): their turns are taken here.
+            for _store in stores:
+                client.pacer.reserve(now, "read")
+        return counters, {s.store_id: early.snapshot(s.store_id) for s in stores}
 
     async def _stores(self, client: StoreClient, state: State) -> list[StoreInfo]:
         """The stores to mount: the session's, or (no session) the ones `find_stores` names."""
@@ -473,14 +491,7 @@ async def _alongside(background: Callable[[], Awaitable[None]], body: Awaitable[
             finally:
                 nursery.cancel_scope.cancel()
     except BaseExceptionGroup as group:  # the body's alone: `background` never raises
-        raise _first_leaf(group) from None
-
-
-def _first_leaf(group: BaseExceptionGroup) -> BaseException:
-    exc: BaseException = group
-    while isinstance(exc, BaseExceptionGroup):
-        exc = exc.exceptions[0]
-    return exc
+        raise first_failure(group) from None
 
 
 def wait_until_unmounted(root: str, timeout: float, *, resolve: bool = True) -> bool:

@@ -8,8 +8,8 @@ session and the counters (unless the session's answer said the service has none)
 (no counter, no file, no baseline: a new sandbox), streams every store's snapshot into state.db's
 blobs as it arrives, and sends the daemon what the plan needs: (counter, entries, shas) per store.
 A service without counters (the hosted API) has no snapshot: the helper says so (the daemon then
-does not ask the counters again) and probes each store's version feed instead, which the first
-download's listing would otherwise wait for (memfs/sync/feed.py `VersionFeed.probe`).
+does not ask the counters again) and probes each store's version feed instead, beside the first
+download's listing (memfs/sync/feed.py `VersionFeed.probe`).
 The engine's first pull takes that instead of asking (memfs/sync/remote.py `StoreReader.prefetched`).
 
 The helper is a use of the store client, nothing of its own: its requests are `StoreClient`'s
@@ -116,11 +116,6 @@ class EarlyFetch:
         with self._cond:
             return self._results.get(("has_counter",))
 
-    def probed(self) -> bool:
-        """Without counters, in a fresh state dir: waits for the helper's version-feed probes
-        (then `limits()` counts them too); False when it made none."""
-        return bool(self._wait("probed"))
-
     def limits(self) -> dict[str, str]:
         """The `anthropic-ratelimit-requests-*` headers of the helper's last answer (the counters',
         else the session's), for the client's pacer (memfs/client/budget.py `Pacer.heard`): its
@@ -184,10 +179,9 @@ class _Take:
         return got
 
     def probed(self) -> Any:
-        """The helper's probe of the store's version feed (a FeedPosition), or None: not made, or
-        refused (the daemon then probes, and learns the refusal itself). Read once `probed()` came."""
-        with self.fetch._cond:
-            got = self.fetch._results.get(("probe", self.store_id))
+        """Blocks until the helper's probe of the store's version feed came (a FeedProbe), or None:
+        not made, or refused (the daemon then probes, and learns the refusal itself)."""
+        got = self.fetch._wait("probe", self.store_id)
         if got is not None:
             self.fetch.probes_taken.add(self.store_id)
         return got
@@ -373,11 +367,9 @@ class _Helper:
         return ids, True
 
     async def _probe_all(self, client: StoreClient, ids: list[str]) -> None:
-        """Without counters, a first download lists every store after probing its version feed
-        (memfs/sync/feed.py `VersionFeed.probe`): the same request, made here while the daemon
-        still imports, so that its listing starts as soon as it can. Still before the listing:
-        what the probe saw is then in the listing (a probe beside it could take a write the
-        listing missed for seen)."""
+        """Without counters, a first download probes each store's version feed beside its listing
+        (memfs/sync/feed.py `VersionFeed.probe`, memfs/sync/remote.py `_probe_beside`): the same
+        request, made here as soon as the session is read, while the daemon starts the listing."""
         import trio
 
         from memfs.sync.feed import VersionFeed
@@ -386,19 +378,20 @@ class _Helper:
 
         async def one(store_id: str) -> None:
             try:
-                at = (await feed.probe(store_id)).position
+                probed = (await feed.probe(store_id)).probed
             except Exception as exc:  # an error answer, a timeout: the daemon probes itself
                 self.send(("probe", store_id), None, f"the feed probe failed: {type(exc).__name__}: {exc}")
                 return
-            self.send(("probe", store_id), at, None if at is not None else "the version feed is refused")
+            self.send(
+                ("probe", store_id), probed, None if probed is not None else "the version feed is refused"
+            )
 
         try:
             async with trio.open_nursery() as nursery:
                 for store_id in ids:
                     nursery.start_soon(one, store_id)
         finally:
-            self.send(("limits",), client.limits_heard)  # the daemon's pacer counts the probes
-            self.send(("probed",), True)
+            self.send(("limits",), client.limits_heard)
 
     async def _stream_all(self, client: StoreClient, ids: list[str], state_dir: Path) -> None:
         import trio

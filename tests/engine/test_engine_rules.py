@@ -12,12 +12,14 @@ The list of rules is in docs/DESIGN.md ("Testing").
 from __future__ import annotations
 
 import errno
+import hashlib
 import math
 import re
 from pathlib import Path
 
 import httpx
 import pytest
+import trio
 
 from memfs.mount.replies import FsError
 from memfs.records import StoreInfo
@@ -433,6 +435,36 @@ async def test_without_a_counter_a_memory_missing_from_the_listing_is_asked_by_i
             m.transport.count("GET", MEMORY_BY_ID) == 0
             and m.transport.count("GET", "/memory_store_counters") == 0
         )
+    finally:
+        await world.close()
+        world.mounts.clear()
+        await hosted.aclose()
+
+
+async def test_a_write_between_a_listing_page_and_the_feed_probe_beside_it_is_read_next_tick(world, tmp_path):
+    """A first download without a counter probes the store's version feed beside its listing, not
+    a round trip before it (sync/remote.py `_probe_beside`). An edit that lands after the listing
+    read its memory and before the probe was answered is in the probe's page but not in the
+    listing: it must not count as seen, or no later tick would read it (sync/feed.py
+    `beside_listing`)."""
+    world.svc = hosted = InProcessService(tmp_path / "hosted", extensions=False)
+    try:
+        m = await world.setup({"/a.md": "alpha", "/b.md": "beta"}, download=False)
+        listed = hashlib.sha256(b"alpha").hexdigest()
+
+        async def edit_once_the_listing_has_it(request: httpx.Request) -> None:
+            with trio.fail_after(10):
+                while not m.state.has_blob(listed):  # the page was answered and its content stored
+                    await trio.sleep(0.01)
+            await hosted.update(world.rw, world.ids["/a.md"], content="alpha, edited meanwhile")
+
+        probe = m.transport.add("GET", rf"{world.rw}/memory_versions$", before=edit_once_the_listing_has_it)
+        await m.engine.initial()
+        assert probe.hits == 1 and m.engine.has_counter is False
+        assert m.read_file("/notes/a.md") == b"alpha"  # as the listing read it, before the edit
+        result = await m.sync()
+        assert result["ok"] and m.read_file("/notes/a.md") == b"alpha, edited meanwhile"
+        assert m.read_file("/notes/b.md") == b"beta"
     finally:
         await world.close()
         world.mounts.clear()

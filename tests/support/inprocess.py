@@ -281,14 +281,16 @@ class EngineWorld(World):
         self.mounts: list[EngineMount] = []
 
     async def setup(
-        self, notes: dict[str, str], handbook: dict[str, str] | None = None, **opts
+        self, notes: dict[str, str], handbook: dict[str, str] | None = None, *, download: bool = True, **opts
     ) -> EngineMount:
         """Two stores, notes (read_write, slug "notes") and handbook (read_only, slug "handbook"),
-        seeded with these files, and a mount of both (`opts`: EngineMount's) after its first sync."""
+        seeded with these files, and a mount of both (`opts`: EngineMount's) after its first sync
+        (`download` False: before it, for a test that sets faults for it first)."""
         await self.abuild(self.svc, notes_and_handbook(notes, handbook or {}, names=("Notes", "Handbook")))
         self.stores = [StoreInfo(s, spec.name, spec.slug, spec.access) for s, spec in self.made()]
         m = self.mount(self.stores, **opts)
-        await m.engine.initial()
+        if download:
+            await m.engine.initial()
         return m
 
     def mount(self, stores: list[StoreInfo], **opts) -> EngineMount:
