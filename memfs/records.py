@@ -77,13 +77,3 @@ class FeedPosition:
 
     position: str
     seen: frozenset[str]
-
-
-@dataclass(frozen=True, slots=True)
-class FeedProbe:
-    """A store's version feed as a first download's probe found it (memfs/sync/feed.py
-    `VersionFeed.probe`): its position, and the versions of its page as (id, memory id,
-    operation), newest first, which `beside_listing` checks against the listing it ran beside."""
-
-    position: FeedPosition
-    versions: tuple[tuple[str, str, str], ...]

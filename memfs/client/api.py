@@ -245,8 +245,9 @@ class StoreClient:
             await trio.sleep(wait)
         raise AssertionError("unreachable")  # the last attempt returns or raises
 
-    async def _get(self, endpoint: httpx.URL, query: bytes) -> tuple[bytes, str | None]:
-        """A listing page's GET: (body, its counter header or None), retried as `_request`.
+    async def _get(self, endpoint: httpx.URL, query: bytes) -> tuple[bytes, str | None, str | None]:
+        """A listing page's GET: (body, its counter header or None, its `Date` header or None),
+        retried as `_request`.
 
         With the client's own pools (not a test's transport) and no proxy in the way it is a plain
         HTTP/1.1 GET on trio's sockets (memfs/client/plain_get.py): a first download is hundreds of
@@ -259,7 +260,7 @@ class StoreClient:
         pools = self._pools
         if pools is None or pools.proxied:  # a test's transport, or a proxy in the way
             resp = await self._request("GET", httpx.URL(endpoint, query=query))
-            return resp.content, resp.headers.get(COUNTER_HEADER)
+            return resp.content, resp.headers.get(COUNTER_HEADER), resp.headers.get("date")
         plain = pools.plain(endpoint)
         # The target put together here: an httpx.URL per page parsed and re-quoted the whole URL
         # (~9 % of the daemon's CPU in a hosted tick, py-spy). `query` is percent-encoded ASCII.
@@ -271,7 +272,7 @@ class StoreClient:
             except PlainHTTPError as exc:
                 url = f"{endpoint}?{query.decode('ascii')}"
                 raise Unreachable(f"GET {url}: {exc}") from exc
-            encoding = counter = None
+            encoding = counter = date = None
             limits: dict[str, str] = {}
             for name, value in headers:
                 name = name.lower()
@@ -279,6 +280,8 @@ class StoreClient:
                     encoding = value.strip().lower()
                 elif name == COUNTER_HEADER_BYTES:
                     counter = value.decode("latin-1")
+                elif name == b"date":
+                    date = value.decode("latin-1")
                 elif name.startswith(b"anthropic-ratelimit-requests-"):
                     limits[name.decode("latin-1")] = value.decode("latin-1")
             if limits:
@@ -292,7 +295,7 @@ class StoreClient:
                     raise Unreachable(f"GET {endpoint}: gzip answer does not decode") from exc
             if status < 400:
                 self._widen()
-                return body, counter
+                return body, counter, date
             resp = httpx.Response(
                 status, headers=headers, content=body, request=httpx.Request("GET", endpoint)
             )

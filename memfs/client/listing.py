@@ -85,7 +85,7 @@ class ListingWalk:
 
     def __init__(
         self,
-        get: Callable[[httpx.URL, bytes], Awaitable[tuple[bytes, str | None]]],
+        get: Callable[[httpx.URL, bytes], Awaitable[tuple[bytes, str | None, str | None]]],
         base_url: str,
         store_id: str,
         view: str,
@@ -138,10 +138,12 @@ class ListingWalk:
         if cursor:
             query += "&page=" + quote(cursor, safe="")
         key = query.encode("ascii")
-        content, counter = await self.get(self.endpoint, key)
+        content, counter, date = await self.get(self.endpoint, key)
         self.listing.requests += 1
         if counter is not None:
             self.listing.counters.add(int(counter))
+        if date is not None:
+            self.listing.heard_date(date)
         got = self.last_pages.get(key)
         if got is None or got.body != content:
             self.fresh += 1

@@ -1,9 +1,10 @@
 """What the store client's calls return that the sync engine reads: a listing (`Listing`) and a
-change feed's answer (`Changes`). Plain records, importing nothing: the engine's port
+change feed's answer (`Changes`). Plain records, importing nothing of memfs: the engine's port
 (memfs/sync/ports.py `StoreApi`) names them without importing the client's transport."""
 
 from __future__ import annotations
 
+import email.utils
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -40,6 +41,22 @@ class Listing:
     counters: set[int] = field(default_factory=set)
     duplicates: set[str] = field(default_factory=set)
     requests: int = 0
+    # The service's clock at the earliest of its pages' answers (their `Date` headers, to the
+    # second, as a Unix time; None: none said): no page was read much before it, so a version
+    # written after the listing read its memory is no older (sync/feed.py `listed_position`).
+    served: float | None = None
+    _date: str = ""  # the `Date` last parsed (the pages of one second say the same)
+
+    def heard_date(self, value: str) -> None:
+        if value == self._date:
+            return
+        self._date = value
+        try:
+            at = email.utils.parsedate_to_datetime(value).timestamp()
+        except (TypeError, ValueError):
+            return
+        if self.served is None or at < self.served:
+            self.served = at
 
     @property
     def counter(self) -> int | None:

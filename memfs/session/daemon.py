@@ -305,25 +305,19 @@ class Daemon:
         self, client: StoreClient, engine: SyncEngine, stores: list[StoreInfo]
     ) -> tuple[dict[str, int] | None, dict[str, Any] | None]:
         """What the early download read for the first download (early_fetch.py): the stores'
-        counters, and in a fresh state dir each store's snapshot or feed probe; (None, None)
-        without it. The client's pacer hears the service's limit as the helper's answers said."""
+        counters, and in a fresh state dir each store's snapshot; (None, None) without it. The
+        client's pacer hears the service's limit as the helper's answers said."""
         early = self.early
         if early is None:
             return None, None
         counters = await trio.to_thread.run_sync(early.counters, abandon_on_cancel=True)
         # none offered (the session's answer), or the helper's read was answered 404/405
-        no_counter = early.has_counter() is False
-        if no_counter:
+        if early.has_counter() is False:
             engine.has_counter = False  # not asked again (SEMANTICS.md#d-no-counter)
         now = trio.current_time()
         client.pacer.heard("read", early.limits().get, now, now)
         if not early.fresh:
             return counters, None
-        if no_counter:
-            # Its feed probes, one a store, go out beside the listing's first pages
-            # (sync/remote.py `_probe_beside`): their turns are taken here.
-            for _store in stores:
-                client.pacer.reserve(now, "read")
         return counters, {s.store_id: early.snapshot(s.store_id) for s in stores}
 
     async def _stores(self, client: StoreClient, state: State) -> list[StoreInfo]:

@@ -8,8 +8,9 @@ session and the counters (unless the session's answer said the service has none)
 (no counter, no file, no baseline: a new sandbox), streams every store's snapshot into state.db's
 blobs as it arrives, and sends the daemon what the plan needs: (counter, entries, shas) per store.
 A service without counters (the hosted API) has no snapshot: the helper says so (the daemon then
-does not ask the counters again) and probes each store's version feed instead, beside the first
-download's listing (memfs/sync/feed.py `VersionFeed.probe`).
+does not ask the counters again): the daemon lists each store, and its listing says where the
+store's version feed stands (memfs/sync/feed.py `listed_position`), so there is nothing more to
+read early.
 The engine's first pull takes that instead of asking (memfs/sync/remote.py `StoreReader.prefetched`).
 
 The helper is a use of the store client, nothing of its own: its requests are `StoreClient`'s
@@ -68,7 +69,6 @@ class EarlyFetch:
         self.state: Any = None  # the state dir, opened and locked (memfs.mount.state.State)
         self.fresh = False  # the state dir had nothing: the snapshots are streamed
         self.taken: set[str] = set()  # stores whose early snapshot the first pull took
-        self.probes_taken: set[str] = set()  # stores whose early version-feed probe it took
         self._done = False
         self._cond = threading.Condition()
         self._reader = threading.Thread(target=self._read, name="memfs-early", daemon=True)
@@ -128,10 +128,8 @@ class EarlyFetch:
     def describe(self, stores: int) -> str:
         """One log line: what the first download took from the early download, and what not."""
         why = "; ".join(f"{k}: {v}" for k, v in sorted(self.reasons.items()))
-        probes = f", {len(self.probes_taken)} version feed(s) probed" if self.probes_taken else ""
-        return (
-            f"early download: {len(self.taken)} of {stores} store(s) streamed{probes} while the mount started"
-            + (f" (not early: {why})" if why else "")
+        return f"early download: {len(self.taken)} of {stores} store(s) streamed while the mount started" + (
+            f" (not early: {why})" if why else ""
         )
 
     # -- control ------------------------------------------------------------------------------
@@ -176,14 +174,6 @@ class _Take:
         got = self.fetch._wait("snapshot", self.store_id, pop=True)  # held once: 2,000 entries a store
         if got is not None:
             self.fetch.taken.add(self.store_id)
-        return got
-
-    def probed(self) -> Any:
-        """Blocks until the helper's probe of the store's version feed came (a FeedProbe), or None:
-        not made, or refused (the daemon then probes, and learns the refusal itself)."""
-        got = self.fetch._wait("probe", self.store_id)
-        if got is not None:
-            self.fetch.probes_taken.add(self.store_id)
         return got
 
 
@@ -317,15 +307,13 @@ class _Helper:
                 go = await trio.to_thread.run_sync(os.read, self.go_fd, 1)
                 if go == b"1" and counted:
                     await self._stream_all(client, ids, state_dir)
-                elif go == b"1":
-                    await self._probe_all(client, ids)
 
         trio.run(main)
         return 0
 
     async def _ask(self, client: StoreClient, session_id: str) -> tuple[list[str], bool] | None:
         """The session and the counters, sent as they come; the stores, and whether the service
-        has counters (snapshots to stream; else version feeds to probe), or None."""
+        has counters (snapshots to stream), or None."""
         from memfs.client.errors import ApiError, Unreachable
 
         session: Any = None
@@ -365,33 +353,6 @@ class _Helper:
             return ids, False
         self.send(("counters",), counters)
         return ids, True
-
-    async def _probe_all(self, client: StoreClient, ids: list[str]) -> None:
-        """Without counters, a first download probes each store's version feed beside its listing
-        (memfs/sync/feed.py `VersionFeed.probe`, memfs/sync/remote.py `_probe_beside`): the same
-        request, made here as soon as the session is read, while the daemon starts the listing."""
-        import trio
-
-        from memfs.sync.feed import VersionFeed
-
-        feed = VersionFeed(client)
-
-        async def one(store_id: str) -> None:
-            try:
-                probed = (await feed.probe(store_id)).probed
-            except Exception as exc:  # an error answer, a timeout: the daemon probes itself
-                self.send(("probe", store_id), None, f"the feed probe failed: {type(exc).__name__}: {exc}")
-                return
-            self.send(
-                ("probe", store_id), probed, None if probed is not None else "the version feed is refused"
-            )
-
-        try:
-            async with trio.open_nursery() as nursery:
-                for store_id in ids:
-                    nursery.start_soon(one, store_id)
-        finally:
-            self.send(("limits",), client.limits_heard)
 
     async def _stream_all(self, client: StoreClient, ids: list[str], state_dir: Path) -> None:
         import trio

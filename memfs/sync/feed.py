@@ -29,13 +29,12 @@ from __future__ import annotations
 import email.utils
 import logging
 import time
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from memfs.client.errors import ApiError
-from memfs.records import FeedPosition, FeedProbe
+from memfs.records import FeedPosition
 from memfs.sync.ports import StoreApi
 
 log = logging.getLogger("memfs.sync")
@@ -48,9 +47,6 @@ RETENTION_DAYS = 30.0  # the hosted API keeps non-current versions this long
 RETENTION_MARGIN_DAYS = 1.0  # a position older than retention minus this: list instead
 SEEN_KEPT = 10_000  # ids a position keeps seen when a read stopped before the overlap's end (`_covered`)
 REFUSED_RETRY_SECONDS = 3600.0  # a feed refused (403/404) to the session's token is asked again this rarely
-# A first download's probe answered later than this after its listing began is not used
-# (`beside_listing`): what it took for seen may be older than the next read's window.
-LATE_PROBE_SECONDS = OVERLAP_SECONDS / 2
 
 
 def parse_time(value: str) -> datetime:
@@ -104,7 +100,6 @@ class FeedRead:
     position: FeedPosition | None
     fresh: set[str] = field(default_factory=set)  # memories with a version not seen before
     requests: int = 0
-    probed: FeedProbe | None = None  # a probe's position and page (`VersionFeed.probe`)
 
     def newest_by_memory(self) -> dict[str, dict[str, Any]]:
         """memory id -> its newest version in the answer, for every memory with a new version."""
@@ -208,9 +203,8 @@ class VersionFeed:
             return FeedRead(None, None, requests=1)
         versions = page.get("data") or []
         # A store without a version (new, nothing written): the next read asks from the start.
-        at = self._position(versions, None, served_at(date)) or FeedPosition("", frozenset())
-        page_read = tuple((v["id"], v["memory_id"], v.get("operation") or "") for v in versions)
-        return FeedRead(None, at, requests=1, probed=FeedProbe(at, page_read))
+        at = self._position(versions, None, served_at(date))
+        return FeedRead(None, at or FeedPosition("", frozenset()), requests=1)
 
     async def read(
         self, store_id: str, at: FeedPosition | None, *, most: int, wide: float | None = None
@@ -243,27 +237,26 @@ class VersionFeed:
         return FeedRead(versions, position, fresh=fresh, requests=requests)
 
 
-def beside_listing(probe: FeedProbe, listed: Mapping[str, str | None]) -> FeedPosition:
-    """A first download's probe position, once the listing it ran beside has ended
-    (SEMANTICS.md#d-first-download). `listed`: memory id -> the `memory_version_id` the listing
-    showed it at.
-
-    The probe goes out with the listing's first pages, not a round trip before them, so the
-    service may answer it after some pages: a version written in between is in the probe's page,
-    and would count as seen, while the listing shows its memory as it was before. So a version
-    stays seen only where the listing shows its memory as the probe's newest version of it left
-    it: listed at that version, or, a delete, not listed. Every other memory's versions the next
-    read takes again (each was written while the store was listed, well inside its window, when
-    the probe came within LATE_PROBE_SECONDS); where the listing did show it, they change
-    nothing."""
-    newest: dict[str, tuple[str, str]] = {}
-    for vid, mid, operation in probe.versions:  # newest first
-        newest.setdefault(mid, (vid, operation))
-    settled = {
-        mid
-        for mid, (vid, operation) in newest.items()
-        if (listed.get(mid) == vid if mid in listed else operation == "deleted")
-    }
-    memory_of = {vid: mid for vid, mid, _operation in probe.versions}
-    seen = frozenset(vid for vid in probe.position.seen if memory_of.get(vid) in settled)
-    return FeedPosition(probe.position.position, seen)
+def listed_position(
+    items: list[dict[str, Any]], served: float | None, overlap: float = OVERLAP_SECONDS
+) -> FeedPosition | None:
+    """Where a first download's listing leaves the store's version feed, without a request of its
+    own (SEMANTICS.md#d-first-download): the service's clock at the listing's earliest page
+    (`Listing.served`), and for seen, the versions the listing showed its memories at, within the
+    overlap behind it. A version written after the listing read its memory is no older than that
+    clock (less a page's own answer time, well inside the overlap), and is not one the listing
+    showed: the next read takes it. None when the service said no time (the next pull then probes
+    the feed and lists the store again)."""
+    if served is None:
+        return None
+    at = datetime.fromtimestamp(served, UTC)
+    edge = at - timedelta(seconds=overlap)
+    seen = set()
+    for m in items:
+        version, updated = m.get("memory_version_id"), m.get("updated_at")
+        try:
+            if version and updated and parse_time(updated) >= edge:
+                seen.add(version)
+        except ValueError:
+            pass
+    return FeedPosition(format_time(at), frozenset(seen))

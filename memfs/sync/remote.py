@@ -11,19 +11,19 @@ consumes (apply.py). Nothing here changes the view or the baseline.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol
 
 import trio
 
-from memfs.client.errors import ApiError, first_failure
+from memfs.client.errors import ApiError
 from memfs.client.records import Listing
 from memfs.client.snapshot_stream import SnapshotEntry, StreamedSnapshot
-from memfs.records import BaseEntry, FeedPosition, FeedProbe, StoreInfo
+from memfs.records import BaseEntry, FeedPosition, StoreInfo
 from memfs.sync import plan as P
 from memfs.sync.bounded import gather
-from memfs.sync.feed import LATE_PROBE_SECONDS, VersionFeed, beside_listing
+from memfs.sync.feed import VersionFeed, listed_position
 from memfs.sync.ports import Journal, StoreApi
 
 # A pull that lacks the content of at least this many memories, worth at least 1/SNAPSHOT_SHARE
@@ -173,10 +173,6 @@ class Prefetched(Protocol):
         """Blocks until the stream ended: (its counter, its memories, the shas it stored), or
         None when it failed (nothing of it is in the view; the caller reads the store anew)."""
 
-    def probed(self) -> FeedProbe | None:
-        """Without a counter: blocks until the early download's probe of the store's version feed
-        (`VersionFeed.probe`, made beside the listing) came: it, or None: the caller probes it itself."""
-
 
 class StoreReader:
     """Reads what a pull needs from the store, through the client, into the state dir's blobs
@@ -230,10 +226,10 @@ class StoreReader:
         `wide`: read the version feed this many seconds back instead of the overlap (the safety
         net's wide window against a late version, SEMANTICS.md#d-no-counter)."""
         sid = store.store_id
-        # A first download without a counter: where the version feed stands is probed beside the
-        # listing, not a round trip before it (`_probe_beside`).
-        probing = has_counter is False and not base and self.state.feed_position(sid) is None
-        if has_counter is False and not probing:
+        # A first download without a counter: where the version feed stands is what its listing
+        # says (sync/feed.py `listed_position`), not a request of its own.
+        first = has_counter is False and not base and self.state.feed_position(sid) is None
+        if has_counter is False and not first:
             fed = await self._from_feed(store, base, pulled, expect, net=net, wide=wide)
             if fed is not None:
                 return fed
@@ -257,15 +253,14 @@ class StoreReader:
         async def store_page(data: list[dict[str, Any]]) -> None:
             await trio.to_thread.run_sync(stored.put, data)
 
-        async def listed() -> Listing:
-            return await self.client.list_memories(
-                sid,
-                view="full" if full else "basic",
-                known=prefix_sizes(base) if sizes is None else sizes,
-                on_page=store_page if full else None,
-            )
-
-        listing = await (self._probe_beside(sid, listed, pulled) if probing else listed())
+        listing = await self.client.list_memories(
+            sid,
+            view="full" if full else "basic",
+            known=prefix_sizes(base) if sizes is None else sizes,
+            on_page=store_page if full else None,
+        )
+        if first:
+            pulled.feed = listed_position(listing.items, listing.served, self.feed.overlap)
         if full:
             pulled.streamed = stored.shas
         items = pulled.listed = listing.items  # in path order (the client sorts them)
@@ -359,7 +354,7 @@ class StoreReader:
     ) -> RemoteRead | None:
         """The store as the baseline plus the versions written since (sync/feed.py), or None when
         it must be listed: the feed refused or too old, more versions than the store has
-        memories, or `net` (a first download is listed with its probe beside: `_probe_beside`). Nothing new:
+        memories, or `net` (a first download is listed: `read`). Nothing new:
         `expect` itself (one request)."""
         sid = store.store_id
         at = self.state.feed_position(sid)
@@ -399,36 +394,6 @@ class StoreReader:
             return RemoteRead(expect, list(order), None)
         await self._ask(store, redacted, remote, pulled)
         return RemoteRead(remote, in_path_order(remote), None)
-
-    async def _probe_beside(
-        self, sid: str, listed: Callable[[], Awaitable[Listing]], pulled: Pulled
-    ) -> Listing:
-        """A first download's listing, and beside it the probe of the store's version feed (the
-        early download's, else its own): `pulled.feed` is where the feed stood, less what the
-        listing does not show (sync/feed.py `beside_listing`). A probe answered more than
-        LATE_PROBE_SECONDS after the listing began records nothing: the next pull probes and
-        lists again. A failed probe fails the download, as a failed page does."""
-        began = trio.current_time()
-        probed: list[tuple[FeedProbe | None, float]] = []
-
-        async def probe() -> None:
-            early = self.prefetched.get(sid)
-            got = await trio.to_thread.run_sync(early.probed, abandon_on_cancel=True) if early else None
-            if got is None:
-                got = (await self.feed.probe(sid)).probed
-            probed.append((got, trio.current_time()))
-
-        try:
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(probe)
-                listing = await listed()
-        except BaseExceptionGroup as group:  # the first failure, as itself: callers catch it by type
-            raise first_failure(group) from None
-        got, answered = probed[0]
-        if got is not None and answered - began <= LATE_PROBE_SECONDS:
-            shown = {m["id"]: m.get("memory_version_id") for m in listing.items}
-            pulled.feed = beside_listing(got, shown)
-        return listing
 
     async def _ask(
         self, store: StoreInfo, ids: list[str], remote: dict[str, P.RemoteEntry], pulled: Pulled

@@ -145,6 +145,11 @@ def test_a_feed_refused_to_session_tokens_falls_back_to_listings_still_demand_dr
         h.proxy.reset_counts()
         h.box.sync()
         assert (h.box.root / "feed-0" / "d" / "e.md").read_text() == "echo, edited\n"
+        # The download asked no feed (its listing said where the feed stood): the first tick meets
+        # the refusal, one 403 a store, lists, and does not ask the feed again for an hour.
+        assert h.count(LISTING) >= 2 and h.count(VERSIONS) == len(h.stores), h.proxy.log
+        h.proxy.reset_counts()
+        h.box.sync()
         assert h.count(LISTING) >= 2 and h.count(VERSIONS) == 0, h.proxy.log
         time.sleep(7)  # the read above was a use: one more poll at the interval, then none
         h.proxy.reset_counts()

@@ -12,14 +12,12 @@ The list of rules is in docs/DESIGN.md ("Testing").
 from __future__ import annotations
 
 import errno
-import hashlib
 import math
 import re
 from pathlib import Path
 
 import httpx
 import pytest
-import trio
 
 from memfs.mount.replies import FsError
 from memfs.records import StoreInfo
@@ -441,30 +439,39 @@ async def test_without_a_counter_a_memory_missing_from_the_listing_is_asked_by_i
         await hosted.aclose()
 
 
-async def test_a_write_between_a_listing_page_and_the_feed_probe_beside_it_is_read_next_tick(world, tmp_path):
-    """A first download without a counter probes the store's version feed beside its listing, not
-    a round trip before it (sync/remote.py `_probe_beside`). An edit that lands after the listing
-    read its memory and before the probe was answered is in the probe's page but not in the
-    listing: it must not count as seen, or no later tick would read it (sync/feed.py
-    `beside_listing`)."""
+async def test_what_changes_while_a_first_download_lists_the_store_the_next_tick_reads(world, tmp_path):
+    """A first download without a counter takes where the store's version feed stands from its
+    listing, with no request of its own (sync/feed.py `listed_position`): the service's clock at
+    the first page, and the versions the listing showed. What changes after the listing read a
+    memory is then the next tick's feed read, with no listing."""
     world.svc = hosted = InProcessService(tmp_path / "hosted", extensions=False)
     try:
-        m = await world.setup({"/a.md": "alpha", "/b.md": "beta"}, download=False)
-        listed = hashlib.sha256(b"alpha").hexdigest()
+        notes = {f"/a{i:02}.md": f"note {i}" for i in range(25)}  # two pages of "/" and its probe page
+        m = await world.setup(notes, download=False)
+        asked = 0
 
-        async def edit_once_the_listing_has_it(request: httpx.Request) -> None:
-            with trio.fail_after(10):
-                while not m.state.has_blob(listed):  # the page was answered and its content stored
-                    await trio.sleep(0.01)
-            await hosted.update(world.rw, world.ids["/a.md"], content="alpha, edited meanwhile")
+        async def change_before_the_last_page(request: httpx.Request) -> None:
+            nonlocal asked
+            asked += 1
+            if asked == 3:  # the probe page and "/"'s first page are in: /a00.md and /a01.md read
+                await hosted.update(world.rw, world.ids["/a00.md"], content="note 0, edited meanwhile")
+                await hosted.delete(world.rw, world.ids["/a01.md"])
+                await hosted.create(world.rw, "/0-new.md", "created meanwhile")  # before every page
 
-        probe = m.transport.add("GET", rf"{world.rw}/memory_versions$", before=edit_once_the_listing_has_it)
+        m.transport.add("GET", rf"{world.rw}/memories$", before=change_before_the_last_page, times=None)
         await m.engine.initial()
-        assert probe.hits == 1 and m.engine.has_counter is False
-        assert m.read_file("/notes/a.md") == b"alpha"  # as the listing read it, before the edit
+        assert asked == 3 and m.transport.count("GET", "/memory_versions") == 0
+        # The view is the listing's: what changed after it read those memories is not in it.
+        assert m.read_file("/notes/a00.md") == b"note 0" and m.exists("/notes/a01.md")
+        assert not m.exists("/notes/0-new.md")
+        m.transport.clear()
         result = await m.sync()
-        assert result["ok"] and m.read_file("/notes/a.md") == b"alpha, edited meanwhile"
-        assert m.read_file("/notes/b.md") == b"beta"
+        assert result["ok"] and m.read_file("/notes/a00.md") == b"note 0, edited meanwhile"
+        assert not m.exists("/notes/a01.md") and m.read_file("/notes/0-new.md") == b"created meanwhile"
+        assert m.read_file("/notes/a24.md") == b"note 24"
+        # The feed, from the listed position: no listing again, and no memory asked by id (the
+        # feed's pages carry the content).
+        assert m.transport.count("GET", rf"{world.rw}/memories") == 0, m.transport.requests
     finally:
         await world.close()
         world.mounts.clear()

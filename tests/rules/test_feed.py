@@ -4,13 +4,14 @@ what it records, and which versions count as new. A stand-in for the client answ
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 import trio
 
 from memfs.client.errors import ApiError
-from memfs.records import FeedPosition, FeedProbe
-from memfs.sync.feed import VersionFeed, beside_listing
+from memfs.records import FeedPosition
+from memfs.sync.feed import VersionFeed, listed_position
 
 
 class Pages:
@@ -108,40 +109,24 @@ def test_a_feed_with_content_asks_full_pages_but_the_wide_window_basic_ones():
     assert [(p.get("view"), p["limit"]) for p in pages.asked] == [("full", 20), (None, 100), (None, 100)]
 
 
-def test_a_probe_beside_the_listing_keeps_seen_only_what_the_listing_shows():
-    """`beside_listing` (SEMANTICS.md#d-first-download): the probe of a first download may be
-    answered after some listing pages, so a version of its page stays seen only where the listing
-    shows its memory as that memory's newest version in the page left it."""
-    at = "2026-12-03T10:30:00.000000Z"
-    versions = (
-        ("memver_a2", "mem_a", "modified"),  # newest first: written after the listing read mem_a
-        ("memver_b1", "mem_b", "created"),  # listed at this version
-        ("memver_c2", "mem_c", "deleted"),  # deleted, and not listed
-        ("memver_d1", "mem_d", "created"),  # created after its prefix was listed: not listed
-        ("memver_e3", "mem_e", "modified"),  # listed at a newer version than the probe's
-        ("memver_a1", "mem_a", "created"),
-        ("memver_c1", "mem_c", "created"),
+def test_a_first_downloads_listing_says_where_the_feed_stands():
+    """`listed_position` (SEMANTICS.md#d-first-download): the service's clock at the listing's
+    earliest page, and seen: the versions the listing showed, within the overlap behind it."""
+    served = datetime(2026, 12, 3, 10, 30, tzinfo=UTC).timestamp()
+
+    def memory(mid: str, version: str | None, updated: str | None) -> dict:
+        return {"id": mid, "memory_version_id": version, "updated_at": updated}
+
+    items = [
+        memory("mem_a", "memver_a3", "2026-12-03T10:29:59.5Z"),  # written a moment before
+        memory("mem_b", "memver_b1", "2026-12-03T10:28:00.000000Z"),  # at the overlap's edge
+        memory("mem_c", "memver_c7", "2026-12-03T10:27:59.999999Z"),  # behind it: never read again
+        memory("mem_d", None, "2026-12-03T10:29:00Z"),  # no version id said: nothing to see
+        memory("mem_e", "memver_e1", None),
+        memory("mem_f", "memver_f1", "not a time"),
+    ]
+    assert listed_position(items, served) == FeedPosition(
+        "2026-12-03T10:30:00.000000Z", frozenset({"memver_a3", "memver_b1"})
     )
-    probe = FeedProbe(FeedPosition(at, frozenset(v[0] for v in versions)), versions)
-    listed = {"mem_a": "memver_a1", "mem_b": "memver_b1", "mem_e": "memver_e4", "mem_f": None}
-    assert beside_listing(probe, listed) == FeedPosition(at, frozenset({"memver_b1", "memver_c2", "memver_c1"}))
-    # A listing without version ids (a service that leaves them out) keeps only the deletes seen.
-    bare = {mid: None for mid in listed}
-    assert beside_listing(probe, bare) == FeedPosition(at, frozenset({"memver_c2", "memver_c1"}))
-    # What the probe did not take for seen (outside its overlap) stays unseen.
-    narrow = FeedProbe(FeedPosition(at, frozenset({"memver_b1"})), versions)
-    assert beside_listing(narrow, listed) == FeedPosition(at, frozenset({"memver_b1"}))
-
-
-def test_a_probe_says_its_pages_versions_for_the_listing_beside_it():
-    at = "2026-12-03T10:29:00.000000Z"
-    page = [v("memver_2", "mem_a", at), v("memver_1", "mem_b", "2026-12-03T10:00:00.000000Z", op="created")]
-    feed = VersionFeed(Pages((page, None, "Thu, 03 Dec 2026 10:30:00 GMT")))  # type: ignore[arg-type]
-
-    async def go():
-        return await feed.probe("memstore_x")
-
-    got = trio.run(go)
-    assert got.probed is not None and got.probed.position == got.position
-    assert got.probed.versions == (("memver_2", "mem_a", "modified"), ("memver_1", "mem_b", "created"))
-    assert got.position == FeedPosition("2026-12-03T10:30:00.000000Z", frozenset({"memver_2"}))
+    assert listed_position([], served) == FeedPosition("2026-12-03T10:30:00.000000Z", frozenset())
+    assert listed_position(items, None) is None  # no clock said: the next pull probes and lists

@@ -17,6 +17,7 @@ Every method that talks to the service is async: call them from a `@pytest.mark.
 
 from __future__ import annotations
 
+import email.utils
 import re
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -115,6 +116,18 @@ class FaultTransport(httpx.AsyncBaseTransport):
 # ---- the service ----------------------------------------------------------------------------------
 
 
+class ServedTransport(httpx.ASGITransport):
+    """The app in process, answering as `memfs serve` does behind uvicorn: with a `Date` header
+    (uvicorn adds it; the app does not), which a first download's feed position is taken from
+    (memfs/sync/feed.py `listed_position`)."""
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        resp = await super().handle_async_request(request)
+        if "date" not in resp.headers:
+            resp.headers["date"] = email.utils.formatdate(usegmt=True)
+        return resp
+
+
 class InProcessService:
     """The real service app on SQLite in `workdir`, and an admin client for the test's own writes
     (what another writer or the operator does; never through the FaultTransport)."""
@@ -131,7 +144,7 @@ class InProcessService:
         to a repeated update and the test 503s; with `extensions` False, `memfs serve --hosted-api`."""
         self.storage = open_storage(Path(workdir) / "store.db")
         self.app = create_app(self.storage, ADMIN_KEY, max_memories, extensions=extensions, hosted=hosted)
-        self.transport = httpx.ASGITransport(app=self.app)
+        self.transport = ServedTransport(app=self.app)
         self.admin = httpx.AsyncClient(
             transport=self.transport, base_url=BASE_URL, headers={"x-api-key": ADMIN_KEY, **MEMORY_BETA}
         )
