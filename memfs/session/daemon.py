@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import gc
 import json
 import logging
 import os
@@ -226,6 +227,11 @@ class Daemon:
                 if client.offers_counters is False:  # the daemon read the session: no counters offered
                     engine.has_counter = False  # not asked (SEMANTICS.md#d-no-counter)
                 counters, prefetched = await self._early_reads(client, engine, stores)
+                # What the daemon holds now (its imports: trio, httpx, pyfuse3, the engine) stays
+                # for its life: out of the collector's generations, so that the collections the
+                # download's thousands of containers set off do not walk it all again (the
+                # store's apply, 2,000 memories: 45-120 ms with it, 31-47 ms without).
+                gc.freeze()
                 await engine.initial(counters, prefetched)
                 if early is not None:
                     early.close()
