@@ -15,7 +15,8 @@ import re
 import sys
 import time
 
-LOG_FORMATS = ("text", "json")
+from memfs.protocol import LOG_FORMATS as LOG_FORMATS  # the command line's vocabulary
+
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
 

@@ -83,6 +83,8 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
 ALLOWED: dict[str, tuple[str, ...]] = {
     "memfs.sync": ("memfs.client.records", "memfs.client.errors", "memfs.client.snapshot_stream"),
     "memfs.relay": ("memfs.sync.feed", "memfs.sync.bounded"),
+    # --log-format's words, with the command line's other vocabularies (protocol imports nothing)
+    "memfs.logging_setup": ("memfs.protocol",),
 }
 # The filesystem's core knows no kernel: only the adapter and the runner speak pyfuse3.
 KERNEL_FREE = ("memfs.mount", "memfs.records", "memfs.sync", "memfs.session.offline", "memfs.relay")

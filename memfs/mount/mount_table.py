@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass
+from typing import NamedTuple
 
 MOUNTS = "/proc/mounts"
 
@@ -23,8 +23,7 @@ def unescape(field: bytes) -> str:
     return os.fsdecode(_ESCAPE.sub(lambda m: bytes([int(m.group(1), 8) & 0xFF]), field))
 
 
-@dataclass(frozen=True)
-class MountEntry:
+class MountEntry(NamedTuple):  # not a dataclass: `memfs mount` reads the table before it forks
     source: str
     mount_point: str
     fstype: str

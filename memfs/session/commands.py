@@ -2,7 +2,8 @@
 status, unmount and flush run in state_commands.py).
 
 This module imports only what parsing and the control socket need at the top (no httpx, trio or
-pyfuse3: ~0.3 s of imports); every command imports the rest when it runs. `memfs sync` itself
+pyfuse3: ~0.3 s of imports; nor logging, which a mount handed to a standby never uses); every
+command imports the rest when it runs. `memfs sync` itself
 lives in hook.py, which the command line reaches without importing this module at all."""
 
 from __future__ import annotations
@@ -13,9 +14,8 @@ import sys
 from pathlib import Path
 
 from memfs import limits
-from memfs.logging_setup import LOG_FORMATS, setup_logging
 from memfs.private_files import open_private_append, private_dir
-from memfs.protocol import DELETION_MODES, ON_CONFLICT_MODES
+from memfs.protocol import DELETION_MODES, LOG_FORMATS, ON_CONFLICT_MODES
 from memfs.session import control
 from memfs.session.cli_support import ReadyLine, _fail, _float, _token, parse_size
 from memfs.session.hook import EXIT_NOT_ANSWERING, cmd_sync
@@ -503,6 +503,7 @@ def _run_foreground(
     import_trio_without_ldconfig()
     import trio
 
+    from memfs.logging_setup import setup_logging
     from memfs.session.daemon import Daemon, MountError, MountOptions
 
     setup_logging(args.log_format)

@@ -6,16 +6,16 @@ memfs.session.daemon re-exports them."""
 from __future__ import annotations
 
 import errno
-import logging
 import math
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from memfs import limits
 from memfs.mount.mount_table import fuse_mount_at
-from memfs.records import StoreInfo
 
-log = logging.getLogger("memfs.mount")
+if TYPE_CHECKING:
+    from memfs.records import StoreInfo
+
 
 MOUNT_PARENT = "/mnt/memory"
 REQUEST_TIMEOUT = 10.0  # seconds: each request of the mount (connect, each read), early download too
@@ -54,10 +54,11 @@ def clear_stale_mount(root: str) -> bool:
         raise MountError(
             f"{root} holds a dead {kind} mount that is not memfs's; unmount it: fusermount3 -uz {root}"
         )
+    import logging  # not before: `memfs mount` runs these checks, and handed to a standby never logs
     import subprocess
 
     subprocess.run(["fusermount3", "-uz", root], check=False, capture_output=True)
-    log.warning("cleared a dead memfs mount at %s", root)
+    logging.getLogger("memfs.mount").warning("cleared a dead memfs mount at %s", root)
     return True
 
 
@@ -83,6 +84,8 @@ def preflight_root(root: str) -> None:
 
 # -- session ------------------------------------------------------------------------------------
 def stores_from_session(session: dict[str, Any], root: str) -> list[StoreInfo]:
+    from memfs.records import StoreInfo  # dataclasses: not for the checks `memfs mount` runs before it forks
+
     resources = [r for r in session.get("resources", []) if r.get("type") == "memory_store"]
     if not resources:
         raise MountError(f"session {session.get('id')} has no memory stores attached: nothing to mount")

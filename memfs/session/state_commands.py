@@ -7,7 +7,6 @@ import json
 import os
 from pathlib import Path
 
-from memfs.logging_setup import setup_logging
 from memfs.session import control
 from memfs.session.cli_support import EXIT_NOT_ON_STORE, _fail, _token
 from memfs.session.hook import EXIT_NOT_ANSWERING
@@ -183,6 +182,7 @@ def cmd_flush(args: argparse.Namespace) -> int:
 
     import trio
 
+    from memfs.logging_setup import setup_logging
     from memfs.session.offline import flush_state_dir
 
     setup_logging(args.log_format)

@@ -107,3 +107,26 @@ def test_the_mount_forks_and_starts_its_early_download_before_the_heavy_imports(
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"
+
+
+def test_a_mount_handed_to_a_standby_imports_no_logging_before_it_hands_it_over():
+    # `memfs mount` with a standby waiting (SEMANTICS.md#d-standby) runs its checks, takes the
+    # token and hands the session over: every millisecond of that is on the path to the mount
+    # being ready, so it leaves what only a daemon uses (logging, dataclasses: ~10 ms) to the
+    # standby, which imported them at boot.
+    code = textwrap.dedent(
+        """
+        import sys
+        import memfs.cli
+        parser = memfs.cli.build_parser("mount")
+        parser.parse_args(["mount", "--root", "/tmp/x"])
+        from memfs.session import commands, control, preflight, standby, store_mount
+        from memfs.session.commands import _token
+        _token()
+        preflight.check_interval(60.0)
+        print(sorted(m for m in ("logging", "dataclasses", "memfs.records") if m in sys.modules))
+        """
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"
