@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import time
 import zlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from contextlib import asynccontextmanager, nullcontext
@@ -150,6 +151,9 @@ class StoreClient:
         # The last answer's `anthropic-ratelimit-requests-*` headers: the mount's early download
         # hands them to the daemon's client, whose first request is then paced like the rest.
         self.limits_heard: dict[str, str] = {}
+        # When the request whose answer said them was sent, and when the answer came
+        # (time.monotonic(): the system's clock, the same in a process this one forks).
+        self.limits_heard_at: tuple[float, float] | None = None
         # Whether the session's answer said the service serves memfs's extensions: None until it
         # was read; False: no counters to ask (the hosted API; SEMANTICS.md#d-no-counter).
         self.offers_counters: bool | None = None
@@ -203,11 +207,14 @@ class StoreClient:
 
     def _heard(self, method: str, header: Callable[[str], str | None], sent_at: float) -> None:
         """An answer's rate-limit headers, if any, to the pacer (memfs/client/budget.py `Pacer.heard`),
-        and kept as `limits_heard`."""
+        and kept as `limits_heard` (with `limits_heard_at`)."""
         said = {name: value for name in RATE_HEADERS if (value := header(name)) is not None}
+        now = trio.current_time()
         if said:
             self.limits_heard = said
-        self.pacer.heard(class_of(method), header, sent_at, trio.current_time())
+            answered = time.monotonic()
+            self.limits_heard_at = (answered - (now - sent_at), answered)
+        self.pacer.heard(class_of(method), header, sent_at, now)
 
     def _widen(self) -> None:
         if self._slots is not None and self._slots.total_tokens < self.concurrency:

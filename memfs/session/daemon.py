@@ -320,8 +320,12 @@ class Daemon:
         # none offered (the session's answer), or the helper's read was answered 404/405
         if early.has_counter() is False:
             engine.has_counter = False  # not asked again (SEMANTICS.md#d-no-counter)
+        said, times = early.limits()
         now = trio.current_time()
-        client.pacer.heard("read", early.limits().get, now, now)
+        # The helper's clock is the system's: its request's times on the pacer's. The mirror then
+        # counts the refill since the service answered it (a token per 50 ms at the hosted rate).
+        sent, answered = (now - (time.monotonic() - t) for t in times) if times else (now, now)
+        client.pacer.heard("read", said.get, sent, answered)
         if not early.fresh:
             return counters, None
         return counters, {s.store_id: early.snapshot(s.store_id) for s in stores}

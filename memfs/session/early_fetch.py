@@ -116,11 +116,12 @@ class EarlyFetch:
         with self._cond:
             return self._results.get(("has_counter",))
 
-    def limits(self) -> dict[str, str]:
+    def limits(self) -> tuple[dict[str, str], tuple[float, float] | None]:
         """The `anthropic-ratelimit-requests-*` headers of the helper's last answer (the counters',
         else the session's), for the client's pacer (memfs/client/budget.py `Pacer.heard`): its
-        first request is then paced like the rest. Empty when the service sent none."""
-        return self._wait("limits") or {}
+        first request is then paced like the rest. Empty when the service sent none. With them:
+        when that request was sent and its answer came (time.monotonic()), or None."""
+        return self._wait("limits") or ({}, None)
 
     def snapshot(self, store_id: str) -> _Take:
         return _Take(self, store_id)
@@ -320,10 +321,10 @@ class _Helper:
         try:
             session = await client.get_session(session_id)
         except (ApiError, Unreachable) as exc:
-            self.send(("limits",), client.limits_heard)
+            self.send(("limits",), (client.limits_heard, client.limits_heard_at))
             self.send(("session",), None, f"the session read failed: {exc}")
             return None
-        self.send(("limits",), client.limits_heard)
+        self.send(("limits",), (client.limits_heard, client.limits_heard_at))
         if not isinstance(session, dict):  # the daemon asks, and says what is wrong with it
             self.send(("session",), None, "the session read answered no session object")
             return None
@@ -346,7 +347,7 @@ class _Helper:
         except (ApiError, Unreachable) as exc:
             self.send(("counters",), None, f"the counters read failed: {exc}")
             return None
-        self.send(("limits",), client.limits_heard)
+        self.send(("limits",), (client.limits_heard, client.limits_heard_at))
         if counters is None:  # no counter (the hosted API): no snapshot either
             self.send(("has_counter",), False)  # before the counters: the daemon reads it once they came
             self.send(("counters",), None, "the service has no counters")
