@@ -216,9 +216,12 @@ class Bucket:
         self.level -= 1.0
         return wait
 
-    def learn(self, per_minute: float, burst: float | None, level: float | None, now: float) -> None:
+    def learn(
+        self, per_minute: float, burst: float | None, level: float | None, now: float, *, exact: bool = False
+    ) -> None:
         """What the service said: its rate, its burst (None: not said), and an estimate of its
-        bucket's level now (None: not said). The mirror never holds more than the service does."""
+        bucket's level now (None: not said). The mirror never holds more than the service does:
+        an estimate brings it down; an `exact` one (`Pacer.heard`) sets it, up too."""
         self.refill(now)
         self.rate = per_minute / 60.0
         if burst is not None and burst != self.burst:
@@ -226,7 +229,7 @@ class Bucket:
             self.capacity = self._capacity(burst)
             self.level = min(self.level, self.capacity)
         if level is not None:
-            self.level = min(self.level, level - MARGIN)
+            self.level = min(self.capacity, level - MARGIN) if exact else min(self.level, level - MARGIN)
 
 
 class Pacer:
@@ -328,10 +331,22 @@ class Pacer:
         if bucket is None:
             bucket = self.buckets[cls] = Bucket(rate, burst or rate * ASSUMED_BURST_S, now)
         level = None
+        exact = False
         if remaining is not None:
             since = sum(1 for t, c in self._sent if t > sent_at and c == cls)
             level = remaining - since + rate * max(0.0, now - sent_at) / 2
-        bucket.learn(limit, burst, level, now)
+            # Exact when no other request went out near this one: none sent in the half turn
+            # before it (the rate's spacing: one sent earlier is counted earlier) nor after it
+            # until its answer; the turns reserved since have not left yet. Then `remaining`
+            # counted every request but those, and the estimate may also raise the mirror.
+            # Otherwise (requests in flight together: a burst, concurrent chains) the service may
+            # have counted some before this one and some after, and an estimate only lowers it:
+            # from those alone the mirror ratcheted down to the most pessimistic of dozens of
+            # answers and stayed 2-3 tokens below the service for the rest of a download.
+            before = sum(1 for t, c in self._sent if c == cls and sent_at - 0.5 / rate < t <= sent_at)
+            after = sum(1 for t, c in self._sent if c == cls and sent_at < t <= now)
+            exact = before <= 1 and not after  # the one before: this request's own turn
+        bucket.learn(limit, burst, level, now, exact=exact)
         self.told.add(cls)
 
     def limited(self, sent_at: float, now: float, cls: str = "read") -> None:

@@ -176,3 +176,29 @@ def test_headers_that_say_nothing_usable_change_nothing():
     assert not p.paced(0.0)
     p.heard("read", {LIMIT_HEADER: "120", RESET_HEADER: "yesterday"}.get, 0.0, 0.0)  # no remaining
     assert p.buckets["read"].rate == 2.0 and p.buckets["read"].burst == 2.0 * ASSUMED_BURST_S
+
+
+def test_an_answer_to_a_request_alone_in_flight_sets_the_mirror_up_as_well_as_down():
+    """Answers to requests sent together may each have been counted before or after the others,
+    so they only bring the mirror down; one to a request that went out alone (none sent in the
+    half turn before it, none until its answer) is exact, and lifts a mirror they left too low."""
+    p = Pacer()
+    p.heard("read", _headers(1200, 59, 0.05).get, 0.0, 0.0)  # 20 a second, a burst of 60
+    p.reserve(0.0, "read")
+    for _ in range(29):
+        p.reserve(0.001, "read")  # 29 right after it
+    # The service counted the 29 before the first: "remaining 30", and the mirror takes the 29
+    # sent after it for not counted yet. Too low, but not exact: down it goes.
+    p.heard("read", _headers(1200, 30, 1.5).get, 0.0, 0.04)
+    assert p.buckets["read"].level == pytest.approx(30 - 29 + 20 * 0.02 - MARGIN)
+    # A request sent alone a second later hears what is true: 60 - 31 + 20 = 49 left, or 48
+    # with it; it lifts the mirror there (less the margin).
+    p.reserve(1.0, "read")
+    p.heard("read", _headers(1200, 48, 0.6).get, 1.0, 1.04)
+    assert p.buckets["read"].level == pytest.approx(48 + 20 * 0.02 - MARGIN)
+    # Not alone (another sent while it was in flight): it lowers, never lifts.
+    p.reserve(1.5, "read")
+    p.reserve(1.51, "read")
+    before = p.buckets["read"].level
+    p.heard("read", _headers(1200, 59, 0.05).get, 1.5, 1.54)
+    assert p.buckets["read"].level <= before + 20 * 0.04
