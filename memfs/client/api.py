@@ -88,8 +88,10 @@ COUNTER_HEADER_BYTES = COUNTER_HEADER.lower().encode("ascii")
 # many times the pages the rate needs per round trip (the rest: the page's service and parse time).
 ONE_CHAIN_ROOM = 1.5
 # The listing's connections a mount opens ahead of its first download (`StoreClient.warm`): the
-# probe's page, then the first chains'; the others are opened as the chains start, paced.
-WARM_CONNECTIONS = 2
+# first pages of up to four stores (the first wave a paced mount sends of them), or one store's
+# first page and its first chains'; the others are opened as the chains start, paced. Opening
+# one takes no request of the organisation's allowance.
+WARM_CONNECTIONS = 4
 
 
 class StoreClient:
