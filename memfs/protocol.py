@@ -59,9 +59,9 @@ def is_access(value: object) -> TypeGuard[Access]:
     return value in ACCESS_MODES
 
 
-# `memfs mount --on-conflict` (SEMANTICS.md#d-merge): merge what does not overlap, or the seeds' store-wins rule
 LOG_FORMATS = ("text", "json")  # --log-format: one line per event, as text or as JSON
 
+# `memfs mount --on-conflict` (SEMANTICS.md#d-merge): merge what does not overlap, or the seeds' store-wins rule
 OnConflict = Literal["merge", "store-wins"]
 ON_CONFLICT_MODES: tuple[OnConflict, ...] = get_args(OnConflict)
 

@@ -3,8 +3,8 @@ status, unmount and flush run in state_commands.py).
 
 This module imports only what parsing and the control socket need at the top (no httpx, trio or
 pyfuse3: ~0.3 s of imports; nor logging, which a mount handed to a standby never uses); every
-command imports the rest when it runs. `memfs sync` itself
-lives in hook.py, which the command line reaches without importing this module at all."""
+command imports the rest when it runs. `memfs sync` itself lives in hook.py, which the command
+line reaches without importing this module at all."""
 
 from __future__ import annotations
 
