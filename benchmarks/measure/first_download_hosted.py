@@ -9,6 +9,8 @@ session (`memfs-early`: `memfs mount --prestart`, the sandbox image's way, its i
 
     .venv/bin/python -m benchmarks.measure.first_download_hosted [--rtt 0.04] [--runs 2]   # as root (it mounts)
 
+`scripts/bench --only first` runs the same as rows of the bench's table (benchmarks/rows/first_download.py).
+
 Between two downloads on one emulator it waits until that emulator's bucket is full again.
 Prints one JSON object (every run) and a summary.
 """
@@ -107,30 +109,24 @@ def counted(side: Side, before: dict[str, int]) -> dict[str, int]:
     return {"requests": after["total"] - before["total"], "limited": after["limited"] - before["limited"]}
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--rtt", type=float, default=0.040)
-    ap.add_argument("--runs", type=int, default=2, help="runs of each order")
-    ap.add_argument("--only", choices=("1", "8"), default=None)
-    args = ap.parse_args()
-    cfg = Config.make(False)
-    work = Path(tempfile.mkdtemp(prefix="memfs-fdh-", dir="/tmp"))
+def measure(
+    work: Path, stores: dict[str, dict[str, str]], counts: tuple[int, ...], runs: int, rtt: float
+) -> dict:
+    """Both sides' downloads of the first `n` full stores for each n of `counts`, `runs` times in
+    each order, each side on its own emulator (seeded in `work` from `stores`): every run, and the
+    limit's floor for each n's pages."""
+    out: dict = {"rtt": rtt, "runs": []}
     sides: list[Side] = []
-    out: dict = {"rtt": args.rtt, "runs": []}
     try:
-        stores = build_stores(cfg)
         seed = work / "seed.db"
         ids_by_name = seed_database(seed, stores, age_s=86_400.0)
-        ids = [ids_by_name[f"full-{k}"] for k in range(cfg.stores)]
-        log(f"seeded {cfg.stores} x {cfg.memories}")
-        mem, off = Side(work, "memfs", seed, args.rtt), Side(work, "official", seed, args.rtt)
+        ids = [ids_by_name[f"full-{k}"] for k in range(max(counts))]
+        mem, off = Side(work, "memfs", seed, rtt), Side(work, "official", seed, rtt)
         sides = [mem, off]
-        for n in (1, cfg.stores):
-            if args.only and int(args.only) != (1 if n == 1 else 8):
-                continue
+        for n in counts:
             sm, so = mem.admin.session(ids[:n]), off.admin.session(ids[:n])
             pages = sum(math.ceil(len(stores[f"full-{k}"]) / FULL_LIMIT) for k in range(n))
-            for run in range(args.runs):
+            for run in range(runs):
                 for order in (("memfs", "memfs-early", "official"), ("official", "memfs-early", "memfs")):
                     for who in order:
                         if who == "official":
@@ -141,30 +137,59 @@ def main() -> int:
                         out["runs"].append(r)
                         log(json.dumps(r))
             out[f"floor_{n}"] = {"pages": pages, "s": floor_s(pages)}
+    finally:
+        for side in sides:
+            side.stop()
+    return out
+
+
+def summary(out: dict, n: int) -> dict:
+    """One count's runs by side: the median seconds, every run's seconds, requests and 429s; the
+    official worker's, and the floor. Empty when that count was not measured."""
+    rs = [r for r in out["runs"] if r["stores"] == n]
+    if not rs:
+        return {}
+    got: dict = {"floor_s": out[f"floor_{n}"]["s"], "load": [round(r["load"], 1) for r in rs]}
+    for who in ("memfs", "memfs-early", "official"):
+        mine = [r for r in rs if r["who"] == who]
+        got[who] = {
+            "s": statistics.median(r["s"] for r in mine),
+            "runs_s": [round(r["s"], 3) for r in mine],
+            "requests": [r["requests"] for r in mine],
+            "limited": [r["limited"] for r in mine],
+        }
+    return got
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--rtt", type=float, default=0.040)
+    ap.add_argument("--runs", type=int, default=2, help="runs of each order")
+    ap.add_argument("--only", choices=("1", "8"), default=None)
+    args = ap.parse_args()
+    cfg = Config.make(False)
+    work = Path(tempfile.mkdtemp(prefix="memfs-fdh-", dir="/tmp"))
+    try:
+        stores = build_stores(cfg)
+        counts = tuple(n for n in (1, cfg.stores) if not args.only or int(args.only) == (1 if n == 1 else 8))
+        out = measure(work, stores, counts, args.runs, args.rtt)
         print(json.dumps(out, indent=1))
-        for n in (1, cfg.stores):
-            rs = [r for r in out["runs"] if r["stores"] == n]
-            if not rs:
-                continue
-            o = statistics.median(r["s"] for r in rs if r["who"] == "official")
-            fl = out[f"floor_{n}"]["s"]
+        for n in counts:
+            got = summary(out, n)
+            o, fl = got["official"]["s"], got["floor_s"]
             for who in ("memfs", "memfs-early"):
-                m = statistics.median(r["s"] for r in rs if r["who"] == who)
+                m = got[who]["s"]
                 print(
-                    f"{n} store(s): {who} {m:.2f} s (runs {[round(r['s'], 2) for r in rs if r['who'] == who]}), "
+                    f"{n} store(s): {who} {m:.2f} s (runs {[round(x, 2) for x in got[who]['runs_s']]}), "
                     f"official {o:.2f} s ({m / o:.3f}x), floor {fl:.2f} s "
-                    f"({m / fl if fl else float('nan'):.3f}x); {who} requests "
-                    f"{[r['requests'] for r in rs if r['who'] == who]} 429s "
-                    f"{[r['limited'] for r in rs if r['who'] == who]}"
+                    f"({m / fl if fl else float('nan'):.3f}x); {who} requests {got[who]['requests']} "
+                    f"429s {got[who]['limited']}"
                 )
             print(
-                f"{n} store(s): official runs {[round(r['s'], 2) for r in rs if r['who'] == 'official']}, "
-                f"requests {[r['requests'] for r in rs if r['who'] == 'official']} 429s "
-                f"{[r['limited'] for r in rs if r['who'] == 'official']}; load {[round(r['load'], 1) for r in rs]}"
+                f"{n} store(s): official runs {[round(x, 2) for x in got['official']['runs_s']]}, "
+                f"requests {got['official']['requests']} 429s {got['official']['limited']}; load {got['load']}"
             )
     finally:
-        for s in sides:
-            s.stop()
         shutil.rmtree(work, ignore_errors=True)
     return 0
 

@@ -95,6 +95,12 @@ def _net(b: Bench, r: Run) -> None:
     run_network(b, r)
 
 
+def _first(b: Bench, r: Run) -> None:
+    from benchmarks.rows.first_download import run_first_download
+
+    run_first_download(b, r)
+
+
 def _hosted(b: Bench, r: Run) -> None:
     from benchmarks.rows.hosted import run_hosted
 
@@ -136,6 +142,11 @@ GROUPS: list[Group] = [
     ),
     Group("service", "service load", _service),
     Group("net", "the network table, memfs serve and memfs serve --hosted-api", _net),
+    Group(
+        "first",
+        "the first download under the hosted API's limits: each side on its own emulator, one store and all",
+        _first,
+    ),
     Group(
         "hosted",
         "the hosted rows: memfs serve --hosted-api with its org limits, requests counted, the official worker beside",
