@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import json
 import logging
 import os
@@ -192,13 +193,29 @@ PACKAGE = Path(
 
 @pytest.fixture(scope="session")
 def ts_package() -> Path:
-    """The package, built once (its dependencies installed with `npm ci` when missing)."""
+    """The package, built once per test process (its dependencies installed with `npm ci` when
+    missing). Under pytest-xdist every worker process builds it: the install and the build hold
+    an exclusive lock on a file beside the package, so that one worker's `npm ci` (which empties
+    node_modules first) or `tsc` (which rewrites dist/) never runs while another's reads them;
+    a dist/ newer than every input is not built again (the first worker built it)."""
     npm = shutil.which("npm")
     assert npm and shutil.which("node"), "node and npm are needed (scripts/test installs them)"
-    if not (PACKAGE / "node_modules" / "@anthropic-ai" / "sdk").is_dir():
-        subprocess.run([npm, "ci", "--no-audit", "--no-fund"], cwd=PACKAGE, check=True, timeout=300)
-    subprocess.run([npm, "run", "build"], cwd=PACKAGE, check=True, timeout=120)
+    with open(PACKAGE.parent / f".{PACKAGE.name}.build-lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        if not (PACKAGE / "node_modules" / "@anthropic-ai" / "sdk").is_dir():
+            subprocess.run([npm, "ci", "--no-audit", "--no-fund"], cwd=PACKAGE, check=True, timeout=300)
+        if not _built(PACKAGE):
+            subprocess.run([npm, "run", "build"], cwd=PACKAGE, check=True, timeout=120)
     return PACKAGE
+
+
+def _built(package: Path) -> bool:
+    """dist/ holds a build of the package's sources as they are now (as `make` decides)."""
+    outputs = [package / "dist" / "index.js", package / "dist" / "index.d.ts"]
+    inputs = [*(package / "src").rglob("*.ts"), package / "tsconfig.json", package / "package-lock.json"]
+    if not all(p.is_file() for p in outputs):
+        return False
+    return min(p.stat().st_mtime for p in outputs) > max(p.stat().st_mtime for p in inputs)
 
 
 def run_ts_item(
