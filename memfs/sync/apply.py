@@ -158,21 +158,22 @@ def _iso_to_ns(text: str | None) -> int | None:
 
 def apply_plan(
     fs: View, state: Journal, store: StoreInfo, plan: P.Plan, pulled: Pulled, *, keep_open: bool = False
-) -> bool:
+) -> frozenset[str]:
     """Apply the plan's view and bookkeeping actions. Runs without awaiting: atomic w.r.t. FUSE
-    handlers. Returns True when something was deferred (a file open with unflushed writes; with
+    handlers. Returns the busy paths that deferred it (a file open with unflushed writes; with
     `keep_open`, a live pull's, any open file: close-to-open, sync/holds.py): then nothing was
-    applied."""
+    applied. Empty: applied."""
     if plan.empty:
-        return False
+        return frozenset()
     sid = store.store_id
     busy = fs.dirty_paths(sid) | fs.open_paths(sid) if keep_open else fs.dirty_paths(sid)
-    if busy & _touched(plan):
+    waits = busy & _touched(plan)
+    if waits:
         # A file open with unflushed writes: leave the whole store for the next tick rather
         # than override half an edit (the counter is not advanced, so nothing is missed). A live
         # pull held back what touched its open files (sync/holds.py); one opened while it
         # fetched is caught here.
-        return True
+        return frozenset(waits)
     kept = _ViewSteps(fs, state, sid, pulled).run(plan.view)
     _apply_bookkeeping(fs, state, sid, plan.bookkeeping)
     for n in summarise_notices(plan.notices):
@@ -181,7 +182,7 @@ def apply_plan(
             details = f"{details} (your version is kept at {kept[n.path]})"
         fs.add_notice(sid, n.kind, n.path, details)
         log.warning("%s %s %s %s", store.slug, n.kind, n.path, details)
-    return False
+    return frozenset()
 
 
 def _touched(plan: P.Plan) -> set[str]:

@@ -38,6 +38,9 @@ class StorePull:
         # store id -> what its last live pull held back for open files, and the store's counter then
         self.held: dict[str, tuple[Held, int | None]] = {}
         self._soon: set[str] = set()  # stores whose deferred live pull is looked at again at once
+        # store id -> the open files that made its last live pull's apply wait (opened while it
+        # fetched, or a quiet pull's, which holds nothing back), and the store's counter then
+        self.waited: dict[str, tuple[Held, int | None]] = {}
         self._staged: dict[str, tuple[int, set[str]]] = {}  # store id -> (generation, `staged_paths`)
 
     def clean_at(self, sid: str) -> int | None:
@@ -128,9 +131,10 @@ class StorePull:
         with self.state.transaction():  # one commit per store and tick: all of the plan or none of it
             deferred = apply_plan(self.fs, self.state, store, plan, pulled, keep_open=keep_open)
         if deferred:
-            self._deferred(sid, soon=holds)
+            self._deferred(sid, soon=holds, waits=deferred if keep_open else None, counter=remote_counter)
             return []
         self._soon.discard(sid)
+        self.waited.pop(sid, None)
         _tell(plan, report, tally)
         if narrowed and not plan.push_stages and leaves_view_as_base(plan):
             # The view was the baseline and the plan made both the store's: clean still, and the
@@ -150,12 +154,15 @@ class StorePull:
             self.clean[sid] = generation
         return _unheld(plan.push_stages, held, now) if store.access == "read_write" else []
 
-    def _deferred(self, sid: str, *, soon: bool) -> None:
+    def _deferred(self, sid: str, *, soon: bool, waits: frozenset[str] | None, counter: int | None) -> None:
         """The apply waited: nothing of this pull is in the view. `soon`: a live pull of a clean
         store, whose plan touched a file opened while the content was fetched; the next look
         (0.1 s) holds that file back. Every other time only: a plan that still touches an open
-        file (a snapshot replaced what was held) waits a second like any deferred pull."""
+        file (a snapshot replaced what was held) waits a second like any deferred pull. `waits`:
+        a live pull's, the open files it met (`waits_for_close`), with the store's `counter`."""
         self.held.pop(sid, None)
+        if waits is not None:
+            self.waited[sid] = (Held(frozenset(), waits), counter)
         if soon and sid not in self._soon:
             self._soon.add(sid)
         else:
@@ -195,8 +202,12 @@ class StorePull:
         still open, and the store has not moved since (`seen`: the newest counter the watch
         saw): another pull now would hold the same back. `settle`: the pull would settle the
         staged changes, holding nothing back (a quiet mount's): it waits while any of those
-        files is open, as its whole apply would."""
+        files is open, as its whole apply would; so it does while a file whose opening made the
+        last pull's apply wait (`waited`) is open: pulled again and again, its staged changes
+        would go out only once that file was closed (a reader may hold it for the whole session)."""
         got = self.held.get(sid)
+        if got is None and settle:
+            got = self.waited.get(sid)
         if got is None:
             return False
         held, counter = got

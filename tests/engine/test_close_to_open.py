@@ -274,3 +274,29 @@ async def test_a_quiet_mount_pushes_its_staged_change_while_a_held_file_stays_op
         assert await until(lambda: m.read_file("/notes/a.md") == b"alpha 2"), m.store_status("notes")
         world.svc.app.watch_hub.close()
         nursery.cancel_scope.cancel()
+
+
+async def test_a_quiet_pull_deferred_by_a_file_opened_during_its_fetch_still_pushes_the_staged_change(world):
+    """Quiet, with a change staged, a remote change's pull fetches its content and a reader opens
+    that file meanwhile: the apply waits (nothing half applied). The staged change must not wait
+    with it for as long as the reader keeps the file open: it goes out without another change."""
+    async with trio.open_nursery() as nursery:
+        m = await live_mount(world, nursery, {"/a.md": "alpha", "/b.md": "beta"})
+        opened: list[int] = []
+
+        async def a_reader_opens_a(_request) -> None:  # while the pull fetches /a.md's content
+            if not opened:
+                opened.extend(hold(m, "/notes/a.md"))
+
+        m.transport.add("GET", "/memories/" + world.ids["/a.md"] + "$", before=a_reader_opens_a)
+        m.fs.last_activity = -math.inf  # quiet from now on
+        m.write_file("/notes/b.md", b"beta, mine")
+        m.fs.last_activity = -math.inf
+        await world.svc.update(world.rw, world.ids["/a.md"], content="alpha 2")
+        assert await until(lambda: bool(opened)), m.store_status("notes")
+        assert await until(lambda: _on_store(world, "/b.md", "beta, mine")), m.store_status("notes")
+        assert m.fs.read(opened[0], 0, 100) == b"alpha"
+        m.fs.release(opened[0])
+        assert await until(lambda: m.read_file("/notes/a.md") == b"alpha 2"), m.store_status("notes")
+        world.svc.app.watch_hub.close()
+        nursery.cancel_scope.cancel()
