@@ -132,7 +132,14 @@ class StorePull:
             deferred = apply_plan(self.fs, self.state, store, plan, pulled, keep_open=keep_open)
         if deferred:
             self._deferred(sid, soon=holds, waits=deferred if keep_open else None, counter=remote_counter)
-            return []
+            # A live pull's pushes wait for the next look (live.py `stores_due`); a write-through's
+            # first try (`read` False) is itself planned on the store as last applied.
+            pushes = read and not keep_open and store.access == "read_write"
+            return (
+                await self._push_unpulled(store, report, has_counter, tally, baseline.remote, now)
+                if pushes
+                else []
+            )
         self._soon.discard(sid)
         self.waited.pop(sid, None)
         _tell(plan, report, tally)
@@ -153,6 +160,24 @@ class StorePull:
         if not moved and plan.empty:  # e.g. only held deletes or refused files differ: nothing to do
             self.clean[sid] = generation
         return _unheld(plan.push_stages, held, now) if store.access == "read_write" else []
+
+    async def _push_unpulled(
+        self,
+        store: StoreInfo,
+        report: TickReport,
+        has_counter: bool | None,
+        tally: StoreSync | None,
+        applied: Mapping[str, P.RemoteEntry],
+        now: Mapping[str, P.RemoteEntry],
+    ) -> list[tuple[P.PushAction, ...]]:
+        """The push stages of a pull whose apply waited for a file being written (a polling tick's,
+        or `memfs sync`'s): what is staged still goes out, planned on the store as last applied
+        (`applied`, as a write-through's first try), less what would meet a change the store made
+        meanwhile (`now`), which the pull settles once that file is closed. Else every staged
+        change of the store would wait for that file's close: a writer may hold it for hours."""
+        stages = await self.pull(store, None, report, has_counter=has_counter, tally=tally, read=False)
+        changed = {m for m, e in now.items() if applied.get(m) != e} | (applied.keys() - now.keys())
+        return _unheld(tuple(stages), Held(frozenset(changed), frozenset()), now)
 
     def _deferred(self, sid: str, *, soon: bool, waits: frozenset[str] | None, counter: int | None) -> None:
         """The apply waited: nothing of this pull is in the view. `soon`: a live pull of a clean

@@ -8,6 +8,8 @@ the real service app (tests/engine/test_engine_live.py)."""
 from __future__ import annotations
 
 import math
+import os
+import time
 
 import pytest
 import trio
@@ -300,3 +302,41 @@ async def test_a_quiet_pull_deferred_by_a_file_opened_during_its_fetch_still_pus
         assert await until(lambda: m.read_file("/notes/a.md") == b"alpha 2"), m.store_status("notes")
         world.svc.app.watch_hub.close()
         nursery.cancel_scope.cancel()
+
+
+async def test_a_polling_mount_pushes_its_staged_change_while_a_file_the_store_changed_is_being_written(
+    hosted, tmp_path
+):
+    """A polling tick (the hosted API) whose apply waits for a file some process is writing (the
+    store changed it: nothing half applied, nothing of the store's change in the view) still
+    pushes the store's other staged changes: the writer may hold its file for hours, and until
+    the close they would be only in this sandbox. The store's change is settled after the close."""
+    world = EngineWorld(hosted, tmp_path)
+    try:
+        async with trio.open_nursery() as nursery:
+            m = await world.setup({"/a.md": "alpha", "/b.md": "beta"}, interval=1.0)
+            nursery.start_soon(m.engine.timer)
+            notes, ids = world.rw, world.ids
+            fh = m.fs.open(m.ino("/notes/a.md"), os.O_WRONLY).fh
+            m.fs.write(fh, 0, b"alpha, being written")
+            m.write_file("/notes/b.md", b"beta, mine")
+            m.fs.last_activity = time.monotonic() - 1.5  # used since the last poll, quiet now
+            await hosted.update(notes, ids["/a.md"], content="alpha 2")
+
+            async def b_landed() -> bool:
+                return (await hosted.contents(notes))["/b.md"] == "beta, mine"
+
+            assert await until(b_landed, timeout=8), m.store_status("notes")
+            assert m.read_file("/notes/a.md") == b"alpha, being written"  # the store's waits
+            assert (await hosted.contents(notes))["/a.md"] == "alpha 2"
+            m.fs.release(fh)
+            assert (await m.sync())["ok"]  # between commands: the store's change and the writer's
+
+            async def both_kept() -> bool:  # the same line changed on both sides: a conflict copy
+                got = await hosted.contents(notes)
+                return got["/a.md"] == "alpha 2" and "alpha, being written" in got.values()
+
+            assert await both_kept(), await hosted.contents(notes)
+            nursery.cancel_scope.cancel()
+    finally:
+        await world.close()
