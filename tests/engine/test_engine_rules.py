@@ -43,6 +43,17 @@ async def test_idle_tick_is_one_request(world):
     assert result["requests"] == 1
 
 
+async def test_a_tick_that_waits_for_its_uploads_counts_their_requests(world):
+    """`memfs sync --wait`'s `requests` are every request the tick sent before it answered."""
+    m = await world.setup({"/a.md": "alpha"})
+    m.write_file("/notes/new.md", b"new")
+    m.transport.clear()
+    result = await m.sync()
+    assert result["ok"] and result["pushed"] == 1
+    assert any(method == "POST" for method, _path in m.transport.requests), m.transport.requests
+    assert result["requests"] == len(m.transport.requests), m.transport.requests
+
+
 async def test_remote_changes_come_through_the_changes_feed(world):
     m = await world.setup({"/a.md": "alpha", "/b.md": "beta"})
     await world.svc.update(world.rw, world.ids["/a.md"], content="alpha 2")
