@@ -232,9 +232,7 @@ class SyncEngine:
         if pushes and report.ok:
             self.push_done = trio.Event()
             if wait or self._nursery is None:
-                # The answer's `requests` are all this tick sent before it answered: its uploads
-                # too, when it waits for them (a failed push's every create that went out).
-                sent = self.client.requests_sent - self.live.requests
+                sent = self.client.requests_sent - self.live.requests  # the answer counts its uploads
                 await self.push_all(pushes, report)
                 report.requests += self.client.requests_sent - self.live.requests - sent
             else:
