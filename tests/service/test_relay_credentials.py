@@ -20,7 +20,16 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 
-from tests.service.test_relay_access import CONFIRM_S, MEMORY, SESSIONS, reads, refused, seeded, token_of
+from tests.service.test_relay_access import (
+    CONFIRM_S,
+    MEMORY,
+    SESSIONS,
+    reads,
+    refused,
+    seeded,
+    status,
+    token_of,
+)
 from tests.service.test_relay_access import upstream as upstream  # the fixture: an emulator of the hosted API
 from tests.service.test_slow_clients import answered_within, drip, envelope
 from tests.support.proxy import Proxy
@@ -44,6 +53,11 @@ def proxy(upstream) -> Iterator[Proxy]:
 def presented(proxy: Proxy, token: str) -> int:
     """How many requests reached the upstream carrying this token."""
     return sum(1 for e in list(proxy.log) if token.encode() in e.head)
+
+
+def polls_of(relay: ServiceProcess, store_id: str) -> int:
+    """How many polls of the store the relay has ended (their answers applied to its cache)."""
+    return next((s["polls"] for s in status(relay)["stores"] if s["memory_store_id"] == store_id), 0)
 
 
 def as_token(relay: ServiceProcess, token: str) -> httpx.Client:
@@ -252,10 +266,15 @@ def test_a_credential_refused_upstream_is_not_presented_again_and_the_poll_goes_
                 edit = admin.post(f"/v1/memory_stores/{sid}/memories/{mid}", json={"content": "edited\n"})
                 assert edit.status_code == 200, edit.text
             refused_at = len(proxy.log)
+            polls = polls_of(relay, sid)
             # the poll's next request with it is refused; the next poll is made with the other's
             assert wait_for(
                 lambda: any(other.encode() in e.head for e in list(proxy.log)[refused_at:]), 10
             ), [e.path for e in proxy.log[refused_at:]]
+            # ... and ends, its answer in the cache: the proxy logs the request when it arrives, and
+            # a read right then was served the cache before the poll had applied the edit (a CI
+            # flake). Two polls ended since the edit: the second began after it.
+            assert wait_for(lambda: polls_of(relay, sid) >= polls + 2, 10), status(relay)
             # the first read of the other client after it finds the edit: the cache did not go stale
             assert b.get(f"/v1/memory_stores/{sid}/memories/{mid}").json()["content"] == "edited\n"
             seen = presented(proxy, gone)
