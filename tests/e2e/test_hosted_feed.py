@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import re
 import sqlite3
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -24,6 +26,7 @@ from tests.support.api import Api
 from tests.support.proxy import Proxy
 from tests.support.sandbox import Sandbox, SandboxWorld
 from tests.support.service import ServiceProcess
+from tests.support.waits import wait_for
 from tests.support.world import StoreSpec
 
 VERSIONS = r"/memory_versions"
@@ -377,3 +380,30 @@ def test_a_429_storm_under_the_organisations_limits_loses_nothing(tmp_path):
             }
     finally:
         world.close()
+
+
+@pytest.mark.timeout(150)
+def test_a_closed_file_reaches_the_store_while_a_process_holds_a_file_the_store_changed(tmp_path):
+    """SEMANTICS.md#d-when: a process keeps feed-0/a.md open with unflushed writes (written, never
+    closed: no FUSE flush) and the store changes a.md meanwhile: the poll's apply waits
+    for the writer (nothing half applied), but b.md, written and closed by another command, reaches
+    the store at the mount's next poll all the same, with no `memfs sync`. Once the writer closes,
+    `memfs sync` settles a.md: the store's version at a.md, the writer's kept as a conflict copy."""
+    with hosted(tmp_path, stores=1) as h:
+        store, top = h.stores[0], h.box.root / "feed-0"
+        write = "import os, sys, time; fd = os.open(sys.argv[1], os.O_RDWR); os.write(fd, sys.argv[2].encode()); time.sleep(120)"
+        writer = subprocess.Popen([sys.executable, "-c", write, str(top / "a.md"), "alpha, being written\n"])
+        try:
+            assert wait_for(lambda: (top / "a.md").read_text() == "alpha, being written\n", 10)
+            h.api.update(store, h.id_of(store, "/a.md"), content="alpha from elsewhere\n")
+            (top / "b.md").write_text("bravo, mine\n")
+            # the mount's own poll (5 s interval), not a sync: b.md goes out, a.md waits
+            assert wait_for(lambda: h.api.contents(store)["/b.md"] == "bravo, mine\n", 30), h.box.status()
+            assert h.api.contents(store)["/a.md"] == "alpha from elsewhere\n"
+        finally:
+            writer.kill()
+            writer.wait(10)
+        assert h.box.sync()["ok"]
+        kept = h.api.contents(store)
+        assert kept["/a.md"] == "alpha from elsewhere\n"
+        assert "alpha, being written\n" in kept.values(), kept
