@@ -274,14 +274,11 @@ class LiveWatch:
             applied = self.state.store_counter(sid)
             before = applied_before.get(sid)
             pulled = counters is None or counters.get(sid) != before  # a push-only wave asks no pull
-            waited = False
             if sid in self.moved and applied is not None and applied >= self.seen.get(sid, applied):
                 self.moved.discard(sid)
             elif sid in self.moved and pulled and applied == before and not held(sid):
-                behind = waited = True  # deferred (a file open with unflushed writes) or failed
-            if sid not in pushing and not waited:
-                # Not after a pull that waited: it left no pushes because it applied nothing, not
-                # because nothing was staged; a push wave still sends what is (`stores_due`).
+                behind = True  # deferred (a file open with unflushed writes) or failed
+            if sid not in pushing:
                 self.handled[sid] = self.state.generation(sid)
             if ok:
                 self.unsettled.discard(sid)

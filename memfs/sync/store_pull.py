@@ -132,16 +132,14 @@ class StorePull:
             deferred = apply_plan(self.fs, self.state, store, plan, pulled, keep_open=keep_open)
         if deferred:
             self._deferred(sid, soon=holds, waits=deferred if keep_open else None, counter=remote_counter)
-            # A live pull's pushes wait for the next look (live.py `stores_due`); a write-through's
-            # first try (`read` False) is itself planned on the store as last applied.
-            pushes = read and not keep_open and store.access == "read_write"
+            # A write-through's first try (`read` False) is itself planned on the store as last applied.
+            pushes = read and store.access == "read_write"
             return (
                 await self._push_unpulled(store, report, has_counter, tally, baseline.remote, now)
                 if pushes
                 else []
             )
-        self._soon.discard(sid)
-        self.waited.pop(sid, None)
+        self._applied(sid, read=read)
         _tell(plan, report, tally)
         if narrowed and not plan.push_stages and leaves_view_as_base(plan):
             # The view was the baseline and the plan made both the store's: clean still, and the
@@ -170,14 +168,23 @@ class StorePull:
         applied: Mapping[str, P.RemoteEntry],
         now: Mapping[str, P.RemoteEntry],
     ) -> list[tuple[P.PushAction, ...]]:
-        """The push stages of a pull whose apply waited for a file being written (a polling tick's,
-        or `memfs sync`'s): what is staged still goes out, planned on the store as last applied
-        (`applied`, as a write-through's first try), less what would meet a change the store made
-        meanwhile (`now`), which the pull settles once that file is closed. Else every staged
-        change of the store would wait for that file's close: a writer may hold it for hours."""
+        """The push stages of a pull whose apply waited for an open file (one being written, or a
+        live pull's, one opened while it fetched): what is staged still goes out, planned on the
+        store as last applied (`applied`, as a write-through's first try), less what would meet a
+        change the store made meanwhile (`now`), which the pull settles once that file is closed.
+        Else every staged change of the store would wait for that file's close: a writer or a
+        reader may hold it for hours."""
         stages = await self.pull(store, None, report, has_counter=has_counter, tally=tally, read=False)
         changed = {m for m, e in now.items() if applied.get(m) != e} | (applied.keys() - now.keys())
         return _unheld(tuple(stages), Held(frozenset(changed), frozenset()), now)
+
+    def _applied(self, sid: str, *, read: bool) -> None:
+        """A pull of the store as it is (`read`) was applied: what the last one waited for is in
+        the view. Not a plan on the store as last applied (`_push_unpulled`'s, right after a pull
+        that waited, which must keep what that pull waits for)."""
+        if read:
+            self._soon.discard(sid)
+            self.waited.pop(sid, None)
 
     def _deferred(self, sid: str, *, soon: bool, waits: frozenset[str] | None, counter: int | None) -> None:
         """The apply waited: nothing of this pull is in the view. `soon`: a live pull of a clean

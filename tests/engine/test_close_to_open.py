@@ -281,9 +281,12 @@ async def test_a_quiet_mount_pushes_its_staged_change_while_a_held_file_stays_op
 async def test_a_quiet_pull_deferred_by_a_file_opened_during_its_fetch_still_pushes_the_staged_change(world):
     """Quiet, with a change staged, a remote change's pull fetches its content and a reader opens
     that file meanwhile: the apply waits (nothing half applied). The staged change must not wait
-    with it for as long as the reader keeps the file open: it goes out without another change."""
+    with it for as long as the reader keeps the file open: it goes out without another change.
+    With another staged change that the store changed too (/c.md: it waits for the pull that
+    settles it), the store is not pulled again until that file is closed: each pull would wait
+    the same way."""
     async with trio.open_nursery() as nursery:
-        m = await live_mount(world, nursery, {"/a.md": "alpha", "/b.md": "beta"})
+        m = await live_mount(world, nursery, {"/a.md": "alpha", "/b.md": "beta", "/c.md": "gamma\n"})
         opened: list[int] = []
 
         async def a_reader_opens_a(_request) -> None:  # while the pull fetches /a.md's content
@@ -293,13 +296,26 @@ async def test_a_quiet_pull_deferred_by_a_file_opened_during_its_fetch_still_pus
         m.transport.add("GET", "/memories/" + world.ids["/a.md"] + "$", before=a_reader_opens_a)
         m.fs.last_activity = -math.inf  # quiet from now on
         m.write_file("/notes/b.md", b"beta, mine")
+        m.write_file("/notes/c.md", b"gamma\nmine\n")
         m.fs.last_activity = -math.inf
+        await world.svc.update(world.rw, world.ids["/c.md"], content="theirs\ngamma\n")
         await world.svc.update(world.rw, world.ids["/a.md"], content="alpha 2")
         assert await until(lambda: bool(opened)), m.store_status("notes")
         assert await until(lambda: _on_store(world, "/b.md", "beta, mine")), m.store_status("notes")
+        # not pulled again while that file stays open and the store does not move (once the
+        # pull after our own push has waited too; before, one a second)
+        final = await store_counter(world)
+        assert await until(lambda: m.store_status("notes")["counter_seen"] == final)
+        await trio.sleep(1.5)
+        m.transport.clear()
+        await trio.sleep(2.5)
+        assert not [r for r in m.transport.requests if "/changes" in r[1]], m.transport.requests
         assert m.fs.read(opened[0], 0, 100) == b"alpha"
         m.fs.release(opened[0])
         assert await until(lambda: m.read_file("/notes/a.md") == b"alpha 2"), m.store_status("notes")
+        assert await until(lambda: _on_store(world, "/c.md", "theirs\ngamma\nmine\n")), m.store_status(
+            "notes"
+        )
         world.svc.app.watch_hub.close()
         nursery.cancel_scope.cancel()
 
