@@ -293,6 +293,11 @@ class _Helper:
             while frame:
                 frame = frame[os.write(self.results_fd, frame) :]
 
+    def _send_limits(self, client: StoreClient) -> None:
+        """The rate-limit headers of the client's last answer, and when it was sent and answered
+        (`EarlyFetch.limits`)."""
+        self.send(("limits",), (client.limits_heard, client.limits_heard_at))
+
     def run(self, base_url: str, token: str, session_id: str, state_dir: Path, timeout: float) -> int:
         """Returns the exit status: 0 whatever the service answered (the messages say it)."""
         import trio  # imported before the fork (`_import_client`)
@@ -321,10 +326,10 @@ class _Helper:
         try:
             session = await client.get_session(session_id)
         except (ApiError, Unreachable) as exc:
-            self.send(("limits",), (client.limits_heard, client.limits_heard_at))
+            self._send_limits(client)
             self.send(("session",), None, f"the session read failed: {exc}")
             return None
-        self.send(("limits",), (client.limits_heard, client.limits_heard_at))
+        self._send_limits(client)
         if not isinstance(session, dict):  # the daemon asks, and says what is wrong with it
             self.send(("session",), None, "the session read answered no session object")
             return None
@@ -347,7 +352,7 @@ class _Helper:
         except (ApiError, Unreachable) as exc:
             self.send(("counters",), None, f"the counters read failed: {exc}")
             return None
-        self.send(("limits",), (client.limits_heard, client.limits_heard_at))
+        self._send_limits(client)
         if counters is None:  # no counter (the hosted API): no snapshot either
             self.send(("has_counter",), False)  # before the counters: the daemon reads it once they came
             self.send(("counters",), None, "the service has no counters")
