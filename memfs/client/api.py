@@ -389,9 +389,11 @@ class StoreClient:
         return body["status"] == "changed", counters
 
     async def changes(self, store_id: str, since: int) -> Changes | None:
-        """Changes since a counter; None when the service has no feed."""
+        """Changes since a counter, with the content of as many as the service's budget holds
+        (view=full: a service that does not know it answers without, and those are asked by
+        id); None when the service has no feed."""
         try:
-            body = await self._json("GET", changes_path(store_id), params={"since": since})
+            body = await self._json("GET", changes_path(store_id), params={"since": since, "view": "full"})
         except ApiError as exc:
             # Only asked after `counters` worked; a 404 here means no feed: the caller lists.
             if exc.status in (404, 405):
@@ -406,6 +408,7 @@ class StoreClient:
                 sha=c.get("content_sha256"),
                 size=c.get("content_size_bytes"),
                 updated_at=c.get("updated_at"),
+                content=c.get("content"),
             )
             for c in body.get("changes", [])
         ]

@@ -18,6 +18,7 @@ class Change:
     sha: str | None
     size: int | None
     updated_at: str | None
+    content: str | None = None  # asked with view=full, within the answer's budget (docs/API.md)
 
 
 @dataclass(frozen=True)

@@ -50,6 +50,10 @@ from memfs.service.storage import (
 )
 
 MAX_METADATA_PAIRS = 16
+# Bytes of content a changes answer asked with view=full carries (docs/API.md): a full listing
+# page's most (20 memories of 100 KiB), so no answer is larger than the API's largest page.
+CHANGES_CONTENT_BUDGET = 2 * 1024 * 1024
+_CONTENT_IDS_PER_QUERY = 500  # ids in one `IN (...)`: well under SQLite's bound on parameters
 _ID_ALPHABET = string.ascii_letters + string.digits
 
 
@@ -94,6 +98,26 @@ def _require_writable(tx: SqlTx, store_id: str) -> StoreRecord:
     if store.archived_at is not None:
         raise StoreArchived(f"memory store {store_id} is archived: its memories cannot be created or changed")
     return store
+
+
+def _carry_content(tx: SqlTx, store_id: str, changes: list[Change], budget: int) -> None:
+    """The content of `changes`' live memories, in the answer's order, until the next would pass
+    `budget` bytes (`changes_since` for view=full). Read in the answer's own transaction, so each
+    is the content of the sha its change names."""
+    chosen: list[Change] = []
+    total = 0
+    for c in changes:
+        if c.operation != "upserted":
+            continue
+        total += c.content_size_bytes or 0
+        if total > budget:
+            break
+        chosen.append(c)
+    for at in range(0, len(chosen), _CONTENT_IDS_PER_QUERY):
+        part = chosen[at : at + _CONTENT_IDS_PER_QUERY]
+        got = tx.contents(store_id, [c.memory_id for c in part])
+        for c in part:
+            c.content = got.get(c.memory_id)
 
 
 def _live_memory(tx: SqlTx, store_id: str, memory_id: str, *, content: bool = True) -> MemoryRecord:
@@ -585,7 +609,12 @@ class StoreService:
         with (read or self.backend.read)() as tx:
             return tx.counters_batch(token_hashes, store_ids)
 
-    def changes_since(self, store_id: str, since: int) -> Changes:
+    def changes_since(
+        self, store_id: str, since: int, *, full: bool = False, content_budget: int | None = None
+    ) -> Changes:
+        """`full` (view=full): the changes carry their live memories' content, in the answer's
+        order, until the next would pass `content_budget` bytes (None: CHANGES_CONTENT_BUDGET,
+        read when called); the rest carry none (the client asks those by id)."""
         with self.backend.read() as tx:
             _require_store(tx, store_id)
             counter = tx.counter(store_id)
@@ -611,6 +640,9 @@ class StoreService:
                         updated_at=mem.updated_at,
                     )
                 )
+            if full:
+                budget = CHANGES_CONTENT_BUDGET if content_budget is None else content_budget
+                _carry_content(tx, store_id, changes, budget)
             return Changes(store_id, since, counter, too_old=False, changes=changes)
 
     def open_snapshot(self, store_id: str) -> Snapshot:

@@ -124,6 +124,7 @@ class Change:
     content_size_bytes: int | None
     memory_version_id: str
     updated_at: str
+    content: str | None = None  # asked with `content_budget` and within it (StoreService.changes_since)
 
 
 @dataclass

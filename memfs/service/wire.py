@@ -97,8 +97,8 @@ def counter(store_id: str, value: int) -> dict:
     return {"type": "memory_store_counter", "memory_store_id": store_id, "counter": value}
 
 
-def change(c: Change) -> dict:
-    return {
+def change(c: Change, *, full: bool = False) -> dict:
+    out = {
         "memory_id": c.memory_id,
         "operation": c.operation,
         "path": c.path,
@@ -108,6 +108,9 @@ def change(c: Change) -> dict:
         "memory_version_id": c.memory_version_id,
         "updated_at": c.updated_at,
     }
+    if full:  # view=full: null for a deleted memory and past the answer's budget (docs/API.md)
+        out["content"] = c.content
+    return out
 
 
 def session(s: SessionRecord) -> dict:

@@ -97,8 +97,9 @@ def _unset(entries: dict[str, BaseEntry], remote: dict[str, P.RemoteEntry], memo
 
 
 def _take_content(pulled: Pulled, content: str | None, sha: str) -> None:
-    """A version's content (view=full), kept for the plan's Materialise when it is the sha the
-    version names (a redacted or basic one has none: the memory is fetched)."""
+    """A version's or a change's content (view=full), kept for the plan's Materialise when it is
+    the sha it names (a redacted version, a basic one or a change past the answer's budget has
+    none: the memory is fetched)."""
     if content is None:
         return
     data = content.encode("utf-8")
@@ -315,6 +316,8 @@ class StoreReader:
             else:
                 remote[c.memory_id] = P.RemoteEntry(c.memory_id, c.path, c.sha or "", c.size or 0)
                 pulled.note_mtime(c.memory_id, c.updated_at)
+                if c.sha:
+                    _take_content(pulled, c.content, c.sha)
         return RemoteRead(remote, in_path_order(remote), changes.counter)
 
     def advance(self, sid: str, book: Iterable[P.BookAction]) -> None:

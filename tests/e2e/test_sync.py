@@ -282,7 +282,7 @@ def test_idle_tick_is_one_request_and_one_edit_fetches_one_memory(world, api, se
         assert one["requests"] == 2, one
     else:
         assert idle["requests"] == 1, idle  # one counters request for both stores
-        assert one["requests"] == 3, one  # counters + changes feed + one fetch
+        assert one["requests"] == 2, one  # counters + the changes feed, the edit's content in it
     assert (mounted.root / RW / "profile.md").read_text() == "one remote edit\n"
 
 
@@ -326,6 +326,6 @@ def test_idle_tick_with_eight_stores_is_one_request(world, api, service):
     api.update(stores[5], memory["id"], content="edited remotely\n")
     one = box.sync()
     # Hosted API: the edit's content comes in its store's feed page (view=full), no fetch; counters:
-    # counters + changes feed + one fetch.
-    assert one["requests"] == (expected_idle if service.hosted_api else 3), one
+    # counters + the changes feed, the edit's content in it (view=full).
+    assert one["requests"] == (expected_idle if service.hosted_api else 2), one
     assert (box.root / "store-5" / "d1" / "m4.md").read_text() == "edited remotely\n"

@@ -69,7 +69,9 @@ async def test_memfs_sync_applies_everything_though_a_file_is_open(world):
         nursery.cancel_scope.cancel()
 
 
-async def test_a_file_opened_while_the_pull_fetched_waits_and_the_rest_lands_at_the_next_look(world):
+async def test_a_file_opened_while_the_pull_fetched_waits_and_the_rest_lands_at_the_next_look(
+    world, changes_fetched
+):
     """The pull planned before the file was opened, so its apply waits (nothing half applied);
     the next look (0.1 s later, not the second a deferred pull waits) holds that file back and
     applies the rest."""
@@ -278,7 +280,9 @@ async def test_a_quiet_mount_pushes_its_staged_change_while_a_held_file_stays_op
         nursery.cancel_scope.cancel()
 
 
-async def test_a_quiet_pull_deferred_by_a_file_opened_during_its_fetch_still_pushes_the_staged_change(world):
+async def test_a_quiet_pull_deferred_by_a_file_opened_during_its_fetch_still_pushes_the_staged_change(
+    world, changes_fetched
+):
     """Quiet, with a change staged, a remote change's pull fetches its content and a reader opens
     that file meanwhile: the apply waits (nothing half applied). The staged change must not wait
     with it for as long as the reader keeps the file open: it goes out without another change.

@@ -98,7 +98,7 @@ async def _has(world: EngineWorld, want: dict[str, str]) -> bool:
     return all(have.get(p) == c for p, c in want.items())
 
 
-async def test_a_store_that_moved_again_during_its_pull_is_pulled_at_the_next_sync(world):
+async def test_a_store_that_moved_again_during_its_pull_is_pulled_at_the_next_sync(world, changes_fetched):
     """A pull that applied something but ended behind the watch (another writer committed while
     it fetched) leaves the store moved: the next `memfs sync` pulls it, with no back-off. Only a
     pull that could not apply (a file open with unflushed writes) waits a second. (Both files are
@@ -128,7 +128,9 @@ async def test_a_store_that_moved_again_during_its_pull_is_pulled_at_the_next_sy
         nursery.cancel_scope.cancel()
 
 
-async def test_a_pull_that_lacks_most_of_the_store_takes_one_snapshot_instead_of_a_get_each(world):
+async def test_a_pull_that_lacks_most_of_the_store_takes_one_snapshot_instead_of_a_get_each(
+    world, changes_fetched
+):
     """After a busy minute a live mount lacks most of what the others wrote: one snapshot (one
     request, content included) instead of a GET per memory. A few changes still cost a GET each."""
     m = await world.setup({f"/d/f{i:02}.md": f"memory {i}" for i in range(40)})

@@ -21,6 +21,7 @@ import pytest
 
 from memfs.mount.replies import FsError
 from memfs.records import StoreInfo
+from memfs.service import rules
 from tests.support.inprocess import MEMORY_BY_ID, InProcessService, single_requests
 from tests.support.stores import refused, server_error, unreachable
 
@@ -92,7 +93,7 @@ async def test_pull_is_deferred_while_a_file_is_open_with_unflushed_writes(world
     assert (await world.svc.contents(world.rw))["/a.md"] == "theirs"
 
 
-async def test_content_changed_between_listing_and_fetch_is_fetched_as_it_is_now(world):
+async def test_content_changed_between_listing_and_fetch_is_fetched_as_it_is_now(world, changes_fetched):
     m = await world.setup({"/a.md": "alpha"})
     mid = world.ids["/a.md"]
     await world.svc.update(world.rw, mid, content="second")
@@ -109,6 +110,28 @@ async def test_content_changed_between_listing_and_fetch_is_fetched_as_it_is_now
     result = await m.sync()
     assert result["ok"] and result["pushed"] == 0 and result["pulled"] == 0
     assert (await world.svc.contents(world.rw)) == {"/a.md": "third"}
+
+
+async def test_a_pull_takes_the_content_its_changes_carry_and_fetches_only_the_rest(world, monkeypatch):
+    """The changes feed asked with view=full (docs/API.md): an edit's content comes in the
+    answer, with no GET of its own; a change past the answer's budget is fetched by id."""
+    m = await world.setup({"/a.md": "alpha", "/b.md": "beta"})
+    a, b = world.ids["/a.md"], world.ids["/b.md"]
+    await world.svc.update(world.rw, a, content="alpha 2")
+    await world.svc.update(world.rw, b, content="beta 2")
+    m.transport.clear()
+    assert (await m.sync())["pulled"] == 2
+    assert (m.read_file("/notes/a.md"), m.read_file("/notes/b.md")) == (b"alpha 2", b"beta 2")
+    assert m.transport.count("GET", "/changes$") == 1 and m.transport.count("GET", MEMORY_BY_ID) == 0
+    monkeypatch.setattr(rules, "CHANGES_CONTENT_BUDGET", len("alpha 3"))  # /a.md's fits, /b.md's not
+    await world.svc.update(world.rw, a, content="alpha 3")
+    await world.svc.update(world.rw, b, content="beta 3")
+    m.transport.clear()
+    assert (await m.sync())["pulled"] == 2
+    assert (m.read_file("/notes/a.md"), m.read_file("/notes/b.md")) == (b"alpha 3", b"beta 3")
+    assert [p for method, p in m.transport.requests if re.search(MEMORY_BY_ID, p)] == [
+        f"/v1/memory_stores/{world.rw}/memories/{b}"
+    ]
 
 
 async def test_push_answered_409_leaves_the_store_winning_and_the_local_version_kept(world):
@@ -335,7 +358,7 @@ async def test_a_push_refused_with_a_long_retry_after_waits_for_it(world):
     assert (await world.svc.contents(world.rw))["/a.md"] == "alpha 2"
 
 
-async def test_a_dropped_connection_fails_the_tick_and_changes_nothing(world):
+async def test_a_dropped_connection_fails_the_tick_and_changes_nothing(world, changes_fetched):
     m = await world.setup({"/a.md": "alpha", "/b.md": "beta"})
     counter = m.store_status("notes")["counter"]
     await world.svc.update(world.rw, world.ids["/a.md"], content="alpha 2")

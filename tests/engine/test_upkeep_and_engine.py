@@ -12,7 +12,9 @@ from tests.support.inprocess import MEMORY_BY_ID, EngineWorld, single_requests
 pytestmark = [pytest.mark.trio, pytest.mark.timeout(20)]
 
 
-async def test_no_sweep_while_a_tick_fetches_or_a_push_sends_and_one_after(world: EngineWorld):
+async def test_no_sweep_while_a_tick_fetches_or_a_push_sends_and_one_after(
+    world: EngineWorld, changes_fetched
+):
     m = await world.setup({"/a.md": "alpha"})
     single_requests(m)
     upkeep = StateUpkeep(m.state, m.fs.live_shas, lambda: m.engine.busy)

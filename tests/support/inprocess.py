@@ -33,6 +33,7 @@ from memfs.limits import DEFAULT_MAX_BYTES, DEFAULT_MAX_FILES
 from memfs.mount.filesystem import Filesystem
 from memfs.mount.state import State
 from memfs.records import StoreInfo
+from memfs.service import rules
 from memfs.service.app import create_app
 from memfs.service.database import open_storage
 from memfs.service.hosted import HostedOptions
@@ -350,6 +351,15 @@ async def emulator(tmp_path) -> AsyncIterator[InProcessService]:
     hosted = HostedOptions(repeat_conflicts=True, unavailable=True)
     async with _serving(tmp_path / "hosted", extensions=False, hosted=hosted) as s:
         yield s
+
+
+@pytest.fixture
+def changes_fetched(monkeypatch) -> None:
+    """The changes feed carries no content: every change is past its answer's budget, as in a pull
+    of more than 2 MiB of changes (memfs/service/rules.py CHANGES_CONTENT_BUDGET), or from a service
+    without view=full. The pull then fetches each changed memory by id: for a test that acts
+    between the changes and the fetch (a hook or a fault on `MEMORY_BY_ID`)."""
+    monkeypatch.setattr(rules, "CHANGES_CONTENT_BUDGET", 0)
 
 
 @pytest.fixture

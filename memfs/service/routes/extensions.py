@@ -96,7 +96,8 @@ class ExtensionRoutes:
         if request.query_params.get("since") is None:
             raise invalid("since: is required (a counter value this client has applied)")
         since = params.q_int(request, "since", None, 0, None)
-        ch = await self.ctx.call(self.ctx.storage.changes_since, sid, since)
+        full = params.q_view(request, "basic")
+        ch = await self.ctx.call(self.ctx.storage.changes_since, sid, since, full=full)
         self.ctx.metrics.counter_reads(1)
         return _json(
             {
@@ -105,7 +106,7 @@ class ExtensionRoutes:
                 "since": ch.since,
                 "counter": ch.counter,
                 "status": "too_old" if ch.too_old else "ok",
-                "changes": [wire.change(c) for c in ch.changes],
+                "changes": [wire.change(c, full=full) for c in ch.changes],
             },
             headers={COUNTER_HEADER: str(ch.counter)},
         )

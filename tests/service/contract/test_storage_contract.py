@@ -297,6 +297,30 @@ def test_changes_feed_reports_current_state_renames_and_deletions(storage):
             storage.changes_since(sid, bad)
 
 
+def test_changes_in_full_view_carry_content_in_order_until_the_budget(storage):
+    sid = new_store(storage)
+    a = create(storage, sid, "/a", "aaaa")  # 4 bytes
+    b = create(storage, sid, "/b", "é" * 3)  # 6 bytes: the budget counts bytes, not characters
+    gone = create(storage, sid, "/c")
+    d = create(storage, sid, "/d", "d")
+    since = counter(storage, sid)
+    for m, text in ((a, "AAAA"), (b, "ééé!"), (d, "DD")):
+        storage.update_memory(sid, m.id, content=text, path=None, expected_sha256=None, actor=A)
+    storage.delete_memory(sid, gone.id, expected_sha256=None, actor=A)
+    # basic (the default): no content at all
+    assert [c.content for c in storage.changes_since(sid, since).changes] == [None] * 4
+    # full: every live memory's content, read with the sha it names
+    ch = storage.changes_since(sid, since, full=True).changes
+    assert [(c.path, c.content) for c in ch] == [("/a", "AAAA"), ("/b", "ééé!"), ("/c", None), ("/d", "DD")]
+    assert all(c.content_sha256 == sha256_hex(c.content) for c in ch if c.content is not None)
+    # in path order until the next would pass the budget (4 + 7 = 11 bytes; /d's 2 more would be
+    # 13): the one past it and every one after carry none, the deleted one none anyway
+    ch = storage.changes_since(sid, since, full=True, content_budget=12).changes
+    assert [(c.path, c.content) for c in ch] == [("/a", "AAAA"), ("/b", "ééé!"), ("/c", None), ("/d", None)]
+    ch = storage.changes_since(sid, since, full=True, content_budget=3).changes
+    assert [c.content for c in ch] == [None] * 4
+
+
 def test_snapshot_is_the_store_at_one_counter(storage):
     sid = new_store(storage)
     mems = [create(storage, sid, f"/m{i:03}", f"c{i}") for i in range(25)]
