@@ -100,24 +100,35 @@ def _require_writable(tx: SqlTx, store_id: str) -> StoreRecord:
     return store
 
 
-def _carry_content(tx: SqlTx, store_id: str, changes: list[Change], budget: int) -> None:
+def _carry_content(
+    tx: SqlTx, store_id: str, changes: list[Change], budget: int, reader: Actor | None
+) -> None:
     """The content of `changes`' live memories, in the answer's order, until the next would pass
-    `budget` bytes (`changes_since` for view=full). Read in the answer's own transaction, so each
-    is the content of the sha its change names."""
+    `budget` bytes (`changes_since` for view=full), except those whose current version `reader`
+    wrote (a mount reading its own writes back has their content). Read in the answer's own
+    transaction, so each is the content of the sha its change names."""
+    live = [c for c in changes if c.operation == "upserted"]
+    if reader is not None:
+        writers: dict[str, Actor | None] = {}
+        for part in _parts(live):
+            writers.update(tx.writers(store_id, [c.memory_id for c in part]))
+        live = [c for c in live if writers.get(c.memory_id) != reader]
     chosen: list[Change] = []
     total = 0
-    for c in changes:
-        if c.operation != "upserted":
-            continue
+    for c in live:
         total += c.content_size_bytes or 0
         if total > budget:
             break
         chosen.append(c)
-    for at in range(0, len(chosen), _CONTENT_IDS_PER_QUERY):
-        part = chosen[at : at + _CONTENT_IDS_PER_QUERY]
+    for part in _parts(chosen):
         got = tx.contents(store_id, [c.memory_id for c in part])
         for c in part:
             c.content = got.get(c.memory_id)
+
+
+def _parts(changes: list[Change]) -> Iterator[list[Change]]:
+    for at in range(0, len(changes), _CONTENT_IDS_PER_QUERY):
+        yield changes[at : at + _CONTENT_IDS_PER_QUERY]
 
 
 def _live_memory(tx: SqlTx, store_id: str, memory_id: str, *, content: bool = True) -> MemoryRecord:
@@ -610,11 +621,18 @@ class StoreService:
             return tx.counters_batch(token_hashes, store_ids)
 
     def changes_since(
-        self, store_id: str, since: int, *, full: bool = False, content_budget: int | None = None
+        self,
+        store_id: str,
+        since: int,
+        *,
+        full: bool = False,
+        content_budget: int | None = None,
+        reader: Actor | None = None,
     ) -> Changes:
         """`full` (view=full): the changes carry their live memories' content, in the answer's
         order, until the next would pass `content_budget` bytes (None: CHANGES_CONTENT_BUDGET,
-        read when called); the rest carry none (the client asks those by id)."""
+        read when called), but not those `reader` (the caller) wrote last; the rest carry none
+        (the client asks those by id)."""
         with self.backend.read() as tx:
             _require_store(tx, store_id)
             counter = tx.counter(store_id)
@@ -642,7 +660,7 @@ class StoreService:
                 )
             if full:
                 budget = CHANGES_CONTENT_BUDGET if content_budget is None else content_budget
-                _carry_content(tx, store_id, changes, budget)
+                _carry_content(tx, store_id, changes, budget, reader)
             return Changes(store_id, since, counter, too_old=False, changes=changes)
 
     def open_snapshot(self, store_id: str) -> Snapshot:

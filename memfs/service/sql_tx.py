@@ -432,6 +432,16 @@ class SqlTx:
         ).fetchall()
         return {r["id"]: self._content_out(r["content"]) for r in rows}
 
+    def writers(self, store_id: str, memory_ids: Sequence[str]) -> dict[str, Actor | None]:
+        """memory id -> who wrote the current version of those of `memory_ids` that are live."""
+        marks = ",".join("?" * len(memory_ids))
+        rows = self._x(
+            "SELECT m.id, v.actor_type, v.actor_id FROM memories m LEFT JOIN versions v ON v.id = m.version_id "
+            f"WHERE m.store_id = ? AND m.deleted_at IS NULL AND m.id IN ({marks})",
+            (store_id, *memory_ids),
+        ).fetchall()
+        return {r["id"]: _actor(r["actor_type"], r["actor_id"]) for r in rows}
+
     def insert_memory(self, m: MemoryRecord, counter: int) -> None:
         """Raises PathTaken when a live memory holds m.path."""
         try:

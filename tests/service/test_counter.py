@@ -181,17 +181,31 @@ def test_changes_since_returns_exactly_what_was_written_after(service):
         for bad in ({"since": 16}, {"since": -1}, {"since": "x"}, {}):
             assert c.get(f"/v1/memory_stores/{s}/changes", params=bad).status_code == 400, bad
 
-        # view=full: each change carries `content`, the memory's current one or null (deleted)
+        assert all("content" not in ch for ch in body["changes"])  # basic, the default: no key
+        bad_view = c.get(f"/v1/memory_stores/{s}/changes", params={"since": since, "view": "all"})
+        assert bad_view.status_code == 400 and "view" in bad_view.text
+        # view=full: each change carries `content`, the memory's current one or null (deleted),
+        # and null where the caller wrote the current version itself (it has that content)
         full = c.get(f"/v1/memory_stores/{s}/changes", params={"since": since, "view": "full"}).json()
+        assert [{k: v for k, v in ch.items() if k != "content"} for ch in full["changes"]] == body["changes"]
+        assert {ch["content"] for ch in full["changes"]} == {None}  # the admin key wrote them all
+
+    token = _token(service.create_session([(s, "read_write")]))
+    with httpx.Client(
+        base_url=service.base_url, headers={"x-api-key": token, "anthropic-beta": "agent-memory-2026-07-22"}
+    ) as agent:
+        full = agent.get(f"/v1/memory_stores/{s}/changes", params={"since": since, "view": "full"}).json()
         contents = {ch["memory_id"]: ch["content"] for ch in full["changes"]}
         assert contents == {
             upd["id"]: "u3", ren["id"]: "r", gone["id"]: None, both["id"]: None,
             new["id"]: "n", temp["id"]: None, recreated["id"]: "t2",
         }  # fmt: skip
-        assert [{k: v for k, v in ch.items() if k != "content"} for ch in full["changes"]] == body["changes"]
-        assert all("content" not in ch for ch in body["changes"])  # basic, the default: no key
-        bad_view = c.get(f"/v1/memory_stores/{s}/changes", params={"since": since, "view": "all"})
-        assert bad_view.status_code == 400 and "view" in bad_view.text
+        assert update(agent, s, upd["id"], content="u4").status_code == 200
+        full = agent.get(f"/v1/memory_stores/{s}/changes", params={"since": since, "view": "full"}).json()
+        assert {ch["memory_id"]: ch["content"] for ch in full["changes"]} == {**contents, upd["id"]: None}
+    with service.admin_client() as c:
+        full = c.get(f"/v1/memory_stores/{s}/changes", params={"since": since, "view": "full"}).json()
+        assert {ch["memory_id"]: ch["content"] for ch in full["changes"]}[upd["id"]] == "u4"
 
 
 def test_snapshot_is_one_consistent_read(service):

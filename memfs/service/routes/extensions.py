@@ -92,12 +92,13 @@ class ExtensionRoutes:
 
     async def get_changes(self, request: Request) -> Response:
         sid = request.path_params["store_id"]
-        (await self.ctx.principal(request)).require_store(sid)
+        caller = await self.ctx.principal(request)
+        caller.require_store(sid)
         if request.query_params.get("since") is None:
             raise invalid("since: is required (a counter value this client has applied)")
         since = params.q_int(request, "since", None, 0, None)
         full = params.q_view(request, "basic")
-        ch = await self.ctx.call(self.ctx.storage.changes_since, sid, since, full=full)
+        ch = await self.ctx.call(self.ctx.storage.changes_since, sid, since, full=full, reader=caller.actor)
         self.ctx.metrics.counter_reads(1)
         return _json(
             {

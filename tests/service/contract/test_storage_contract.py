@@ -319,6 +319,14 @@ def test_changes_in_full_view_carry_content_in_order_until_the_budget(storage):
     assert [(c.path, c.content) for c in ch] == [("/a", "AAAA"), ("/b", "ééé!"), ("/c", None), ("/d", None)]
     ch = storage.changes_since(sid, since, full=True, content_budget=3).changes
     assert [c.content for c in ch] == [None] * 4
+    # what the reader itself wrote last carries none (a mount has its own writes) and takes none
+    # of the budget: another writer's edit of /b.md after it is carried
+    other = Actor("session_actor", "sesn_other")
+    storage.update_memory(sid, b.id, content="B", path=None, expected_sha256=None, actor=other)
+    ch = storage.changes_since(sid, since, full=True, content_budget=1, reader=A).changes
+    assert [(c.path, c.content) for c in ch] == [("/a", None), ("/b", "B"), ("/c", None), ("/d", None)]
+    ch = storage.changes_since(sid, since, full=True, reader=other).changes
+    assert [(c.path, c.content) for c in ch] == [("/a", "AAAA"), ("/b", None), ("/c", None), ("/d", "DD")]
 
 
 def test_snapshot_is_the_store_at_one_counter(storage):
