@@ -18,7 +18,8 @@ class Change:
     sha: str | None
     size: int | None
     updated_at: str | None
-    content: str | None = None  # asked with view=full, within the answer's budget (docs/API.md)
+    # view=full: None when deleted, our own write, or past the budget (docs/API.md)
+    content: str | None = None
 
 
 @dataclass(frozen=True)

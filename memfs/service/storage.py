@@ -124,7 +124,8 @@ class Change:
     content_size_bytes: int | None
     memory_version_id: str
     updated_at: str
-    content: str | None = None  # asked with `content_budget` and within it (StoreService.changes_since)
+    # view=full: within the budget, not the reader's own (StoreService.changes_since)
+    content: str | None = None
 
 
 @dataclass

@@ -108,7 +108,7 @@ def change(c: Change, *, full: bool = False) -> dict:
         "memory_version_id": c.memory_version_id,
         "updated_at": c.updated_at,
     }
-    if full:  # view=full: null for a deleted memory and past the answer's budget (docs/API.md)
+    if full:  # view=full: null when deleted, the caller's own, or past the answer's budget (docs/API.md)
         out["content"] = c.content
     return out
 
