@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -10,6 +11,7 @@ import time
 
 import pytest
 
+from memfs.session import control
 from tests.support.fake_platform import Step
 from tests.support.mounts import mounted_at
 from tests.support.worker_world import RW
@@ -114,11 +116,19 @@ def test_sigterm_cancels_the_item_cleanly_with_the_final_sync_and_the_stop(wworl
 def test_a_failed_mount_force_stops_the_item(wworld, tmp_path):
     work = wworld.item([Step("bash", {"command": "true"})])
     (wworld.root / "in-the-way").write_text("the root is not empty")
-    proc = start_worker(wworld, work, "--mount", "--store-url", wworld.service.base_url)
-    assert proc.wait(60) != 0
-    assert "something already exists" in worker_log(wworld)
-    assert work.stop_requests == [{"force": True}]
-    assert wworld.platform.sessions[work.session_id].results == []
+    # The worker mounts with the default state dir (/var/lib/memfs/<root> as root), where the
+    # failed mount leaves its log for whoever looks: this test removes it, or every run of the
+    # suite would leave one behind on the machine.
+    state_dir = control.default_state_dir(wworld.root)
+    try:
+        proc = start_worker(wworld, work, "--mount", "--store-url", wworld.service.base_url)
+        assert proc.wait(60) != 0
+        assert "something already exists" in worker_log(wworld)
+        assert work.stop_requests == [{"force": True}]
+        assert wworld.platform.sessions[work.session_id].results == []
+        assert "something already exists" in (state_dir / "memfs.log").read_text()
+    finally:
+        shutil.rmtree(state_dir, ignore_errors=True)
 
 
 def test_the_cli_works_without_the_worker_extra_imported():
