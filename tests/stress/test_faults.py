@@ -51,6 +51,18 @@ def seeded(rig):
     return rig
 
 
+@pytest.fixture
+def own(rig):
+    """The store API with this rig's session token, as another sandbox on the same session writes:
+    the changes feed leaves the content of its writes out (docs/API.md, view=full), so a pull
+    asks those memories by id (MEM)."""
+    api = Api(rig.service.base_url, rig.token)
+    try:
+        yield api
+    finally:
+        api.close()
+
+
 def assert_converged(rig, box):
     """Store == mount, and no memory exists twice (one memory per path, ids unique)."""
     memories = rig.api.memories(rig.rw)
@@ -83,7 +95,7 @@ def test_faults_during_the_initial_download(seeded, proxy, stats):
     assert walk(box.root / RW) == {p: c.encode() for p, c in SEED.items()}
 
 
-def test_faults_during_a_pull(seeded, proxy, stats):
+def test_faults_during_a_pull(seeded, proxy, stats, own):
     rig = seeded
     box = rig.sandbox("pull", base_url=proxy.url)
     # Only `memfs sync` pulls here: a live mount applies a remote edit on its own, busy or not
@@ -91,10 +103,8 @@ def test_faults_during_a_pull(seeded, proxy, stats):
     box.mount("--live", "off", "--sync-interval", "300")
     ids = {p: m["id"] for p, m in rig.api.memories(rig.rw).items()}
     # A pull asks a memory by id (MEM) only for a change whose content its changes answer does
-    # not carry (docs/API.md, view=full): past the answer's 2 MiB, or written last by the caller's
-    # own session. So the rounds that break those GETs edit with this session's token, as another
-    # sandbox on the same session would: the changes name the edits and leave their content out.
-    own = Api(rig.service.base_url, rig.token)
+    # not carry: past the answer's 2 MiB, or written last by the caller's own session. So the
+    # rounds that break those GETs edit with this session's token (`own`).
     for round_, (method, path, action, code) in enumerate(
         [
             ("GET", r"/changes$", "status", 500),
@@ -128,7 +138,6 @@ def test_faults_during_a_pull(seeded, proxy, stats):
             assert box.sync()["ok"]  # forced: recovers at once
         assert (box.root / RW / "edit.md").read_text() == text
         assert (box.root / RW / f"new{round_}.md").read_text() == text
-    own.close()
     assert_converged(rig, box)
 
 
@@ -248,7 +257,7 @@ def test_blackholed_service_neither_hangs_sync_nor_storms(seeded, proxy, stats):
     assert_converged(rig, box)
 
 
-def test_long_random_fault_schedule(seeded, proxy, stats):
+def test_long_random_fault_schedule(seeded, proxy, stats, own):
     """Long profile: rounds of random edits on both sides under random faults; converges each round."""
     long_only()
     import random
@@ -276,10 +285,8 @@ def test_long_random_fault_schedule(seeded, proxy, stats):
         ("GET", r"/changes$"),
         ("GET", r"/memory_store_counters$"),
     ]
-    # Half the remote edits are made with this mount's own session token, as another sandbox on
-    # the same session would: their changes come without content (docs/API.md, view=full), so the
-    # pull asks those memories by id and the GET MEM faults below meet a pull, not only pushes.
-    own = Api(rig.service.base_url, rig.token)
+    # Half the remote edits are made with this mount's own session token (`own`), so that the
+    # GET MEM faults below meet a pull, not only pushes.
     by_id = 0
     for round_ in range(40):
         for _ in range(rng.randint(1, 4)):
@@ -313,6 +320,5 @@ def test_long_random_fault_schedule(seeded, proxy, stats):
         assert box.sync()["ok"]  # a second tick: anything settled late is settled now
         assert_converged(rig, box)
         stats["steps"] += 1
-    own.close()
     stats["gets_by_id"] = by_id + proxy.count("GET", MEM)
     assert stats["gets_by_id"], "no pull asked a memory by id: the GET MEM faults met no pull"
