@@ -9,7 +9,9 @@ trio thread like the sync engine would (tests use it to check kernel invalidatio
 `{"op": "apply_remote", "store": ID, "path": P, "memory_id": M, "content": TEXT, "mtime_ns": N}`,
 `{"op": "move_path", "store": ID, "old": P, "new": Q}`, `{"op": "remove_path", "store": ID, "path": P}`,
 `{"op": "add_notice", "store": ID, "kind": K, "path": P, "details": D}`. Each answers one stdout
-line: `ok` or `error <message>`.
+line: `ok` or `error <message>`, once the kernel has the call's invalidations; with `"hold": true`
+at once, its invalidations kept back (the moment between a pull's change and the kernel being
+told, made as long as a test needs) until `{"op": "deliver_held"}`.
 """
 
 from __future__ import annotations
@@ -120,6 +122,7 @@ def _run_command(fs: Filesystem, cmd: dict) -> None:
 async def _commands(fs: Filesystem) -> None:
     stream = trio.lowlevel.FdStream(os.dup(0))
     buf = b""
+    held: list = []  # invalidations kept back from the kernel ("hold")
     while True:
         chunk = await stream.receive_some(65536)
         if not chunk:
@@ -128,8 +131,20 @@ async def _commands(fs: Filesystem) -> None:
         while b"\n" in buf:
             line, buf = buf.split(b"\n", 1)
             try:
-                _run_command(fs, json.loads(line))
-                await fs.wait_invalidated()  # answer once the kernel sees it, like `memfs sync`
+                cmd = json.loads(line)
+                if cmd["op"] == "deliver_held":
+                    fs.invalidations.extend(held)
+                    held.clear()
+                    fs.inval.wake()
+                else:
+                    _run_command(fs, cmd)
+                if cmd.get("hold"):
+                    # taken off the queue before the adapter's drain could run (no await since
+                    # the call queued them): still counted as on their way (`InvalidationQueue.stale`)
+                    held.extend(fs.invalidations)
+                    fs.invalidations.clear()
+                else:
+                    await fs.wait_invalidated()  # answer once the kernel sees it, like `memfs sync`
             except Exception as e:  # report, keep serving
                 print(f"error {type(e).__name__}: {e}", flush=True)
             else:

@@ -352,8 +352,13 @@ class Filesystem:
             node.mtime_ns = node.ctime_ns = self.now()
             h.wrote = h.changed = True
         # Content is tied to mtime (auto_inval_data) and remote changes invalidate the inode, so
-        # the kernel may keep its page cache across opens; not while a buffer is dirty.
-        return OpenReply(h.fh, keep_cache=not isinstance(node, FileNode) or node.buf is None)
+        # the kernel may keep its page cache across opens; not while a buffer is dirty, and not
+        # while a change's invalidation is still on its way to the kernel: the old pages it holds
+        # would be read before it arrives and the new content after (a torn read), up to the old
+        # size. Then the open drops the pages (no keep_cache) and the attributes (stale_attr).
+        stale = self.inval.stale(node.ino)
+        keep = (not isinstance(node, FileNode) or node.buf is None) and not stale
+        return OpenReply(h.fh, keep_cache=keep, stale_attr=stale)
 
     def create(
         self, parent_ino: int, name: bytes, mode: int = 0o644, flags: int = os.O_RDWR, pid: int = 0

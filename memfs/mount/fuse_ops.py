@@ -95,6 +95,17 @@ class FuseOps(pyfuse3.Operations):
         e.st_ctime_ns = a.ctime_ns
         return e
 
+    def _opened(self, inode: int, reply: replies.OpenReply) -> pyfuse3.FileInfo:
+        """An open's answer. When a change's invalidation of the file has not reached the kernel
+        yet (`OpenReply.stale_attr`), its attributes are dropped here, in the handler: an
+        attributes-only invalidation takes none of the locks an open holds (no page is touched,
+        there is no writeback cache), so unlike the queue's page invalidations it cannot
+        deadlock on the request it answers. The kernel then asks the size again before the
+        opener's first read, and the reply's missing keep_cache drops the old pages."""
+        if reply.stale_attr:
+            _invalidate_batch([("inode", inode, True)])
+        return self._info(reply)
+
     @staticmethod
     def _info(reply: replies.OpenReply) -> pyfuse3.FileInfo:
         return pyfuse3.FileInfo(
@@ -208,7 +219,7 @@ class FuseOps(pyfuse3.Operations):
     @_handler
     def open(self, inode, flags, ctx):
         self.fs.permit(inode, self._caller(ctx), open_wants(flags))
-        return self._info(self.fs.open(inode, flags, ctx.pid))
+        return self._opened(inode, self.fs.open(inode, flags, ctx.pid))
 
     @_handler
     def read(self, fh, off, size):
@@ -313,7 +324,7 @@ class FuseOps(pyfuse3.Operations):
     def create(self, parent_inode, name, mode, flags, ctx):
         self.fs.permit(parent_inode, self._caller(ctx), W | X)
         reply, attr = self.fs.create(parent_inode, name, mode, flags, ctx.pid)
-        return self._info(reply), self._entry(attr)
+        return self._opened(attr.ino, reply), self._entry(attr)
 
     # ---- kernel cache invalidation -----------------------------------------------------------
 

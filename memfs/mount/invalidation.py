@@ -3,7 +3,9 @@
 A FUSE handler must never call the kernel's invalidation functions (it would deadlock on the
 inode it is answering for), so the core only queues them; `fuse_ops.py` drains the queue outside
 handlers and reports how many reached the kernel. The sync engine waits for that before telling
-anyone that remote changes are visible.
+anyone that remote changes are visible. Until then the kernel may hold a changed file's old pages
+and size: an open in that moment (`stale`) has them dropped (the one invalidation made in a
+handler, attributes only: fuse_ops `_opened`).
 """
 
 from __future__ import annotations
@@ -26,6 +28,10 @@ class InvalidationQueue:
         self.pushed = 0
         self._done = 0
         self._event: trio.Event | None = None
+        # ino -> the place in the queue (1-based, as `pushed` counts) of its newest inode
+        # invalidation: the kernel may still hold that inode's old pages and size until
+        # `_done` reaches it (`stale`)
+        self._inode_at: dict[int, int] = {}
 
     def entry(self, parent: DirLike, name: str) -> None:
         self.items.append(("entry", parent.ino, name.encode()))
@@ -35,6 +41,13 @@ class InvalidationQueue:
         # Open files get attributes only (SEMANTICS.md#d-kernel-cache); mtime/size changes then drop their pages.
         self.items.append(("inode", node.ino, node.open_count > 0))
         self.pushed += 1
+        self._inode_at[node.ino] = self.pushed
+
+    def stale(self, ino: int) -> bool:
+        """An invalidation of this inode is queued or on its way: the kernel may still hold its
+        old pages and attributes (an open then has it drop them: `Filesystem.open`)."""
+        at = self._inode_at.get(ino)
+        return at is not None and at > self._done
 
     def wake(self) -> None:
         """Tell the adapter there is something to drain (no-op when nothing is mounted)."""
@@ -44,6 +57,8 @@ class InvalidationQueue:
     def done(self, n: int) -> None:
         """The adapter reports that `n` queued invalidations reached the kernel."""
         self._done += n
+        if self._done >= self.pushed:
+            self._inode_at.clear()  # every one delivered (items are delivered in queue order)
         if self._event is not None:
             self._event.set()
             self._event = None

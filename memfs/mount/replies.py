@@ -52,6 +52,9 @@ class OpenReply:
     fh: int
     keep_cache: bool
     direct_io: bool = False
+    # The kernel may hold the file's old attributes (size, mtime): a change's invalidation has not
+    # reached it yet. The adapter tells the kernel to drop them before it answers the open.
+    stale_attr: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -797,6 +797,33 @@ def test_apply_remote_replaces_keeping_inode_and_drops_dirty_buffer(h):
     h.assert_staged()
 
 
+def test_an_open_while_a_change_is_on_its_way_to_the_kernel_drops_its_pages_and_size(h):
+    """SEMANTICS.md#d-kernel-cache: the kernel may keep a file's pages across opens, except while
+    the invalidation of a change to it has not reached the kernel (queued, or being sent)."""
+    h.fs.apply_remote(RW.store_id, "/f.md", "mem_f", sha(b"one"), b"one", 1)
+    ino = h.ino(f"{W}/f.md")
+    h.fs.invalidations_done(len(h.fs.invalidations))
+    h.fs.invalidations.clear()
+    reply = h.fs.open(ino, os.O_RDONLY)
+    assert (reply.keep_cache, reply.stale_attr) == (True, False)
+    h.fs.release(reply.fh)
+    h.fs.apply_remote(RW.store_id, "/f.md", "mem_f", sha(b"two, longer"), b"two, longer", 2)
+    other = h.write_file(f"{W}/other.md", b"x")
+    sent = len(h.fs.invalidations)
+    stale = h.fs.open(ino, os.O_RDONLY)
+    assert (stale.keep_cache, stale.stale_attr) == (False, True)
+    fresh = h.fs.open(other, os.O_RDONLY)  # no change of its own on the way
+    assert (fresh.keep_cache, fresh.stale_attr) == (True, False)
+    h.fs.invalidations.clear()  # taken by the adapter, on their way: still stale
+    reopened = h.fs.open(ino, os.O_RDONLY)
+    assert (reopened.keep_cache, reopened.stale_attr) == (False, True)
+    h.fs.invalidations_done(sent)  # reached the kernel
+    done = h.fs.open(ino, os.O_RDONLY)
+    assert (done.keep_cache, done.stale_attr) == (True, False)
+    for r in (stale, fresh, reopened, done):
+        h.fs.release(r.fh)
+
+
 def test_move_path_keeps_inode_and_prunes(h):
     h.fs.apply_remote(RW.store_id, "/old/dir/f.md", "mem_f", sha(b"f"), b"f", 1)
     ino = h.ino(f"{W}/old/dir/f.md")

@@ -504,6 +504,40 @@ def test_sync_api_changes_reach_the_kernel_at_once(mount):
     assert files == {"/r.md": ("mem_r", b"v99\n" * 100)} and dirs == set()
 
 
+def test_an_open_before_the_kernel_is_told_of_a_change_reads_it_whole(mount):
+    """A pull's change reaches the kernel's caches through the invalidation queue, a moment after
+    the tree has it. A file opened in that moment must not be read from the kernel's old pages
+    or up to its old size, nor, once the invalidation lands mid-read, from old pages and then the
+    new content: a grep of a shared store read such a torn file (one version's lines, then the
+    next one's)."""
+    m = mount(extra=["--stdin-commands"])
+    path = m.path("notes") / "torn.md"
+    old = "".join(f"v1 line {i:05d}\n" for i in range(4000))  # 56 KB: pages enough for a torn read
+    new = "".join(f"v22 line {i:05d}\n" for i in range(4000))  # longer: the old size would cut it
+
+    def cached(content: str) -> None:
+        m.command(op="apply_remote", store=RW_ID, path="/torn.md", memory_id="mem_t", content=content)
+        assert path.read_text() == content  # the kernel holds its pages and attributes now
+        assert path.read_text() == content  # and keeps them across opens (keep_cache)
+
+    # read whole before the invalidation lands: the new content, all of it
+    cached(old)
+    m.command(op="apply_remote", store=RW_ID, path="/torn.md", memory_id="mem_t", content=new, hold=True)
+    with open(path, "rb", buffering=0) as f:
+        assert f.read().decode() == new
+    m.command(op="deliver_held")
+    assert os.stat(path).st_size == len(new) and path.read_text() == new
+    # the invalidation lands in the middle of the read: still the new content alone
+    cached(old)
+    m.command(op="apply_remote", store=RW_ID, path="/torn.md", memory_id="mem_t", content=new, hold=True)
+    with open(path, "rb", buffering=0) as f:
+        head = f.read(8192)
+        m.command(op="deliver_held")
+        rest = f.read()
+    assert (head + rest).decode() == new
+    assert m.stop() == 0
+
+
 @pytest.mark.timeout(120)
 def test_failed_writers_close_while_another_process_lists_that_directory(mount):
     """The mount reads FUSE requests from one task (runner.MAX_TASKS), and a failed writer's
