@@ -29,6 +29,7 @@ import trio
 from memfs.limits import DEFAULT_MAX_BYTES, DEFAULT_MAX_FILES
 from memfs.logging_setup import setup_logging
 from memfs.mount.filesystem import Filesystem
+from memfs.mount.invalidation import Invalidation
 from memfs.mount.runner import run_mount
 from memfs.mount.state import State, StateLocked
 from memfs.protocol import is_access
@@ -122,7 +123,7 @@ def _run_command(fs: Filesystem, cmd: dict) -> None:
 async def _commands(fs: Filesystem) -> None:
     stream = trio.lowlevel.FdStream(os.dup(0))
     buf = b""
-    held: list = []  # invalidations kept back from the kernel ("hold")
+    held: list[Invalidation] = []  # kept back from the kernel ("hold")
     while True:
         chunk = await stream.receive_some(65536)
         if not chunk:
